@@ -1,0 +1,1 @@
+"""NATS JetStream broker adapter of framework-m (not implemented yet)."""

@@ -1,0 +1,1 @@
+"""RabbitMQ broker adapter of framework-m (not implemented yet)."""

@@ -1,0 +1,1 @@
+"""Redis broker adapter of framework-m (not implemented yet)."""

@@ -1,0 +1,74 @@
+"""framework-m core: leaderless scheduled and background jobs.
+
+Every ``m worker`` replica runs an :class:`InProcessTickerAdapter`; all of them
+enqueue each due slot with the same ``deduplication_id`` and the broker keeps
+the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
+"""
+
+from .app import App, load_app
+from .broker import BaseBroker, BrokerStats, Capability, DeadLetter, Delivery, PublishResult
+from .errors import (
+    AppLoadError,
+    BrokerError,
+    ConfigurationError,
+    FrameworkMError,
+    InvalidJobError,
+    JobDefinitionError,
+    MessageDecodeError,
+    ScheduleError,
+    SchemaConflictError,
+    UnknownBrokerError,
+)
+from .jobs import JobContext, JobSpec
+from .messages import JobMessage, decode_message, tick_deduplication_id
+from .protocols import (
+    BrokerProtocol,
+    ConsumerProtocol,
+    JobQueueProtocol,
+    SchemaSyncProtocol,
+    TickerProtocol,
+)
+from .schedules import Cron, Every, Schedule, cron, every
+from .schema import SchemaChange, SchemaPlan
+from .ticker import InProcessTickerAdapter
+from .worker import Worker
+
+__all__ = [
+    "App",
+    "AppLoadError",
+    "BaseBroker",
+    "BrokerError",
+    "BrokerProtocol",
+    "BrokerStats",
+    "Capability",
+    "ConfigurationError",
+    "ConsumerProtocol",
+    "Cron",
+    "DeadLetter",
+    "Delivery",
+    "Every",
+    "FrameworkMError",
+    "InProcessTickerAdapter",
+    "InvalidJobError",
+    "JobContext",
+    "JobDefinitionError",
+    "JobMessage",
+    "JobQueueProtocol",
+    "JobSpec",
+    "MessageDecodeError",
+    "PublishResult",
+    "Schedule",
+    "ScheduleError",
+    "SchemaChange",
+    "SchemaConflictError",
+    "SchemaPlan",
+    "SchemaSyncProtocol",
+    "TickerProtocol",
+    "UnknownBrokerError",
+    "Worker",
+    "cron",
+    "decode_message",
+    "every",
+    "load_app",
+    "tick_deduplication_id",
+]

@@ -1,0 +1,1 @@
+"""Broker adapters shipped with core (``memory://``) and the scheme registry."""

@@ -1,0 +1,53 @@
+"""Find the adapter for a broker URL through the ``framework_m.adapters`` entry points."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+
+from ..errors import ConfigurationError, UnknownBrokerError
+from ..protocols import BrokerProtocol
+from ..urls import redact_url, scheme_of
+
+GROUP = "framework_m.adapters"
+
+# Where to get the adapter for a scheme that is not installed.
+KNOWN_PACKAGES = {
+    "memory": "framework-m-core",
+    "nats": "framework-m-nats",
+    "tls": "framework-m-nats",
+    "redis": "framework-m-redis",
+    "rediss": "framework-m-redis",
+    "redis+sentinel": "framework-m-redis",
+    "amqp": "framework-m-rabbitmq",
+    "amqps": "framework-m-rabbitmq",
+}
+
+
+def installed_schemes() -> dict[str, EntryPoint]:
+    """Every scheme an installed adapter registers, with its entry point."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def open_broker(url: str) -> BrokerProtocol:
+    """An unconnected broker for ``url``; raise :class:`UnknownBrokerError` for unknown schemes."""
+    scheme = scheme_of(url)
+    available = installed_schemes()
+    ep = available.get(scheme)
+    if ep is None:
+        installed = ", ".join(f"{s}://" for s in sorted(available)) or "none"
+        package = KNOWN_PACKAGES.get(scheme)
+        hint = f"; install {package} for it" if package else ""
+        raise UnknownBrokerError(
+            f"no installed adapter handles {scheme}:// in {redact_url(url)!r} "
+            f"(installed: {installed}){hint}"
+        )
+    try:
+        factory = ep.load()
+    except Exception as exc:
+        raise UnknownBrokerError(
+            f"adapter for {scheme}:// ({ep.value}) failed to import: {exc}"
+        ) from exc
+    broker = factory.from_url(url)
+    if not isinstance(broker, BrokerProtocol):
+        raise ConfigurationError(f"adapter {ep.value} does not implement BrokerProtocol")
+    return broker

@@ -1,0 +1,267 @@
+"""The ``m`` command: ``m worker``, ``m schedules``, ``m enqueue``, ``m migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from .adapters.registry import open_broker
+from .app import App, load_app
+from .broker import Capability
+from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
+from .messages import tick_deduplication_id
+from .protocols import BrokerProtocol
+from .schedules import Cron
+from .ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
+from .worker import Worker
+
+log = logging.getLogger("framework_m.cli")
+
+DEFAULT_BROKER = "memory://"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="m", description="framework-m: leaderless scheduled and background jobs."
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("M_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (env M_LOG_LEVEL; default INFO)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def app_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--app",
+            default=os.environ.get("M_APP"),
+            help="the App as module[:attr] (env M_APP; attr defaults to 'app')",
+        )
+
+    def broker_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--broker",
+            default=os.environ.get("M_BROKER_URL", DEFAULT_BROKER),
+            help=f"broker URL (env M_BROKER_URL; default {DEFAULT_BROKER})",
+        )
+
+    w = sub.add_parser("worker", help="run jobs, and tick schedules unless --no-scheduler")
+    app_arg(w)
+    broker_arg(w)
+    w.add_argument(
+        "--no-scheduler", action="store_true", help="run jobs only; publish no ticks"
+    )
+    w.add_argument("--concurrency", type=_positive_int, default=10, help="jobs at once (10)")
+    w.add_argument(
+        "--grace",
+        type=_seconds,
+        default=None,
+        help="latest a slot may be enqueued, in seconds (default: from the dedup window, <= 30)",
+    )
+    w.add_argument(
+        "--clock-skew",
+        type=_seconds,
+        default=DEFAULT_CLOCK_SKEW,
+        help=f"clock difference tolerated between replicas, seconds ({DEFAULT_CLOCK_SKEW:g})",
+    )
+    w.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds running jobs may finish after SIGTERM/SIGINT (30)",
+    )
+
+    s = sub.add_parser("schedules", help="list schedules, their next slots and dedup ids")
+    app_arg(s)
+    s.add_argument("--count", type=_positive_int, default=3, help="slots to show per job (3)")
+
+    e = sub.add_parser("enqueue", help="enqueue one job")
+    broker_arg(e)
+    e.add_argument("--app", default=os.environ.get("M_APP"), help="check the job name against it")
+    e.add_argument("job", help="job name")
+    e.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
+    e.add_argument("--dedup-id", default=None, help="deduplication id")
+
+    g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
+    broker_arg(g)
+    g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "worker":
+            return _worker(args)
+        if args.command == "schedules":
+            return _schedules(args)
+        if args.command == "enqueue":
+            return asyncio.run(_enqueue(args))
+        return asyncio.run(_migrate(args))
+    except SchemaConflictError as exc:
+        print(f"m: schema conflict: {exc}", file=sys.stderr)
+        return 1
+    except FrameworkMError as exc:
+        print(f"m: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _worker(args: argparse.Namespace) -> int:
+    app = load_app(args.app or "")
+    broker = open_broker(args.broker)
+    asyncio.run(_run_worker(app, broker, args))
+    return 0
+
+
+async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:
+    await broker.connect()
+    try:
+        ticker = None
+        if not args.no_scheduler:
+            ticker = InProcessTickerAdapter(
+                app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
+            )
+            ticker.check()
+        worker = Worker(
+            app,
+            broker,
+            ticker=ticker,
+            concurrency=args.concurrency,
+            shutdown_timeout=args.shutdown_timeout,
+        )
+        log.info(
+            "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
+            "worker" if ticker is None else "ticker+worker",
+            broker.display_url,
+            args.app,
+            len(app.jobs),
+            sum(1 for _ in app.scheduled()),
+            args.concurrency,
+            os.getpid(),
+        )
+        loop = asyncio.get_running_loop()
+        signals = 0
+
+        def on_signal(signum: int) -> None:
+            nonlocal signals
+            signals += 1
+            log.info("received %s", signal.Signals(signum).name)
+            if signals == 1:
+                worker.stop()
+            else:
+                worker.abort()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        await worker.run()
+    finally:
+        await broker.close()
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    app = load_app(args.app or "")
+    now = time.time()
+    specs = list(app.scheduled())
+    if not specs:
+        print("no scheduled jobs")
+    for spec in specs:
+        assert spec.schedule is not None
+        print(f"{spec.name}: {spec.schedule.describe()}")
+        zone = ZoneInfo(spec.schedule.tz) if isinstance(spec.schedule, Cron) else None
+        slot: float = now
+        for _ in range(args.count):
+            slot = spec.schedule.next_after(slot)
+            local = f"  local {datetime.fromtimestamp(slot, zone).isoformat()}" if zone else ""
+            utc = datetime.fromtimestamp(slot, UTC).isoformat()
+            print(f"  {utc}{local}  {tick_deduplication_id(spec.name, int(slot))}")
+    return 0
+
+
+async def _enqueue(args: argparse.Namespace) -> int:
+    try:
+        kwargs = json.loads(args.kwargs)
+    except ValueError as exc:
+        raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise ConfigurationError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
+    if args.app:
+        app = load_app(args.app)
+        if args.job not in app.jobs:
+            known = ", ".join(sorted(app.jobs)) or "none"
+            raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
+    broker = open_broker(args.broker)
+    if Capability.CROSS_PROCESS not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} lives inside one process: a job enqueued here would be lost "
+            "when this command exits; use a shared broker URL"
+        )
+    async with _connected(broker):
+        job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
+    print(job_id)
+    return 0
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    broker = open_broker(args.broker)
+    async with _connected(broker):
+        plan = await broker.plan_schema()
+        print(plan.describe())
+        if args.dry_run or plan.in_sync:
+            return 1 if plan.refused else 0
+        await broker.sync_schema()
+        print("applied")
+    return 0
+
+
+class _connected:
+    def __init__(self, broker: BrokerProtocol) -> None:
+        self.broker = broker
+
+    async def __aenter__(self) -> BrokerProtocol:
+        await self.broker.connect()
+        return self.broker
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.broker.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

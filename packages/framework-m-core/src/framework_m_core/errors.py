@@ -1,0 +1,43 @@
+"""Exceptions raised by framework-m; each message names the problem in one line."""
+
+from __future__ import annotations
+
+
+class FrameworkMError(Exception):
+    """Base class of every error framework-m raises on purpose."""
+
+
+class ConfigurationError(FrameworkMError):
+    """A setting, option or combination of settings is invalid."""
+
+
+class ScheduleError(ConfigurationError):
+    """A schedule is invalid: bad cron expression, unknown time zone, bad interval."""
+
+
+class JobDefinitionError(ConfigurationError):
+    """A job is registered wrongly: duplicate name, non-async handler, bad limits."""
+
+
+class AppLoadError(ConfigurationError):
+    """The application given by ``--app``/``M_APP`` cannot be imported or found."""
+
+
+class UnknownBrokerError(ConfigurationError):
+    """No installed adapter provides the broker URL's scheme."""
+
+
+class InvalidJobError(FrameworkMError):
+    """An enqueue was refused before anything was sent (bad name or non-JSON kwargs)."""
+
+
+class MessageDecodeError(FrameworkMError):
+    """Bytes taken from a broker are not a framework-m job message."""
+
+
+class SchemaConflictError(FrameworkMError):
+    """The broker's existing configuration differs in a way that cannot be migrated in place."""
+
+
+class BrokerError(FrameworkMError):
+    """A broker operation failed (connection lost, server refused, timeout)."""

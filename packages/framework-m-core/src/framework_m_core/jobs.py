@@ -1,0 +1,68 @@
+"""Job definitions and the context a handler receives."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import JobDefinitionError
+from .schedules import Schedule
+
+if TYPE_CHECKING:
+    from .protocols import JobQueueProtocol
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a running handler knows about its job. Passed as the first argument."""
+
+    job_id: str
+    job_name: str
+    attempt: int  # 1 for the first delivery
+    max_attempts: int
+    scheduled_at: datetime | None  # the slot (aware, UTC) for ticked jobs, else None
+    enqueued_at: datetime
+    deduplication_id: str | None
+    queue: JobQueueProtocol  # to enqueue follow-up jobs
+    log: logging.Logger
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A registered job: its handler, schedule and limits."""
+
+    name: str
+    handler: Handler
+    schedule: Schedule | None = None
+    max_attempts: int = 3
+    timeout: float | None = 300.0  # seconds per attempt; None means no limit
+    backoff: float = 1.0  # delay before the 2nd attempt; doubles each attempt
+    max_backoff: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not inspect.iscoroutinefunction(self.handler):
+            raise JobDefinitionError(
+                f"job {self.name!r}: handler must be an 'async def' function taking (ctx, **kwargs)"
+            )
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise JobDefinitionError(f"job {self.name!r}: max_attempts must be an integer")
+        if self.max_attempts < 1:
+            raise JobDefinitionError(f"job {self.name!r}: max_attempts must be >= 1")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise JobDefinitionError(f"job {self.name!r}: timeout must be > 0 seconds or None")
+        for label, value in (("backoff", self.backoff), ("max_backoff", self.max_backoff)):
+            if not (math.isfinite(value) and value >= 0):
+                raise JobDefinitionError(f"job {self.name!r}: {label} must be >= 0 seconds")
+
+    def retry_delay(self, attempt: int) -> float:
+        """Delay before the attempt after ``attempt``: exponential, capped, +-10% jitter."""
+        base = min(self.max_backoff, self.backoff * 2 ** min(attempt - 1, 60))
+        return base * random.uniform(0.9, 1.1)

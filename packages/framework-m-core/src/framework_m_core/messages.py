@@ -1,0 +1,161 @@
+"""The job message: what travels through a broker, and its JSON wire format.
+
+The wire format is a JSON object, version 1::
+
+    {"v": 1, "id": "...", "job": "name", "kwargs": {...},
+     "enqueued_at": 1700000000.25, "scheduled_at": 1700000000 | null,
+     "dedup_id": "tick:name:1700000000" | null}
+
+Everything read from a broker is validated by :func:`decode_message`; nothing
+is ever unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidJobError, MessageDecodeError
+
+WIRE_VERSION = 1
+MAX_NAME_LENGTH = 200
+# Names travel in dedup ids, subjects and keys: keep them to a safe alphabet.
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_DEDUP_ID_MAX = 512
+
+
+def new_job_id() -> str:
+    """A fresh, globally unique job id."""
+    return uuid.uuid4().hex
+
+
+def validate_job_name(name: object) -> str:
+    """Return ``name`` if it is a valid job name, else raise :class:`InvalidJobError`."""
+    if not isinstance(name, str) or not name:
+        raise InvalidJobError(f"job name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
+        raise InvalidJobError(
+            f"invalid job name {name!r}: use letters, digits, '_', '.', '-' "
+            f"(starting with a letter or '_'), at most {MAX_NAME_LENGTH} characters"
+        )
+    return name
+
+
+def validate_deduplication_id(dedup_id: object) -> str | None:
+    """Return ``dedup_id`` if it is ``None`` or a usable id, else raise :class:`InvalidJobError`."""
+    if dedup_id is None:
+        return None
+    if not isinstance(dedup_id, str) or not dedup_id:
+        raise InvalidJobError(f"deduplication_id must be a non-empty string, got {dedup_id!r}")
+    if len(dedup_id) > _DEDUP_ID_MAX or not dedup_id.isprintable():
+        raise InvalidJobError(
+            f"deduplication_id must be printable and at most {_DEDUP_ID_MAX} characters"
+        )
+    return dedup_id
+
+
+def _reject_non_finite(value: str) -> Any:
+    raise ValueError(f"{value} is not valid JSON")
+
+
+def dumps_kwargs(job_name: str, kwargs: dict[str, Any]) -> str:
+    """Serialize ``kwargs`` as strict JSON or raise :class:`InvalidJobError` naming the key."""
+    try:
+        return json.dumps(kwargs, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        bad = _first_bad_key(kwargs)
+        where = f" (key {bad!r})" if bad is not None else ""
+        raise InvalidJobError(
+            f"kwargs of job {job_name!r} are not JSON-serializable{where}: {exc}"
+        ) from None
+
+
+def _first_bad_key(kwargs: dict[str, Any]) -> str | None:
+    for key, value in kwargs.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            return key
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobMessage:
+    """One job as it travels through a broker."""
+
+    job_name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str = field(default_factory=new_job_id)
+    deduplication_id: str | None = None
+    enqueued_at: float = 0.0
+    scheduled_at: int | None = None  # unix seconds of the schedule slot, ticked jobs only
+
+    def encode(self) -> bytes:
+        """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
+        kwargs_json = dumps_kwargs(self.job_name, self.kwargs)
+        head = json.dumps(
+            {
+                "v": WIRE_VERSION,
+                "id": self.id,
+                "job": self.job_name,
+                "enqueued_at": self.enqueued_at,
+                "scheduled_at": self.scheduled_at,
+                "dedup_id": self.deduplication_id,
+            },
+            separators=(",", ":"),
+        )
+        return (head[:-1] + ',"kwargs":' + kwargs_json + "}").encode()
+
+
+def decode_message(body: bytes) -> JobMessage:
+    """Parse and validate a wire message; raise :class:`MessageDecodeError` saying what is wrong."""
+    try:
+        data = json.loads(body, parse_constant=_reject_non_finite)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MessageDecodeError(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MessageDecodeError(f"body is JSON {type(data).__name__}, not an object")
+    if data.get("v") != WIRE_VERSION:
+        raise MessageDecodeError(f"unsupported message version {data.get('v')!r}")
+    job_id = data.get("id")
+    if not isinstance(job_id, str) or not job_id:
+        raise MessageDecodeError("field 'id' must be a non-empty string")
+    try:
+        job_name = validate_job_name(data.get("job"))
+        dedup_id = validate_deduplication_id(data.get("dedup_id"))
+    except InvalidJobError as exc:
+        raise MessageDecodeError(str(exc)) from None
+    kwargs = data.get("kwargs")
+    if not isinstance(kwargs, dict):
+        raise MessageDecodeError("field 'kwargs' must be an object")
+    enqueued_at = data.get("enqueued_at")
+    if not _is_number(enqueued_at):
+        raise MessageDecodeError("field 'enqueued_at' must be a number")
+    scheduled_at = data.get("scheduled_at")
+    if scheduled_at is not None and (isinstance(scheduled_at, bool) or not isinstance(scheduled_at, int)):
+        raise MessageDecodeError("field 'scheduled_at' must be an integer or null")
+    return JobMessage(
+        job_name=job_name,
+        kwargs=kwargs,
+        id=job_id,
+        deduplication_id=dedup_id,
+        enqueued_at=float(enqueued_at),  # type: ignore[arg-type]
+        scheduled_at=scheduled_at,
+    )
+
+
+def _is_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def tick_deduplication_id(job_name: str, slot: int) -> str:
+    """The deduplication id every replica computes for ``job_name``'s slot at ``slot`` (unix s)."""
+    return f"tick:{job_name}:{slot}"

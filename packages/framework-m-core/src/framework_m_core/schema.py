@@ -1,0 +1,40 @@
+"""Schema plans: what schema sync found and what it would change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Action = Literal["create", "update", "refuse"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """One difference between the broker and the desired layout."""
+
+    action: Action
+    target: str  # e.g. "stream framework_m_jobs"
+    detail: str  # e.g. "duplicate_window 30s -> 120s", or the reason and manual steps
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaPlan:
+    """Every difference found; empty when the broker already matches."""
+
+    changes: tuple[SchemaChange, ...] = ()
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.changes
+
+    @property
+    def refused(self) -> tuple[SchemaChange, ...]:
+        return tuple(c for c in self.changes if c.action == "refuse")
+
+    def describe(self) -> str:
+        if self.in_sync:
+            return "schema in sync: nothing to do"
+        return "\n".join(str(c) for c in self.changes)

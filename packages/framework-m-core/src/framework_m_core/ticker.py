@@ -1,0 +1,220 @@
+"""The in-process ticker: every replica enqueues every due slot; the broker keeps one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .errors import ConfigurationError, FrameworkMError, InvalidJobError
+from .jobs import JobSpec
+from .messages import JobMessage, tick_deduplication_id
+from .protocols import BrokerProtocol
+from .schedules import Schedule, slot_datetime
+
+log = logging.getLogger("framework_m.ticker")
+
+DEFAULT_CLOCK_SKEW = 5.0
+DEFAULT_MAX_GRACE = 30.0
+# Longest single sleep: wake this often to notice wall-clock steps (NTP, suspend).
+_MAX_SLEEP = 60.0
+_PUBLISH_RETRY_MAX = 2.0
+
+
+def check_grace(grace: float, clock_skew: float, dedup_window: float) -> None:
+    """Refuse settings under which a late replica could enqueue an already-forgotten slot.
+
+    A slot is published at most ``grace`` seconds late on a clock that is at most
+    ``clock_skew`` seconds off from the others; the broker must still remember the
+    first publish of that slot, so ``grace + clock_skew < dedup_window``.
+    """
+    if grace < 0 or clock_skew < 0:
+        raise ConfigurationError(
+            f"grace ({grace:g}s) and clock skew ({clock_skew:g}s) must not be negative"
+        )
+    if grace + clock_skew >= dedup_window:
+        raise ConfigurationError(
+            f"grace {grace:g}s + clock skew {clock_skew:g}s = {grace + clock_skew:g}s is not "
+            f"below the broker's dedup window of {dedup_window:g}s: a late replica could "
+            "enqueue a slot twice; lower --grace or --clock-skew, or widen the window"
+        )
+
+
+def default_grace(clock_skew: float, dedup_window: float) -> float:
+    """Half of what the window leaves after the skew, at most 30 s."""
+    return max(0.0, min(DEFAULT_MAX_GRACE, (dedup_window - clock_skew) / 2))
+
+
+@dataclass(slots=True)
+class TickerStats:
+    """Counters of one ticker."""
+
+    published: int = 0  # slots this replica enqueued first
+    duplicates: int = 0  # slots another replica had already enqueued
+    late_skipped: int = 0  # slots older than grace, never published
+    failed: int = 0  # slots that could not be published within grace
+
+
+class InProcessTickerAdapter:
+    """A stateless loop that enqueues each job's due slots with a deterministic dedup id.
+
+    It sleeps until the next slot boundary, computes slots from the schedules
+    (never from "now" alone), and publishes slot ``s`` of job ``j`` with
+    ``deduplication_id=f"tick:{j}:{s}"``. A slot older than ``grace`` seconds is
+    never published. On start it fires at most the latest slot inside grace;
+    while running it also catches up slots that a stall made late, as long as
+    they are inside grace.
+    """
+
+    def __init__(
+        self,
+        jobs: Iterable[JobSpec],
+        queue: BrokerProtocol,
+        *,
+        grace: float | None = None,
+        clock_skew: float = DEFAULT_CLOCK_SKEW,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._jobs = [spec for spec in jobs if spec.schedule is not None]
+        self._queue = queue
+        self._grace = grace
+        self._skew = clock_skew
+        self._clock = clock
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stats = TickerStats()
+
+    @property
+    def grace(self) -> float:
+        """The grace bound in effect (derived from the broker's window when not given)."""
+        if self._grace is not None:
+            return self._grace
+        return default_grace(self._skew, self._queue.dedup_window)
+
+    def check(self) -> None:
+        check_grace(self.grace, self._skew, self._queue.dedup_window)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        self.check()
+        grace = self.grace
+        if not self._jobs:
+            log.info("ticker idle: the app has no scheduled jobs")
+            await self._stop.wait()
+            return
+        log.info(
+            "ticker started: %d schedule(s), grace %gs, clock skew %gs, dedup window %gs",
+            len(self._jobs),
+            grace,
+            self._skew,
+            self._queue.dedup_window,
+        )
+        now = self._clock()
+        due: dict[str, int] = {}
+        for spec in self._jobs:
+            sched = _schedule(spec)
+            missed = sched.slots_between(now - grace, now)
+            if missed:
+                self._fire(spec, missed[-1])
+            due[spec.name] = sched.next_after(now)
+        try:
+            while not self._stop.is_set():
+                await self._sleep_until(min(due.values()))
+                if self._stop.is_set():
+                    break
+                now = self._clock()
+                for spec in self._jobs:
+                    due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+        finally:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            log.info(
+                "ticker stopped: %d published, %d duplicates, %d late, %d failed",
+                self.stats.published,
+                self.stats.duplicates,
+                self.stats.late_skipped,
+                self.stats.failed,
+            )
+
+    def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
+        """Fire every slot of ``spec`` from ``slot`` up to ``now``; return the next one."""
+        sched = _schedule(spec)
+        if slot < now - grace:
+            skipped = len(sched.slots_between(slot - 1, now - grace, limit=10_000))
+            self.stats.late_skipped += skipped
+            log.warning(
+                "%s: %d slot(s) from %s on are older than grace %gs and were not enqueued "
+                "(the process stalled or the clock jumped)",
+                spec.name,
+                skipped,
+                slot_datetime(slot).isoformat(),
+                grace,
+            )
+            slot = sched.next_after(now - grace)
+        while slot <= now:
+            self._fire(spec, slot)
+            slot = sched.next_after(slot)
+        return slot
+
+    async def _sleep_until(self, wake_at: float) -> None:
+        while not self._stop.is_set():
+            delay = wake_at - self._clock()
+            if delay <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._stop.wait(), min(delay, _MAX_SLEEP))
+            except TimeoutError:
+                pass
+
+    def _fire(self, spec: JobSpec, slot: int) -> None:
+        task = asyncio.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish(self, spec: JobSpec, slot: int) -> None:
+        dedup_id = tick_deduplication_id(spec.name, slot)
+        delay = 0.1
+        while True:
+            message = JobMessage(
+                job_name=spec.name,
+                deduplication_id=dedup_id,
+                enqueued_at=self._clock(),
+                scheduled_at=slot,
+            )
+            try:
+                result = await self._queue.publish(message)
+            except InvalidJobError as exc:
+                self.stats.failed += 1
+                log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
+                return
+            except (FrameworkMError, OSError, TimeoutError) as exc:
+                late = self._clock() - slot
+                if late + delay > self.grace or self._stop.is_set():
+                    self.stats.failed += 1
+                    log.error(
+                        "%s: slot %s not enqueued within grace %gs: %s",
+                        spec.name,
+                        dedup_id,
+                        self.grace,
+                        exc,
+                    )
+                    return
+                log.warning("%s: enqueue of %s failed (%s); retrying", spec.name, dedup_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+                continue
+            if result.duplicate:
+                self.stats.duplicates += 1
+            else:
+                self.stats.published += 1
+                log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
+            return
+
+
+def _schedule(spec: JobSpec) -> Schedule:
+    assert spec.schedule is not None
+    return spec.schedule

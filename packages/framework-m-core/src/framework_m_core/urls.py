@@ -1,0 +1,68 @@
+"""Broker URLs: parsing helpers and masking credentials for logs."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .errors import ConfigurationError
+
+MASK = "***"
+# Query parameters that carry secrets in any adapter's URL.
+_SECRET_PARAMS = frozenset(
+    {"password", "pass", "token", "secret", "nkey", "nkey_seed", "seed", "key", "creds"}
+)
+
+
+def scheme_of(url: str) -> str:
+    """The URL's scheme, lower-cased; raises :class:`ConfigurationError` when it has none."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"broker URL {redact_url(str(url))!r} has no scheme: expected e.g. "
+            "'memory://' or 'nats://127.0.0.1:4222'"
+        )
+    return url.split("://", 1)[0].lower()
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password and secret query parameters replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            userinfo = f"{user}:{MASK}"
+        elif parts.scheme.startswith("nats") or parts.scheme == "tls":
+            userinfo = MASK  # nats://TOKEN@host
+        netloc = f"{userinfo}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(k, MASK if k.lower() in _SECRET_PARAMS else v) for k, v in pairs], safe="*/"
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def query_params(url: str, allowed: dict[str, type]) -> dict[str, object]:
+    """Parse the URL's query into typed values; unknown or malformed parameters are errors."""
+    parts = urlsplit(url)
+    out: dict[str, object] = {}
+    for key, raw in parse_qsl(parts.query, keep_blank_values=True):
+        kind = allowed.get(key)
+        if kind is None:
+            names = ", ".join(sorted(allowed)) or "none"
+            raise ConfigurationError(
+                f"unknown option {key!r} in broker URL {redact_url(url)!r} (allowed: {names})"
+            )
+        try:
+            out[key] = kind(raw)
+        except ValueError:
+            raise ConfigurationError(
+                f"option {key!r} in broker URL {redact_url(url)!r} must be a {kind.__name__}, "
+                f"got {raw!r}"
+            ) from None
+    return out

@@ -1,0 +1,281 @@
+"""The worker runtime: consume, run handlers, ack, retry with backoff, dead-letter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .app import App
+from .broker import Delivery
+from .errors import MessageDecodeError
+from .jobs import JobContext, JobSpec
+from .messages import JobMessage, decode_message
+from .protocols import BrokerProtocol, TickerProtocol
+
+log = logging.getLogger("framework_m.worker")
+job_log = logging.getLogger("framework_m.job")
+
+_FETCH_BACKOFF_MAX = 5.0
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one worker."""
+
+    received: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+
+
+class Worker:
+    """Runs an app's jobs from a broker, and its ticker unless ``ticker`` is None.
+
+    Call :meth:`run`; :meth:`stop` (e.g. from SIGTERM) stops ticking and
+    fetching, lets in-flight jobs finish for up to ``shutdown_timeout`` seconds,
+    and hands the rest back to the broker.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        broker: BrokerProtocol,
+        *,
+        ticker: TickerProtocol | None = None,
+        concurrency: int = 10,
+        shutdown_timeout: float = 30.0,
+        fetch_timeout: float = 1.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.app = app
+        self.broker = broker
+        self.ticker = ticker
+        self.concurrency = concurrency
+        self.shutdown_timeout = shutdown_timeout
+        self.fetch_timeout = fetch_timeout
+        self.stats = WorkerStats()
+        self._stopping = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._slot_free = asyncio.Event()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (idempotent)."""
+        if not self._stopping.is_set():
+            log.info("shutdown requested: no new jobs are fetched or ticked")
+            self._stopping.set()
+            if self.ticker is not None:
+                self.ticker.stop()
+
+    def abort(self) -> None:
+        """Stop now: running jobs are cancelled and handed back to the broker."""
+        self.stop()
+        if self._inflight:
+            log.warning("aborting: handing %d running job(s) back", len(self._inflight))
+        for task in self._inflight:
+            task.cancel()
+
+    async def run(self) -> None:
+        """Sync the schema, then tick and consume until :meth:`stop`."""
+        plan = await self.broker.sync_schema()
+        if not plan.in_sync:
+            log.info("schema synced:\n%s", plan.describe())
+        if self.ticker is not None:
+            self.ticker.check()
+        ticker_task = (
+            asyncio.create_task(self.ticker.run(), name="ticker") if self.ticker else None
+        )
+        try:
+            await self._consume()
+        finally:
+            self.stop()
+            if ticker_task is not None:
+                await ticker_task
+            await self._drain()
+            log.info(
+                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released",
+                self.stats.succeeded,
+                self.stats.retried,
+                self.stats.dead_lettered,
+                self.stats.released,
+            )
+
+    async def _consume(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            self._slot_free.clear()
+            free = self.concurrency - len(self._inflight)
+            if free <= 0:
+                await _wait_any(self._slot_free, self._stopping)
+                continue
+            try:
+                deliveries = await self.broker.receive(free, self.fetch_timeout)
+            except Exception as exc:  # broker down: keep trying, say so
+                log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
+                continue
+            backoff = 0.1
+            for delivery in deliveries:
+                self.stats.received += 1
+                if self._stopping.is_set():
+                    await self._release(delivery)
+                    continue
+                task = asyncio.create_task(self._process(delivery))
+                self._inflight.add(task)
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slot_free.set()
+
+    async def _drain(self) -> None:
+        if not self._inflight:
+            return
+        log.info(
+            "waiting up to %gs for %d running job(s)", self.shutdown_timeout, len(self._inflight)
+        )
+        _, pending = await asyncio.wait(self._inflight, timeout=self.shutdown_timeout)
+        if pending:
+            log.warning("%d job(s) still running at the deadline: handing them back", len(pending))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _release(self, delivery: Delivery) -> None:
+        try:
+            await self.broker.release(delivery)
+            self.stats.released += 1
+        except Exception as exc:
+            log.error("release failed (%s): the broker redelivers after its timeout", exc)
+
+    async def _process(self, delivery: Delivery) -> None:
+        try:
+            message = decode_message(delivery.body)
+        except MessageDecodeError as exc:
+            await self._dead_letter(delivery, f"undecodable message: {exc}", None)
+            return
+        spec = self.app.jobs.get(message.job_name)
+        if spec is None:
+            await self._dead_letter(
+                delivery, f"unknown job {message.job_name!r}: not registered in this app", message
+            )
+            return
+        try:
+            inspect.signature(spec.handler).bind(None, **message.kwargs)
+        except TypeError as exc:
+            await self._dead_letter(
+                delivery, f"kwargs do not match handler of {spec.name!r}: {exc}", message
+            )
+            return
+        try:
+            reason = await self._run_handler(spec, message, delivery)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._release(delivery))
+            raise
+        try:
+            if reason is None:
+                await self.broker.ack(delivery)
+                self.stats.succeeded += 1
+            elif delivery.attempt >= spec.max_attempts:
+                await self._dead_letter(
+                    delivery, f"failed after {delivery.attempt} attempt(s): {reason}", message
+                )
+            else:
+                delay = spec.retry_delay(delivery.attempt)
+                await self.broker.retry(delivery, delay)
+                self.stats.retried += 1
+                job_log.warning(
+                    "%s[%s] attempt %d/%d failed: %s; retrying in %.1fs",
+                    spec.name,
+                    message.id,
+                    delivery.attempt,
+                    spec.max_attempts,
+                    reason,
+                    delay,
+                )
+        except Exception as exc:
+            log.error(
+                "%s[%s]: broker call after the handler failed (%s); it will be delivered again",
+                spec.name,
+                message.id,
+                exc,
+            )
+
+    async def _run_handler(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery
+    ) -> str | None:
+        """Run the handler; return None on success, else the failure reason."""
+        ctx = JobContext(
+            job_id=message.id,
+            job_name=spec.name,
+            attempt=delivery.attempt,
+            max_attempts=spec.max_attempts,
+            scheduled_at=(
+                datetime.fromtimestamp(message.scheduled_at, UTC)
+                if message.scheduled_at is not None
+                else None
+            ),
+            enqueued_at=datetime.fromtimestamp(message.enqueued_at, UTC),
+            deduplication_id=message.deduplication_id,
+            queue=self.broker,
+            log=job_log,
+        )
+        heartbeat = asyncio.create_task(self._heartbeat(delivery))
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(spec.timeout) as deadline:
+                await spec.handler(ctx, **message.kwargs)
+        except TimeoutError:
+            if deadline.expired():
+                return f"timed out after {spec.timeout:g}s"
+            return "TimeoutError raised by the handler"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            heartbeat.cancel()
+        job_log.info(
+            "%s[%s] succeeded in %.3fs (attempt %d)",
+            spec.name,
+            message.id,
+            time.perf_counter() - started,
+            delivery.attempt,
+        )
+        return None
+
+    async def _heartbeat(self, delivery: Delivery) -> None:
+        interval = max(0.05, self.broker.visibility_timeout / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.broker.extend(delivery)
+            except Exception as exc:
+                log.warning("could not extend a running job's reservation: %s", exc)
+
+    async def _dead_letter(
+        self, delivery: Delivery, reason: str, message: JobMessage | None
+    ) -> None:
+        label = f"{message.job_name}[{message.id}]" if message else "message"
+        try:
+            await self.broker.dead_letter(delivery, reason)
+        except Exception as exc:
+            log.error("%s: dead-lettering failed (%s); it will be delivered again", label, exc)
+            return
+        self.stats.dead_lettered += 1
+        job_log.error("%s dead-lettered: %s", label, reason)
+
+
+async def _wait_any(*events: asyncio.Event) -> None:
+    tasks = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
