@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -217,7 +218,7 @@ def _schedules(args: argparse.Namespace) -> int:
 
 async def _enqueue(args: argparse.Namespace) -> int:
     try:
-        kwargs = json.loads(args.kwargs)
+        kwargs = json.loads(args.kwargs, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
     if not isinstance(kwargs, dict):
@@ -237,6 +238,10 @@ async def _enqueue(args: argparse.Namespace) -> int:
         job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
     print(job_id)
     return 0
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 async def _migrate(args: argparse.Namespace) -> int:

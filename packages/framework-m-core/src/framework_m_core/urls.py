@@ -44,6 +44,8 @@ def redact_url(url: str) -> str:
         query = urlencode(
             [(k, MASK if k.lower() in _SECRET_PARAMS else v) for k, v in pairs], safe="*/"
         )
+    if netloc == parts.netloc and query == parts.query:
+        return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from framework_m_core import InvalidJobError, JobMessage, MessageDecodeError, decode_message
+from framework_m_core.urls import redact_url
+
+
+def test_round_trip() -> None:
+    msg = JobMessage(
+        "report",
+        {"day": "2026-01-01", "n": [1, 2], "x": None},
+        deduplication_id="tick:report:1767225600",
+        enqueued_at=1767225600.5,
+        scheduled_at=1767225600,
+    )
+    assert decode_message(msg.encode()) == msg
+
+
+def test_non_json_kwargs_name_the_key() -> None:
+    with pytest.raises(InvalidJobError, match="key 'when'"):
+        JobMessage("job", {"ok": 1, "when": object()}).encode()
+    with pytest.raises(InvalidJobError, match="key 'ratio'"):
+        JobMessage("job", {"ratio": math.inf}).encode()
+
+
+def _body(**fields: object) -> bytes:
+    base: dict[str, object] = {
+        "v": 1,
+        "id": "abc",
+        "job": "j",
+        "kwargs": {},
+        "enqueued_at": 1.0,
+        "scheduled_at": None,
+        "dedup_id": None,
+    }
+    base.update(fields)
+    return json.dumps(base).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"\x80\x81", "not JSON"),
+        (b"{", "not JSON"),
+        (b"[1]", "not an object"),
+        (b'{"v": 1, "x": NaN}', "not JSON"),
+        (_body(v=2), "unsupported message version 2"),
+        (_body(id=""), "'id'"),
+        (_body(job="bad name"), "invalid job name"),
+        (_body(kwargs=[1]), "'kwargs' must be an object"),
+        (_body(enqueued_at="now"), "'enqueued_at'"),
+        (_body(scheduled_at=1.5), "'scheduled_at'"),
+        (_body(scheduled_at=True), "'scheduled_at'"),
+        (_body(dedup_id=""), "deduplication_id"),
+    ],
+)
+def test_decode_rejects_garbage(body: bytes, message: str) -> None:
+    with pytest.raises(MessageDecodeError, match=message):
+        decode_message(body)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://user:s3cret@host:4222", "nats://user:***@host:4222"),
+        ("nats://s3cret@host:4222", "nats://***@host:4222"),
+        ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+        ("amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:***@127.0.0.1:5672/"),
+        ("nats://host?token=s3cret&stream=x", "nats://host?token=***&stream=x"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_credentials_are_masked(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert "s3cret" not in redact_url(url)
