@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+
+from framework_m_core import (
+    App,
+    BrokerError,
+    ConfigurationError,
+    InProcessTickerAdapter,
+    JobContext,
+    JobMessage,
+    PublishResult,
+    decode_message,
+)
+from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.testing import wait_until
+from framework_m_core.testing.contract import receive_all
+from framework_m_core.ticker import check_grace, default_grace
+
+pytestmark = pytest.mark.anyio
+
+
+def app_every(seconds: int) -> App:
+    app = App()
+
+    @app.job(every=seconds)
+    async def tick(ctx: JobContext) -> None: ...
+
+    return app
+
+
+def shifted_clock(target: float) -> Callable[[], float]:
+    """A wall clock that reads ``target`` now and then runs at real speed."""
+    offset = target - time.time()
+    return lambda: time.time() + offset
+
+
+async def slots_on(broker: MemoryBroker) -> list[int]:
+    out = []
+    for d in await receive_all(broker, quiet=0.2):
+        slot = decode_message(d.body).scheduled_at
+        assert slot is not None
+        out.append(slot)
+    return out
+
+
+class TestGraceCheck:
+    def test_refuses_grace_plus_skew_not_below_window(self) -> None:
+        check_grace(25, 5, 30.1)
+        with pytest.raises(ConfigurationError, match=r"grace 25s \+ clock skew 5s = 30s"):
+            check_grace(25, 5, 30)
+        with pytest.raises(ConfigurationError, match="must not be negative"):
+            check_grace(-1, 5, 30)
+
+    def test_default_grace_fits_the_window(self) -> None:
+        assert default_grace(5, 120) == 30
+        assert default_grace(5, 10) == 2.5
+        assert default_grace(5, 4) == 0
+
+    async def test_ticker_check_uses_the_brokers_window(self, queue_name: str) -> None:
+        broker = MemoryBroker(queue_name, dedup_window=10)
+        await broker.connect()
+        app = app_every(1)
+        InProcessTickerAdapter(app.jobs.values(), broker, grace=4, clock_skew=5).check()
+        ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=6, clock_skew=5)
+        with pytest.raises(ConfigurationError, match="dedup window of 10s"):
+            ticker.check()
+        with pytest.raises(ConfigurationError):
+            await ticker.run()
+        assert await slots_on(broker) == []
+
+
+class TestStartup:
+    async def test_fires_only_the_latest_slot_inside_grace(self, memory: MemoryBroker) -> None:
+        boundary = (int(time.time()) // 60 + 5) * 60
+        # 27 s after a minute boundary: slots of every 5 s at -2, -7, ... -27 are all in grace.
+        ticker = InProcessTickerAdapter(
+            app_every(5).jobs.values(), memory, grace=29, clock=shifted_clock(boundary + 27.5)
+        )
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published == 1)
+        ticker.stop()
+        await task
+        assert await slots_on(memory) == [boundary + 25]
+
+    async def test_fires_nothing_when_the_last_slot_is_older_than_grace(
+        self, memory: MemoryBroker
+    ) -> None:
+        boundary = (int(time.time()) // 60 + 5) * 60
+        ticker = InProcessTickerAdapter(
+            app_every(60).jobs.values(), memory, grace=30, clock=shifted_clock(boundary + 31)
+        )
+        task = asyncio.create_task(ticker.run())
+        await asyncio.sleep(0.3)  # the ticker decides at start; give it the chance to misbehave
+        ticker.stop()
+        await task
+        assert await slots_on(memory) == []
+        assert ticker.stats.published == 0
+
+
+class TestRunning:
+    async def test_each_second_is_enqueued_once_with_its_slot(self, memory: MemoryBroker) -> None:
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        started = time.time()
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 4, timeout=8)
+        ticker.stop()
+        await task
+        slots = await slots_on(memory)
+        assert slots == list(range(slots[0], slots[0] + len(slots)))
+        assert slots[0] >= int(started) - 2
+        for d in (await memory.dead_letters()):
+            pytest.fail(f"unexpected dead letter {d}")
+
+    async def test_dedup_ids_are_tick_job_slot(self, memory: MemoryBroker) -> None:
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        ticker.stop()
+        await task
+        for d in await receive_all(memory, quiet=0.2):
+            msg = decode_message(d.body)
+            assert msg.deduplication_id == f"tick:tick:{msg.scheduled_at}"
+
+    async def test_clock_jump_skips_slots_older_than_grace(
+        self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        jump = 0.0
+
+        def clock() -> float:
+            return time.time() + jump
+
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=3, clock=clock)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        before = ticker.stats.published
+        jump = 100.0
+        await wait_until(lambda: ticker.stats.late_skipped > 0)
+        await wait_until(lambda: ticker.stats.published >= before + 3)
+        ticker.stop()
+        await task
+        assert 90 <= ticker.stats.late_skipped <= 100
+        slots = await slots_on(memory)
+        assert len(slots) == len(set(slots))
+        newest = max(slots)
+        assert all(s <= newest - 97 or s > newest - 4 for s in slots)
+        assert "older than grace 3s" in caplog.text
+
+    async def test_publish_is_retried_with_the_same_id_inside_grace(
+        self, queue_name: str
+    ) -> None:
+        failures = 2
+
+        class Flaky(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                nonlocal failures
+                if failures:
+                    failures -= 1
+                    raise BrokerError("connection lost")
+                return await super()._publish(message, body)
+
+        broker = Flaky(queue_name, dedup_window=30)
+        await broker.connect()
+        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=10)
+        ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 1)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published == 1)
+        ticker.stop()
+        await task
+        assert failures == 0 and ticker.stats.failed == 0
+        assert len(await slots_on(broker)) == 1
+
+    async def test_a_slot_that_cannot_be_published_in_grace_is_reported(
+        self, queue_name: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        class Down(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                raise BrokerError("no servers available")
+
+        broker = Down(queue_name, dedup_window=30)
+        await broker.connect()
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=0.5)
+        task = asyncio.create_task(ticker.run())
+        with caplog.at_level(logging.ERROR, "framework_m.ticker"):
+            await wait_until(lambda: ticker.stats.failed >= 1)
+        ticker.stop()
+        await task
+        assert "not enqueued within grace 0.5s: no servers available" in caplog.text
+
+    async def test_no_slot_is_published_after_stop(self, memory: MemoryBroker) -> None:
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        ticker.stop()
+        await task
+        count = ticker.stats.published
+        await asyncio.sleep(1.2)  # a slot boundary passes
+        assert ticker.stats.published == count
+        assert len(await slots_on(memory)) == count

@@ -1,0 +1,232 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from framework_m_core import (
+    App,
+    BrokerError,
+    Delivery,
+    InProcessTickerAdapter,
+    JobContext,
+    JobMessage,
+    Worker,
+)
+from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.testing import wait_until
+from framework_m_core.testing.contract import receive_all
+
+pytestmark = pytest.mark.anyio
+
+
+def start(worker: Worker) -> asyncio.Task[None]:
+    return asyncio.create_task(worker.run())
+
+
+async def test_ctx_carries_scheduled_at_for_ticked_jobs_only(memory: MemoryBroker) -> None:
+    app = App()
+    seen: dict[str, datetime | None] = {}
+
+    @app.job
+    async def job(ctx: JobContext, tag: str) -> None:
+        seen[tag] = ctx.scheduled_at
+
+    await memory.publish(JobMessage("job", {"tag": "ticked"}, scheduled_at=1_700_000_000))
+    await memory.enqueue("job", tag="plain")
+    worker = Worker(app, memory, fetch_timeout=0.1)
+    task = start(worker)
+    await wait_until(lambda: len(seen) == 2)
+    worker.stop()
+    await task
+    assert seen == {"ticked": datetime.fromtimestamp(1_700_000_000, UTC), "plain": None}
+    ticked = seen["ticked"]
+    assert ticked is not None and ticked.tzinfo is UTC
+
+
+async def test_concurrency_limit_holds(memory: MemoryBroker) -> None:
+    app = App()
+    running = 0
+    peak = 0
+    release = asyncio.Event()
+
+    @app.job
+    async def hold(ctx: JobContext) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    for _ in range(10):
+        await memory.enqueue("hold")
+    worker = Worker(app, memory, concurrency=3, fetch_timeout=0.1)
+    task = start(worker)
+    await wait_until(lambda: running == 3)
+    await asyncio.sleep(0.3)  # room for a fourth job to start if the limit leaked
+    assert peak == 3
+    release.set()
+    await wait_until(lambda: worker.stats.succeeded == 10)
+    worker.stop()
+    await task
+    assert peak == 3
+
+
+async def test_graceful_stop_lets_running_jobs_finish(memory: MemoryBroker) -> None:
+    app = App()
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    @app.job
+    async def slow(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(0.5)
+        finished.append(ctx.job_id)
+
+    job_id = await memory.enqueue("slow")
+    worker = Worker(app, memory, shutdown_timeout=5, fetch_timeout=0.1)
+    task = start(worker)
+    await started.wait()
+    worker.stop()
+    await task
+    assert finished == [job_id]
+    assert worker.stats.succeeded == 1
+    assert await memory.receive(10, 0.2) == []
+
+
+async def test_jobs_past_the_shutdown_deadline_are_handed_back(memory: MemoryBroker) -> None:
+    app = App()
+    started = asyncio.Event()
+
+    @app.job
+    async def stuck(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    job_id = await memory.enqueue("stuck")
+    worker = Worker(app, memory, shutdown_timeout=0.2, fetch_timeout=0.1)
+    task = start(worker)
+    await started.wait()
+    t0 = time.monotonic()
+    worker.stop()
+    await task
+    assert time.monotonic() - t0 < 2
+    assert worker.stats.released == 1
+    [again] = await memory.receive(10, 1)
+    assert again.attempt == 1  # a release is not an attempt
+    assert job_id.encode() in again.body
+
+
+async def test_abort_hands_running_jobs_back_at_once(memory: MemoryBroker) -> None:
+    app = App()
+    started = asyncio.Event()
+
+    @app.job
+    async def stuck(ctx: JobContext) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    await memory.enqueue("stuck")
+    worker = Worker(app, memory, shutdown_timeout=60, fetch_timeout=0.1)
+    task = start(worker)
+    await started.wait()
+    worker.stop()
+    await asyncio.sleep(0.1)
+    worker.abort()
+    await asyncio.wait_for(task, 2)
+    assert worker.stats.released == 1
+    assert len(await memory.receive(10, 1)) == 1
+
+
+async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
+    memory: MemoryBroker,
+) -> None:
+    app = App()
+    calls = 0
+
+    @app.job
+    async def needs_to(ctx: JobContext, to: str) -> None:
+        nonlocal calls
+        calls += 1
+
+    await memory.enqueue("needs_to", too="typo")
+    worker = Worker(app, memory, fetch_timeout=0.1)
+    task = start(worker)
+    await wait_until(lambda: worker.stats.dead_lettered == 1)
+    worker.stop()
+    await task
+    assert calls == 0
+    [dead] = await memory.dead_letters()
+    assert "kwargs do not match handler of 'needs_to'" in dead.reason
+
+
+async def test_heartbeat_keeps_a_long_job_from_being_delivered_twice(queue_name: str) -> None:
+    broker = MemoryBroker(queue_name, visibility_timeout=0.3)
+    await broker.connect()
+    app = App()
+    runs = 0
+
+    @app.job
+    async def long(ctx: JobContext) -> None:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(1.2)
+
+    await broker.enqueue("long")
+    workers = [Worker(app, broker, concurrency=1, fetch_timeout=0.1) for _ in range(2)]
+    tasks = [start(w) for w in workers]
+    await wait_until(lambda: sum(w.stats.succeeded for w in workers) == 1)
+    for w in workers:
+        w.stop()
+    await asyncio.gather(*tasks)
+    assert runs == 1
+
+
+async def test_receive_errors_are_survived(queue_name: str) -> None:
+    failures = 2
+
+    class Flaky(MemoryBroker):
+        async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+            nonlocal failures
+            if failures:
+                failures -= 1
+                raise BrokerError("connection reset")
+            return await super().receive(max_messages, timeout)
+
+    broker = Flaky(queue_name)
+    await broker.connect()
+    app = App()
+
+    @app.job
+    async def job(ctx: JobContext) -> None: ...
+
+    await broker.enqueue("job")
+    worker = Worker(app, broker, fetch_timeout=0.1)
+    task = start(worker)
+    await wait_until(lambda: worker.stats.succeeded == 1)
+    worker.stop()
+    await task
+    assert failures == 0
+
+
+async def test_ticker_and_worker_run_each_slot_once(memory: MemoryBroker) -> None:
+    app = App()
+    slots: list[datetime | None] = []
+
+    @app.job(every=1)
+    async def beat(ctx: JobContext) -> None:
+        slots.append(ctx.scheduled_at)
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
+    worker = Worker(app, memory, ticker=ticker, fetch_timeout=0.1)
+    task = start(worker)
+    await wait_until(lambda: len(slots) >= 3, timeout=8)
+    worker.stop()
+    await task
+    stamps = [int(s.timestamp()) for s in slots if s is not None]
+    assert len(stamps) == len(slots)
+    assert stamps == list(range(stamps[0], stamps[0] + len(stamps)))
+    assert await receive_all(memory, quiet=0.2) == []
