@@ -1,6 +1,7 @@
-"""An example app: a heartbeat every 2 seconds, a nightly report, and an on-demand job.
+"""An example app: a 1-second schedule, a 5-second cron, a nightly report, an on-demand job.
 
-Run it with ``m worker --app examples.heartbeat``.
+Run it with ``m worker --app examples.heartbeat``; start it in several
+terminals against a shared broker and each slot still runs once.
 """
 
 from framework_m_core import App, JobContext
@@ -8,9 +9,17 @@ from framework_m_core import App, JobContext
 app = App()
 
 
-@app.job(every=2)
+@app.job(every=1)
+async def every_second(ctx: JobContext) -> None:
+    assert ctx.scheduled_at is not None
+    ctx.log.info(
+        "every_second slot=%d scheduled_at=%s", ctx.scheduled_at.timestamp(), ctx.scheduled_at
+    )
+
+
+@app.job(schedule="*/5 * * * * *")
 async def heartbeat(ctx: JobContext) -> None:
-    ctx.log.info("heartbeat for slot %s (attempt %d)", ctx.scheduled_at, ctx.attempt)
+    ctx.log.info("heartbeat for %s", ctx.scheduled_at)
 
 
 @app.job(schedule="30 2 * * *", tz="Europe/Berlin")

@@ -24,4 +24,5 @@ def queue_name() -> Iterator[str]:
 async def memory(queue_name: str) -> MemoryBroker:
     broker = MemoryBroker(queue_name, dedup_window=120.0, visibility_timeout=5.0)
     await broker.connect()
+    await broker.sync_schema()
     return broker

@@ -59,7 +59,7 @@ def test_load_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             load_app("brokenapp")
         with pytest.raises(AppLoadError, match="cannot import app module 'nosuchmodule'"):
             load_app("nosuchmodule")
-        with pytest.raises(AppLoadError, match="is a int, not a framework_m_core.App"):
+        with pytest.raises(AppLoadError, match=r"is a int, not a framework_m_core\.App"):
             load_app("notapp")
         with pytest.raises(AppLoadError, match="no app given"):
             load_app("")

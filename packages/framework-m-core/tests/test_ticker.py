@@ -65,6 +65,7 @@ class TestGraceCheck:
     async def test_ticker_check_uses_the_brokers_window(self, queue_name: str) -> None:
         broker = MemoryBroker(queue_name, dedup_window=10)
         await broker.connect()
+        await broker.sync_schema()
         app = app_every(1)
         InProcessTickerAdapter(app.jobs.values(), broker, grace=4, clock_skew=5).check()
         ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=6, clock_skew=5)
@@ -114,7 +115,7 @@ class TestRunning:
         slots = await slots_on(memory)
         assert slots == list(range(slots[0], slots[0] + len(slots)))
         assert slots[0] >= int(started) - 2
-        for d in (await memory.dead_letters()):
+        for d in await memory.dead_letters():
             pytest.fail(f"unexpected dead letter {d}")
 
     async def test_dedup_ids_are_tick_job_slot(self, memory: MemoryBroker) -> None:
@@ -151,9 +152,7 @@ class TestRunning:
         assert all(s <= newest - 97 or s > newest - 4 for s in slots)
         assert "older than grace 3s" in caplog.text
 
-    async def test_publish_is_retried_with_the_same_id_inside_grace(
-        self, queue_name: str
-    ) -> None:
+    async def test_publish_is_retried_with_the_same_id_inside_grace(self, queue_name: str) -> None:
         failures = 2
 
         class Flaky(MemoryBroker):
@@ -166,13 +165,15 @@ class TestRunning:
 
         broker = Flaky(queue_name, dedup_window=30)
         await broker.connect()
+        await broker.sync_schema()
         ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=10)
         ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 1)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published == 1)
         ticker.stop()
         await task
-        assert failures == 0 and ticker.stats.failed == 0
+        assert failures == 0
+        assert ticker.stats.failed == 0
         assert len(await slots_on(broker)) == 1
 
     async def test_a_slot_that_cannot_be_published_in_grace_is_reported(
@@ -184,6 +185,7 @@ class TestRunning:
 
         broker = Down(queue_name, dedup_window=30)
         await broker.connect()
+        await broker.sync_schema()
         ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=0.5)
         task = asyncio.create_task(ticker.run())
         with caplog.at_level(logging.ERROR, "framework_m.ticker"):

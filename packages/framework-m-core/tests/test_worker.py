@@ -44,7 +44,8 @@ async def test_ctx_carries_scheduled_at_for_ticked_jobs_only(memory: MemoryBroke
     await task
     assert seen == {"ticked": datetime.fromtimestamp(1_700_000_000, UTC), "plain": None}
     ticked = seen["ticked"]
-    assert ticked is not None and ticked.tzinfo is UTC
+    assert ticked is not None
+    assert ticked.tzinfo is UTC
 
 
 async def test_concurrency_limit_holds(memory: MemoryBroker) -> None:
@@ -166,6 +167,7 @@ async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
 async def test_heartbeat_keeps_a_long_job_from_being_delivered_twice(queue_name: str) -> None:
     broker = MemoryBroker(queue_name, visibility_timeout=0.3)
     await broker.connect()
+    await broker.sync_schema()
     app = App()
     runs = 0
 
@@ -198,6 +200,7 @@ async def test_receive_errors_are_survived(queue_name: str) -> None:
 
     broker = Flaky(queue_name)
     await broker.connect()
+    await broker.sync_schema()
     app = App()
 
     @app.job

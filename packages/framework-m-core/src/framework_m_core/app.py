@@ -10,11 +10,10 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, overload
 
-from .errors import AppLoadError, JobDefinitionError
+from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .jobs import Handler, JobSpec
 from .messages import validate_job_name
 from .schedules import Schedule, to_schedule
-from .errors import InvalidJobError
 
 
 class App:
@@ -47,6 +46,8 @@ class App:
     @overload
     def job(
         self,
+        handler: None = None,
+        /,
         *,
         name: str | None = None,
         schedule: Schedule | str | None = None,
@@ -79,15 +80,6 @@ class App:
         timedelta. Limits default to the App's. Errors are raised at import time.
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
-        limits = {
-            key: value if value is not None else self._defaults[key]
-            for key, value in (
-                ("max_attempts", max_attempts),
-                ("timeout", timeout),
-                ("backoff", backoff),
-                ("max_backoff", max_backoff),
-            )
-        }
 
         def register(fn: Handler) -> Handler:
             job_name = name if name is not None else getattr(fn, "__name__", None)
@@ -97,10 +89,21 @@ class App:
                 raise JobDefinitionError(str(exc)) from None
             if job_name in self._jobs:
                 raise JobDefinitionError(f"job {job_name!r} is registered twice")
-            self._jobs[job_name] = JobSpec(job_name, fn, sched, **limits)
+            self._jobs[job_name] = JobSpec(
+                job_name,
+                fn,
+                sched,
+                max_attempts=self._pick(max_attempts, "max_attempts"),
+                timeout=timeout if timeout is not None else self._defaults["timeout"],
+                backoff=self._pick(backoff, "backoff"),
+                max_backoff=self._pick(max_backoff, "max_backoff"),
+            )
             return fn
 
         return register(handler) if handler is not None else register
+
+    def _pick(self, value: Any, key: str) -> Any:
+        return value if value is not None else self._defaults[key]
 
     @property
     def jobs(self) -> Mapping[str, JobSpec]:

@@ -12,8 +12,8 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from .adapters.registry import open_broker
@@ -80,9 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="run jobs, and tick schedules unless --no-scheduler")
     app_arg(w)
     broker_arg(w)
-    w.add_argument(
-        "--no-scheduler", action="store_true", help="run jobs only; publish no ticks"
-    )
+    w.add_argument("--no-scheduler", action="store_true", help="run jobs only; publish no ticks")
     w.add_argument("--concurrency", type=_positive_int, default=10, help="jobs at once (10)")
     w.add_argument(
         "--grace",

@@ -64,5 +64,5 @@ class JobSpec:
 
     def retry_delay(self, attempt: int) -> float:
         """Delay before the attempt after ``attempt``: exponential, capped, +-10% jitter."""
-        base = min(self.max_backoff, self.backoff * 2 ** min(attempt - 1, 60))
+        base = min(self.max_backoff, self.backoff * 2.0 ** min(attempt - 1, 60))
         return base * random.uniform(0.9, 1.1)

@@ -136,7 +136,9 @@ def decode_message(body: bytes) -> JobMessage:
     if not _is_number(enqueued_at):
         raise MessageDecodeError("field 'enqueued_at' must be a number")
     scheduled_at = data.get("scheduled_at")
-    if scheduled_at is not None and (isinstance(scheduled_at, bool) or not isinstance(scheduled_at, int)):
+    if scheduled_at is not None and (
+        isinstance(scheduled_at, bool) or not isinstance(scheduled_at, int)
+    ):
         raise MessageDecodeError("field 'scheduled_at' must be an integer or null")
     return JobMessage(
         job_name=job_name,
@@ -149,11 +151,7 @@ def decode_message(body: bytes) -> JobMessage:
 
 
 def _is_number(value: object) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def tick_deduplication_id(job_name: str, slot: int) -> str:

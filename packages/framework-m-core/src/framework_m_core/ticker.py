@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -165,10 +166,8 @@ class InProcessTickerAdapter:
             delay = wake_at - self._clock()
             if delay <= 0:
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), min(delay, _MAX_SLEEP))
-            except TimeoutError:
-                pass
 
     def _fire(self, spec: JobSpec, slot: int) -> None:
         task = asyncio.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")

@@ -88,9 +88,7 @@ class Worker:
             log.info("schema synced:\n%s", plan.describe())
         if self.ticker is not None:
             self.ticker.check()
-        ticker_task = (
-            asyncio.create_task(self.ticker.run(), name="ticker") if self.ticker else None
-        )
+        ticker_task = asyncio.create_task(self.ticker.run(), name="ticker") if self.ticker else None
         try:
             await self._consume()
         finally:

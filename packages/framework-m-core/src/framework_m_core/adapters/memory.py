@@ -109,6 +109,7 @@ class MemoryBroker(BaseBroker):
         self._window = float(dedup_window)
         self._visibility = float(visibility_timeout)
         self._queue: _Queue | None = None
+        self._connected = False
         self._mine: set[int] = set()  # tokens reserved through this instance
 
     @classmethod
@@ -122,25 +123,32 @@ class MemoryBroker(BaseBroker):
 
     @property
     def dedup_window(self) -> float:
-        return self._q.dedup_window if self._queue is not None else self._window
+        q = _queues.get(self.name)
+        return q.dedup_window if q is not None else self._window
 
     @property
     def visibility_timeout(self) -> float:
-        return self._q.visibility_timeout if self._queue is not None else self._visibility
+        q = _queues.get(self.name)
+        return q.visibility_timeout if q is not None else self._visibility
 
     @property
     def _q(self) -> _Queue:
         if self._queue is None:
-            raise BrokerError(f"memory://{self.name} is not connected")
+            if not self._connected:
+                raise BrokerError(f"memory://{self.name} is not connected")
+            self._queue = _queues.get(self.name)
+            if self._queue is None:
+                raise BrokerError(
+                    f"queue memory://{self.name} does not exist: run schema sync first "
+                    "(a worker does at start; or m migrate)"
+                )
         return self._queue
 
     async def connect(self) -> None:
-        if self._queue is None:
-            self._queue = _queues.setdefault(
-                self.name, _Queue(dedup_window=self._window, visibility_timeout=self._visibility)
-            )
+        self._connected = True
 
     async def close(self) -> None:
+        self._connected = False
         if self._queue is None:
             return
         q = self._queue
@@ -177,7 +185,7 @@ class MemoryBroker(BaseBroker):
             now = time.monotonic()
             next_due = q.promote(now)
             if q.ready:
-                out = []
+                out: list[Delivery] = []
                 while q.ready and len(out) < max_messages:
                     entry = q.ready.popleft()
                     entry.deliveries += 1
@@ -258,8 +266,6 @@ class MemoryBroker(BaseBroker):
             return plan
         q = _queues.setdefault(self.name, _Queue(self._window, self._visibility))
         q.dedup_window, q.visibility_timeout = self._window, self._visibility
-        if self._queue is not None:
-            self._queue = q
         return plan
 
 
@@ -269,4 +275,3 @@ def reset(name: str | None = None) -> None:
         _queues.clear()
     else:
         _queues.pop(name, None)
-

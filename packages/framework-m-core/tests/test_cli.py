@@ -1,0 +1,135 @@
+"""The ``m`` command as users run it: a real process, its exit code and its output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+M = str(Path(sys.executable).with_name("m"))
+REPO = Path(__file__).resolve().parents[3]
+
+
+def m(*args: str, cwd: Path = REPO, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("M_")}
+    return subprocess.run(
+        [M, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("decorator", "message"),
+    [
+        ('schedule="61 * * * *"', "invalid cron expression '61 * * * *'"),
+        ('schedule="0 9 * * *", tz="Mars/Olympus"', "unknown time zone 'Mars/Olympus'"),
+        ("every=0.5", "interval must be at least 1 second, got 0.5 s"),
+    ],
+)
+def test_bad_schedules_fail_with_one_line(tmp_path: Path, decorator: str, message: str) -> None:
+    (tmp_path / "badapp.py").write_text(
+        "from framework_m_core import App\napp = App()\n"
+        f"@app.job({decorator})\nasync def job(ctx): ...\n"
+    )
+    line = one_line_error(m("worker", "--app", "badapp", cwd=tmp_path))
+    assert message in line
+    assert line.startswith("m: error: cannot import app module 'badapp': ScheduleError")
+
+
+def test_app_that_does_not_import(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("import not_a_real_module\n")
+    line = one_line_error(m("worker", "--app", "broken", cwd=tmp_path))
+    assert "cannot import app module 'broken'" in line
+    assert "No module named 'not_a_real_module'" in line
+
+
+def test_missing_app() -> None:
+    assert "no app given" in one_line_error(m("worker"))
+
+
+def test_unknown_scheme_lists_installed_ones() -> None:
+    line = one_line_error(m("worker", "--app", "examples.heartbeat", "--broker", "kafka://h:9092"))
+    assert "no installed adapter handles kafka://" in line
+    assert "memory://" in line
+
+
+def test_scheme_of_an_uninstalled_adapter_names_the_package_and_hides_the_password() -> None:
+    line = one_line_error(
+        m("worker", "--app", "examples.heartbeat", "--broker", "kafka+x://u:s3cret@h")
+    )
+    assert "s3cret" not in line
+    line = one_line_error(m("enqueue", "job", "--broker", "zmq://u:s3cret@h"))
+    assert "s3cret" not in line
+    assert "u:***@h" in line
+
+
+def test_grace_that_breaks_the_dedup_window_is_refused() -> None:
+    line = one_line_error(m("worker", "--app", "examples.heartbeat", "--grace", "200"))
+    assert "grace 200s + clock skew 5s = 205s is not below the broker's dedup window" in line
+
+
+def test_bad_broker_option() -> None:
+    line = one_line_error(
+        m("worker", "--app", "examples.heartbeat", "--broker", "memory://?dedup_window=soon")
+    )
+    assert "option 'dedup_window'" in line
+    assert "must be a float" in line
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ('{"a": NaN}', "--kwargs is not valid JSON"),
+        ("{nope", "--kwargs is not valid JSON"),
+        ("[1, 2]", "--kwargs must be a JSON object, got list"),
+    ],
+)
+def test_enqueue_with_non_json_kwargs(kwargs: str, message: str) -> None:
+    assert message in one_line_error(m("enqueue", "send_email", "--kwargs", kwargs))
+
+
+def test_enqueue_refuses_an_in_process_broker() -> None:
+    line = one_line_error(m("enqueue", "send_email", "--kwargs", "{}"))
+    assert "lives inside one process" in line
+
+
+def test_enqueue_checks_the_job_against_the_app() -> None:
+    line = one_line_error(m("enqueue", "nope", "--app", "examples.heartbeat"))
+    assert "unknown job 'nope'" in line
+    assert "send_email" in line
+
+
+def test_schedules_lists_slots_and_dedup_ids() -> None:
+    result = m("schedules", "--app", "examples.heartbeat", "--count", "2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "every_second: every 1s" in lines
+    assert "nightly_report: cron '30 2 * * *' (Europe/Berlin)" in lines
+    ids = [ln.split()[-1] for ln in lines if "tick:every_second:" in ln]
+    assert len(ids) == 2
+    first, second = (int(i.rsplit(":", 1)[1]) for i in ids)
+    assert second == first + 1
+
+
+def test_migrate_dry_run_on_memory() -> None:
+    result = m("migrate", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "create queue memory://default: in-process queue" in result.stdout
+
+
+def test_python_dash_m_is_the_same_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "framework_m_core", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert "worker" in result.stdout
+    assert "migrate" in result.stdout

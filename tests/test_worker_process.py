@@ -1,0 +1,92 @@
+"""Real ``m worker`` processes on the embedded broker, stopped with real signals."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import MProcess
+
+pytestmark = pytest.mark.slow
+
+SLOT_LINE = r"every_second slot=(\d+) scheduled_at=(\S+ \S+)"
+
+
+def test_one_second_schedule_runs_once_per_second(run_m: Callable[..., MProcess]) -> None:
+    worker = run_m("worker", "--app", "examples.heartbeat")
+    worker.wait_for(r"worker starting: role=ticker\+worker broker=memory://default")
+    found = worker.wait_for(SLOT_LINE, count=6, timeout=20)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    slots = [int(m.group(1)) for m in worker.matches(SLOT_LINE)]
+    assert len(found) >= 6
+    assert slots == list(range(slots[0], slots[0] + len(slots))), slots
+    for m in worker.matches(SLOT_LINE):  # each run saw its own slot
+        assert m.group(2).startswith(time.strftime("%Y-%m-%d", time.gmtime(int(m.group(1)))))
+        assert m.group(2).endswith("+00:00")
+    assert "worker stopped" in worker.output
+
+
+def test_no_scheduler_publishes_no_ticks(run_m: Callable[..., MProcess]) -> None:
+    worker = run_m("worker", "--app", "examples.heartbeat", "--no-scheduler")
+    worker.wait_for(r"worker starting: role=worker broker=memory://default")
+    time.sleep(2.5)  # two slot boundaries pass; a ticker would have fired
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert worker.matches(r"every_second slot=") == []
+    assert worker.matches(r"framework_m.ticker") == []
+    assert "0 succeeded" in worker.output
+
+
+SLOW_APP = """
+import asyncio
+from framework_m_core import App
+
+app = App()
+
+@app.job(every=1)
+async def slow(ctx):
+    print(f"start {ctx.job_id}", flush=True)
+    await asyncio.sleep(float(__import__("os").environ.get("SLOW_SECONDS", "1.5")))
+    print(f"end {ctx.job_id}", flush=True)
+"""
+
+
+def test_sigterm_lets_the_running_job_finish(
+    run_m: Callable[..., MProcess], tmp_path: Path
+) -> None:
+    (tmp_path / "slowapp.py").write_text(SLOW_APP)
+    worker = run_m("worker", "--app", "slowapp", "--concurrency", "1", cwd=tmp_path)
+    [started] = worker.wait_for(r"^start (\w+)")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert f"end {started.group(1)}" in worker.output
+    assert worker.matches(r"worker stopped: [1-9]\d* succeeded")
+
+
+def test_second_signal_hands_running_jobs_back_at_once(
+    run_m: Callable[..., MProcess], tmp_path: Path
+) -> None:
+    (tmp_path / "slowapp.py").write_text(SLOW_APP)
+    worker = run_m(
+        "worker",
+        "--app",
+        "slowapp",
+        "--shutdown-timeout",
+        "60",
+        cwd=tmp_path,
+        env={"SLOW_SECONDS": "60"},
+    )
+    worker.wait_for(r"^start ")
+    worker.signal(signal.SIGINT)
+    worker.wait_for(r"waiting up to 60s for \d+ running job")
+    t0 = time.monotonic()
+    worker.signal(signal.SIGINT)
+    assert worker.wait(timeout=10) == 0
+    assert time.monotonic() - t0 < 5
+    assert worker.matches(r"aborting: handing \d+ running job\(s\) back")
+    assert worker.matches(r"\d+ released")
