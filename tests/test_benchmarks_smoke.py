@@ -1,0 +1,25 @@
+"""A tiny run of the benchmark harness, so that it keeps working (numbers are not checked)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_benchmark_harness_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--quick"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert rows == ["enqueue", "enqueue", "enqueue", "drain", "ticker", "ticker"]
