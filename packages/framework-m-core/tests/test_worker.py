@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from framework_m_core import (
     Worker,
 )
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.testing import wait_until
+from framework_m_core.testing import running_worker, wait_until
 from framework_m_core.testing.contract import receive_all
 
 pytestmark = pytest.mark.anyio
@@ -37,11 +38,8 @@ async def test_ctx_carries_scheduled_at_for_ticked_jobs_only(memory: MemoryBroke
 
     await memory.publish(JobMessage("job", {"tag": "ticked"}, scheduled_at=1_700_000_000))
     await memory.enqueue("job", tag="plain")
-    worker = Worker(app, memory, fetch_timeout=0.1)
-    task = start(worker)
-    await wait_until(lambda: len(seen) == 2)
-    worker.stop()
-    await task
+    async with running_worker(app, memory, fetch_timeout=0.1):
+        await wait_until(lambda: len(seen) == 2)
     assert seen == {"ticked": datetime.fromtimestamp(1_700_000_000, UTC), "plain": None}
     ticked = seen["ticked"]
     assert ticked is not None
@@ -64,15 +62,12 @@ async def test_concurrency_limit_holds(memory: MemoryBroker) -> None:
 
     for _ in range(10):
         await memory.enqueue("hold")
-    worker = Worker(app, memory, concurrency=3, fetch_timeout=0.1)
-    task = start(worker)
-    await wait_until(lambda: running == 3)
-    await asyncio.sleep(0.3)  # room for a fourth job to start if the limit leaked
-    assert peak == 3
-    release.set()
-    await wait_until(lambda: worker.stats.succeeded == 10)
-    worker.stop()
-    await task
+    async with running_worker(app, memory, concurrency=3, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: running == 3)
+        await asyncio.sleep(0.3)  # room for a fourth job to start if the limit leaked
+        assert peak == 3
+        release.set()
+        await wait_until(lambda: worker.stats.succeeded == 10)
     assert peak == 3
 
 
@@ -154,11 +149,8 @@ async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
         calls += 1
 
     await memory.enqueue("needs_to", too="typo")
-    worker = Worker(app, memory, fetch_timeout=0.1)
-    task = start(worker)
-    await wait_until(lambda: worker.stats.dead_lettered == 1)
-    worker.stop()
-    await task
+    async with running_worker(app, memory, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 1)
     assert calls == 0
     [dead] = await memory.dead_letters()
     assert "kwargs do not match handler of 'needs_to'" in dead.reason
@@ -207,11 +199,8 @@ async def test_receive_errors_are_survived(queue_name: str) -> None:
     async def job(ctx: JobContext) -> None: ...
 
     await broker.enqueue("job")
-    worker = Worker(app, broker, fetch_timeout=0.1)
-    task = start(worker)
-    await wait_until(lambda: worker.stats.succeeded == 1)
-    worker.stop()
-    await task
+    async with running_worker(app, broker, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: worker.stats.succeeded == 1)
     assert failures == 0
 
 
@@ -224,12 +213,22 @@ async def test_ticker_and_worker_run_each_slot_once(memory: MemoryBroker) -> Non
         slots.append(ctx.scheduled_at)
 
     ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
-    worker = Worker(app, memory, ticker=ticker, fetch_timeout=0.1)
-    task = start(worker)
-    await wait_until(lambda: len(slots) >= 3, timeout=8)
-    worker.stop()
-    await task
+    async with running_worker(app, memory, ticker=ticker, fetch_timeout=0.1):
+        await wait_until(lambda: len(slots) >= 3, timeout=8)
     stamps = [int(s.timestamp()) for s in slots if s is not None]
     assert len(stamps) == len(slots)
     assert stamps == list(range(stamps[0], stamps[0] + len(stamps)))
     assert await receive_all(memory, quiet=0.2) == []
+
+
+async def test_progress_is_logged(memory: MemoryBroker, caplog: pytest.LogCaptureFixture) -> None:
+    app = App()
+
+    @app.job
+    async def job(ctx: JobContext) -> None: ...
+
+    await memory.enqueue("job")
+    with caplog.at_level(logging.INFO, "framework_m.worker"):
+        async with running_worker(app, memory, fetch_timeout=0.1, progress_interval=0.2) as w:
+            await wait_until(lambda: "progress: 1 succeeded" in caplog.text)
+    assert w.stats.succeeded == 1

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import logging
 import math
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from .adapters.registry import open_broker
 from .app import App, load_app
 from .broker import Capability
 from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
-from .messages import tick_deduplication_id
+from .messages import loads_strict, tick_deduplication_id
 from .protocols import BrokerProtocol
 from .schedules import Cron
 from .ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
@@ -151,8 +150,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:
-    await broker.connect()
-    try:
+    async with _connected(broker):
         ticker = None
         if not args.no_scheduler:
             ticker = InProcessTickerAdapter(
@@ -191,8 +189,6 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
         await worker.run()
-    finally:
-        await broker.close()
 
 
 def _schedules(args: argparse.Namespace) -> int:
@@ -216,7 +212,7 @@ def _schedules(args: argparse.Namespace) -> int:
 
 async def _enqueue(args: argparse.Namespace) -> int:
     try:
-        kwargs = json.loads(args.kwargs, parse_constant=_reject_constant)
+        kwargs = loads_strict(args.kwargs)
     except ValueError as exc:
         raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
     if not isinstance(kwargs, dict):
@@ -238,10 +234,6 @@ async def _enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 async def _migrate(args: argparse.Namespace) -> int:
     broker = open_broker(args.broker)
     async with _connected(broker):
@@ -254,16 +246,13 @@ async def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-class _connected:
-    def __init__(self, broker: BrokerProtocol) -> None:
-        self.broker = broker
-
-    async def __aenter__(self) -> BrokerProtocol:
-        await self.broker.connect()
-        return self.broker
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.broker.close()
+@contextlib.asynccontextmanager
+async def _connected(broker: BrokerProtocol) -> AsyncIterator[BrokerProtocol]:
+    await broker.connect()
+    try:
+        yield broker
+    finally:
+        await broker.close()
 
 
 if __name__ == "__main__":

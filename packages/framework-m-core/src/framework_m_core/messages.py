@@ -62,6 +62,11 @@ def _reject_non_finite(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
 
 
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN and Infinity, which are not JSON."""
+    return json.loads(text, parse_constant=_reject_non_finite)
+
+
 def dumps_kwargs(job_name: str, kwargs: dict[str, Any]) -> str:
     """Serialize ``kwargs`` as strict JSON or raise :class:`InvalidJobError` naming the key."""
     try:
@@ -114,7 +119,7 @@ class JobMessage:
 def decode_message(body: bytes) -> JobMessage:
     """Parse and validate a wire message; raise :class:`MessageDecodeError` saying what is wrong."""
     try:
-        data = json.loads(body, parse_constant=_reject_non_finite)
+        data = loads_strict(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise MessageDecodeError(f"body is not JSON: {exc}") from None
     if not isinstance(data, dict):

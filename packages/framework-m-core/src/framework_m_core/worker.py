@@ -51,6 +51,7 @@ class Worker:
         concurrency: int = 10,
         shutdown_timeout: float = 30.0,
         fetch_timeout: float = 1.0,
+        progress_interval: float = 60.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -60,6 +61,7 @@ class Worker:
         self.concurrency = concurrency
         self.shutdown_timeout = shutdown_timeout
         self.fetch_timeout = fetch_timeout
+        self.progress_interval = progress_interval
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -89,10 +91,12 @@ class Worker:
         if self.ticker is not None:
             self.ticker.check()
         ticker_task = asyncio.create_task(self.ticker.run(), name="ticker") if self.ticker else None
+        progress = asyncio.create_task(self._report_progress())
         try:
             await self._consume()
         finally:
             self.stop()
+            progress.cancel()
             if ticker_task is not None:
                 await ticker_task
             await self._drain()
@@ -129,6 +133,19 @@ class Worker:
                 task = asyncio.create_task(self._process(delivery))
                 self._inflight.add(task)
                 task.add_done_callback(self._done)
+
+    async def _report_progress(self) -> None:
+        """Log the counters every ``progress_interval`` seconds while anything changes."""
+        if self.progress_interval <= 0:
+            return
+        last = None
+        while True:
+            await asyncio.sleep(self.progress_interval)
+            s = self.stats
+            now = (s.succeeded, s.retried, s.dead_lettered, len(self._inflight))
+            if now != last:
+                log.info("progress: %d succeeded, %d retried, %d dead-lettered, %d running", *now)
+                last = now
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

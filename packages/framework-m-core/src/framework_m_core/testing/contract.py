@@ -257,7 +257,7 @@ class BrokerContract:
             seen.append((ctx.job_id, ctx.attempt, {"name": name}))
 
         job_id = await broker.enqueue("greet", name="ada")
-        async with _running(app, broker) as worker:
+        async with running_worker(app, broker) as worker:
             await wait_until(lambda: worker.stats.succeeded == 1)
         assert seen == [(job_id, 1, {"name": "ada"})]
         assert await broker.receive(10, min(broker.visibility_timeout + 0.5, 3.0)) == []
@@ -275,7 +275,7 @@ class BrokerContract:
                 raise RuntimeError("first try fails")
 
         await broker.enqueue("flaky")
-        async with _running(app, broker) as worker:
+        async with running_worker(app, broker) as worker:
             await wait_until(lambda: worker.stats.succeeded == 1)
         assert attempts == [1, 2]
 
@@ -289,7 +289,7 @@ class BrokerContract:
             raise ValueError("always broken")
 
         await broker.enqueue("doomed")
-        async with _running(app, broker) as worker:
+        async with running_worker(app, broker) as worker:
             await wait_until(lambda: worker.stats.dead_lettered == 1)
         assert calls == [1, 2, 3]
         if Capability.DEAD_LETTER_INSPECTION in broker.capabilities:
@@ -305,7 +305,7 @@ class BrokerContract:
             await asyncio.sleep(30)
 
         await broker.enqueue("slow")
-        async with _running(app, broker) as worker:
+        async with running_worker(app, broker) as worker:
             await wait_until(lambda: worker.stats.dead_lettered == 1)
         if Capability.DEAD_LETTER_INSPECTION in broker.capabilities:
             [dead] = await broker.dead_letters()
@@ -325,7 +325,7 @@ class BrokerContract:
         await broker.enqueue("not_registered")
         await broker.publish_raw(b"\x00\xffnot json at all")
         await broker.publish_raw(json.dumps({"v": 1, "id": "x", "job": "known"}).encode())
-        async with _running(app, broker) as worker:
+        async with running_worker(app, broker) as worker:
             await wait_until(lambda: worker.stats.dead_lettered == 3)
             good = await broker.enqueue("known")
             await wait_until(lambda: ran == [good])
@@ -375,8 +375,10 @@ async def _many(factory: BrokerFactory, n: int) -> AsyncIterator[Sequence[Broker
 
 
 @asynccontextmanager
-async def _running(app: App, broker: BrokerProtocol) -> AsyncIterator[Worker]:
-    worker = Worker(app, broker, concurrency=4, shutdown_timeout=5.0, fetch_timeout=0.2)
+async def running_worker(app: App, broker: BrokerProtocol, **options: Any) -> AsyncIterator[Worker]:
+    """A :class:`Worker` running in the background; stopped gracefully on exit."""
+    options = {"concurrency": 4, "shutdown_timeout": 5.0, "fetch_timeout": 0.2, **options}
+    worker = Worker(app, broker, **options)
     task = asyncio.create_task(worker.run())
     try:
         yield worker
