@@ -232,3 +232,25 @@ async def test_progress_is_logged(memory: MemoryBroker, caplog: pytest.LogCaptur
         async with running_worker(app, memory, fetch_timeout=0.1, progress_interval=0.2) as w:
             await wait_until(lambda: "progress: 1 succeeded" in caplog.text)
     assert w.stats.succeeded == 1
+
+
+async def test_a_job_whose_workers_keep_dying_is_dead_lettered(queue_name: str) -> None:
+    broker = MemoryBroker(queue_name, visibility_timeout=0.2)
+    await broker.connect()
+    await broker.sync_schema()
+    app = App()
+    calls = 0
+
+    @app.job(max_attempts=2)
+    async def crashy(ctx: JobContext) -> None:
+        nonlocal calls
+        calls += 1
+
+    await broker.enqueue("crashy")
+    for _ in range(2):  # two workers take it and vanish without a verdict
+        assert len(await broker.receive(1, 2)) == 1
+    async with running_worker(app, broker, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 1)
+    assert calls == 0
+    [dead] = await broker.dead_letters()
+    assert "delivered 3 times, more than max_attempts=2" in dead.reason

@@ -183,6 +183,15 @@ class Worker:
                 delivery, f"unknown job {message.job_name!r}: not registered in this app", message
             )
             return
+        if delivery.attempt > spec.max_attempts:
+            # Earlier deliveries ended without a verdict: the worker died or lost the job.
+            await self._dead_letter(
+                delivery,
+                f"delivered {delivery.attempt} times, more than max_attempts="
+                f"{spec.max_attempts} (earlier attempts ended without a result)",
+                message,
+            )
+            return
         try:
             inspect.signature(spec.handler).bind(None, **message.kwargs)
         except TypeError as exc:
