@@ -156,7 +156,6 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
             ticker = InProcessTickerAdapter(
                 app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
             )
-            ticker.check()
         worker = Worker(
             app,
             broker,
@@ -164,6 +163,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
             concurrency=args.concurrency,
             shutdown_timeout=args.shutdown_timeout,
         )
+        await worker.prepare()
         log.info(
             "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
             "worker" if ticker is None else "ticker+worker",

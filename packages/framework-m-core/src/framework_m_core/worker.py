@@ -66,6 +66,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
+        self._prepared = False
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent)."""
@@ -83,13 +84,25 @@ class Worker:
         for task in self._inflight:
             task.cancel()
 
-    async def run(self) -> None:
-        """Sync the schema, then tick and consume until :meth:`stop`."""
+    async def prepare(self) -> None:
+        """Sync the broker's schema, then check the ticker against the real dedup window.
+
+        Raises before anything runs when the schema cannot be migrated or the
+        ticker's settings break the grace rule. :meth:`run` calls it if needed.
+        """
+        if self.ticker is not None:
+            self.ticker.check()  # against the configured window: refuse before changing anything
         plan = await self.broker.sync_schema()
         if not plan.in_sync:
             log.info("schema synced:\n%s", plan.describe())
         if self.ticker is not None:
             self.ticker.check()
+        self._prepared = True
+
+    async def run(self) -> None:
+        """Sync the schema, then tick and consume until :meth:`stop`."""
+        if not self._prepared:
+            await self.prepare()
         ticker_task = asyncio.create_task(self.ticker.run(), name="ticker") if self.ticker else None
         progress = asyncio.create_task(self._report_progress())
         try:
