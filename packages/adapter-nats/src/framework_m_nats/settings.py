@@ -1,0 +1,171 @@
+"""``nats://`` URL parsing: servers, credentials, TLS and stream settings, all validated."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from framework_m_core.errors import ConfigurationError
+from framework_m_core.urls import query_params, redact_url
+
+DEFAULT_STREAM = "framework_m_jobs"
+DEFAULT_PREFIX = "framework_m"
+DEFAULT_CONSUMER = "framework_m_workers"
+DEFAULT_DEDUP_WINDOW = 120.0
+DEFAULT_MAX_AGE = 7 * 24 * 3600.0
+DEFAULT_DEAD_MAX_AGE = 30 * 24 * 3600.0
+DEFAULT_ACK_WAIT = 30.0
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+_SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+_OPTIONS: dict[str, type] = {
+    "stream": str,
+    "subject_prefix": str,
+    "consumer": str,
+    "dead_letter_stream": str,
+    "dedup_window": float,
+    "max_age": float,
+    "dead_letter_max_age": float,
+    "replicas": int,
+    "ack_wait": float,
+    "max_ack_pending": int,
+    "token": str,
+    "creds": str,
+    "nkey": str,
+    "tls_ca": str,
+    "tls_cert": str,
+    "tls_key": str,
+    "connect_timeout": float,
+    "name": str,
+}
+
+
+@dataclass(frozen=True)
+class NatsSettings:
+    """Everything a ``nats://`` or ``tls://`` URL can say."""
+
+    servers: list[str]
+    display_url: str
+    stream: str = DEFAULT_STREAM
+    subject_prefix: str = DEFAULT_PREFIX
+    consumer: str = DEFAULT_CONSUMER
+    dead_letter_stream: str = ""
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
+    max_age: float = DEFAULT_MAX_AGE
+    dead_letter_max_age: float = DEFAULT_DEAD_MAX_AGE
+    replicas: int = 1
+    ack_wait: float = DEFAULT_ACK_WAIT
+    max_ack_pending: int = 10_000
+    user: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    creds: str | None = None
+    nkey: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    use_tls: bool = False
+    connect_timeout: float = 5.0
+    name: str = "framework-m"
+
+    @property
+    def jobs_subject(self) -> str:
+        return f"{self.subject_prefix}.jobs"
+
+    @property
+    def dead_subject(self) -> str:
+        return f"{self.subject_prefix}.dead"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not (self.use_tls or self.tls_ca or self.tls_cert):
+            return None
+        ctx = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        return ctx
+
+
+def parse_url(url: str) -> NatsSettings:
+    """Parse and validate a broker URL; raise :class:`ConfigurationError` naming the problem."""
+    shown = redact_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in ("nats", "tls"):
+        raise ConfigurationError(f"not a nats:// or tls:// URL: {shown!r}")
+    netloc = parts.netloc
+    user = password = token = None
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            user, password = (unquote(p) for p in userinfo.split(":", 1))
+        else:
+            token = unquote(userinfo)
+    hosts = [h for h in netloc.split(",") if h]
+    if not hosts:
+        raise ConfigurationError(f"broker URL {shown!r} names no server")
+    scheme = "tls" if parts.scheme == "tls" else "nats"
+    servers = [f"{scheme}://{h if ':' in h else h + ':4222'}" for h in hosts]
+    opts = query_params(url, _OPTIONS)
+    if "token" in opts:
+        token = str(opts.pop("token"))
+    settings = NatsSettings(
+        servers=servers,
+        display_url=shown,
+        user=user,
+        password=password,
+        token=token,
+        use_tls=parts.scheme == "tls",
+        **opts,  # type: ignore[arg-type]
+    )
+    if not settings.dead_letter_stream:
+        object.__setattr__(settings, "dead_letter_stream", f"{settings.stream}_dead")
+    _validate(settings, shown)
+    return settings
+
+
+def _validate(s: NatsSettings, shown: str) -> None:
+    def bad(message: str) -> ConfigurationError:
+        return ConfigurationError(f"{message} (in {shown!r})")
+
+    for label, value in (
+        ("stream", s.stream),
+        ("consumer", s.consumer),
+        ("dead_letter_stream", s.dead_letter_stream),
+    ):
+        if not _NAME.match(value):
+            raise bad(f"{label} {value!r} must be letters, digits, '_' or '-'")
+    if s.stream == s.dead_letter_stream:
+        raise bad("dead_letter_stream must differ from stream")
+    if not _SUBJECT.match(s.subject_prefix):
+        raise bad(f"subject_prefix {s.subject_prefix!r} must be dot-separated tokens")
+    if not s.dedup_window > 0:
+        raise bad("dedup_window must be > 0 seconds")
+    if s.max_age < s.dedup_window:
+        raise bad(
+            f"max_age ({s.max_age:g}s) must be at least dedup_window ({s.dedup_window:g}s): "
+            "JetStream forgets an id when its message is gone"
+        )
+    if s.dead_letter_max_age <= 0:
+        raise bad("dead_letter_max_age must be > 0 seconds")
+    if not 1 <= s.replicas <= 5:
+        raise bad(f"replicas must be 1 to 5, got {s.replicas}")
+    if not s.ack_wait >= 0.5:
+        raise bad("ack_wait must be at least 0.5 seconds")
+    if s.max_ack_pending < 1:
+        raise bad("max_ack_pending must be >= 1")
+    if s.connect_timeout <= 0:
+        raise bad("connect_timeout must be > 0 seconds")
+    for label, path in (
+        ("creds", s.creds),
+        ("nkey", s.nkey),
+        ("tls_ca", s.tls_ca),
+        ("tls_cert", s.tls_cert),
+        ("tls_key", s.tls_key),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise bad(f"{label} file {path!r} does not exist")
+    if s.tls_key and not s.tls_cert:
+        raise bad("tls_key needs tls_cert")
