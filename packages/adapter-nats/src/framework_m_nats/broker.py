@@ -136,6 +136,8 @@ class NatsBroker(BaseBroker):
         log.warning("nats: %s", _describe(exc))
 
     async def _on_disconnected(self) -> None:
+        if self._nc is None:  # closing
+            return
         log.warning("nats: disconnected from %s; reconnecting", self.display_url)
 
     async def _on_reconnected(self) -> None:

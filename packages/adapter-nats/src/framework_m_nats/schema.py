@@ -89,6 +89,8 @@ def _show(value: Any) -> str:
         return f"{value:g}s"
     if hasattr(value, "value"):
         return str(value.value)
+    if isinstance(value, str):
+        return value
     return repr(value)
 
 

@@ -1,0 +1,128 @@
+"""Schema sync against the real server: create, migrate in place, refuse what cannot change."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import nats
+import pytest
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+from framework_m_core import SchemaConflictError, decode_message
+from framework_m_core.testing.contract import receive_all
+from framework_m_nats import NatsBroker, parse_url
+
+from .conftest import NATS_URL
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def js() -> AsyncIterator[nats.js.JetStreamContext]:
+    nc = await nats.connect(NATS_URL)
+    yield nc.jetstream()
+    await nc.close()
+
+
+async def pre_existing(js: nats.js.JetStreamContext, url: str, **config: object) -> None:
+    s = parse_url(url)
+    base: dict[str, object] = {
+        "name": s.stream,
+        "subjects": [s.jobs_subject],
+        "duplicate_window": 30.0,
+        "max_age": 3600.0,
+    }
+    base.update(config)
+    await js.add_stream(StreamConfig(**base))  # type: ignore[arg-type]
+
+
+async def test_creates_everything_then_is_idempotent(nats_namespace: Callable[..., str]) -> None:
+    async with NatsBroker.from_url(nats_namespace()) as broker:
+        plan = await broker.sync_schema()
+        assert [c.action for c in plan.changes] == ["create", "create", "create"]
+        assert "duplicate_window 120s" in plan.describe()
+        assert (await broker.sync_schema()).in_sync
+        assert broker.dedup_window == 120
+
+
+async def test_concurrent_first_syncs_both_succeed(nats_namespace: Callable[..., str]) -> None:
+    url = nats_namespace()
+    brokers = [NatsBroker.from_url(url) for _ in range(4)]
+    await asyncio.gather(*(b.connect() for b in brokers))
+    try:
+        await asyncio.gather(*(b.sync_schema() for b in brokers))
+        assert (await brokers[0].plan_schema()).in_sync
+    finally:
+        await asyncio.gather(*(b.close() for b in brokers))
+
+
+async def test_a_30s_window_is_migrated_in_place_keeping_queued_messages(
+    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+) -> None:
+    url = nats_namespace(dedup_window=120, max_age=86400)
+    await pre_existing(js, url, duplicate_window=30.0)
+    async with NatsBroker.from_url(url) as broker:
+        assert broker.dedup_window == 30  # read from the server, not the URL
+        await broker._publish_once(parse_url(url).jobs_subject, b"", {})  # a raw message
+        ids = [await broker.enqueue("job", deduplication_id=f"d{i}") for i in range(3)]
+        plan = await broker.plan_schema()
+        assert "update stream" in plan.describe()
+        assert "duplicate_window 30s -> 120s" in plan.describe()
+        assert "max_age 3600s -> 86400s" in plan.describe()
+        assert broker.dedup_window == 30  # planning changes nothing
+        await broker.sync_schema()
+        assert broker.dedup_window == 120
+        info = await js.stream_info(parse_url(url).stream)
+        assert info.config.duplicate_window == 120
+        assert info.state.messages == 4
+        bodies = [d.body for d in await receive_all(broker)]
+        assert [decode_message(b).id for b in bodies if b] == ids
+        assert await broker.enqueue("job", deduplication_id="d1") == ids[1]  # ids kept
+
+
+async def test_memory_storage_is_refused_with_the_manual_steps(
+    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+) -> None:
+    url = nats_namespace()
+    await pre_existing(js, url, storage=StorageType.MEMORY, duplicate_window=120.0)
+    stream = parse_url(url).stream
+    async with NatsBroker.from_url(url) as broker:
+        plan = await broker.sync_schema(dry_run=True)
+        [refusal] = plan.refused
+        assert refusal.target == f"stream {stream}"
+        assert "storage is memory on the server, framework-m needs file" in refusal.detail
+        assert f"nats stream rm {stream}" in refusal.detail
+        with pytest.raises(SchemaConflictError, match="storage is memory"):
+            await broker.sync_schema()
+    info = await js.stream_info(stream)
+    assert info.config.storage == StorageType.MEMORY  # nothing was changed
+
+
+async def test_work_queue_retention_is_refused(
+    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+) -> None:
+    url = nats_namespace()
+    await pre_existing(js, url, retention=RetentionPolicy.WORK_QUEUE)
+    async with NatsBroker.from_url(url) as broker:
+        with pytest.raises(SchemaConflictError, match="retention is workqueue on the server"):
+            await broker.sync_schema()
+
+
+async def test_consumer_settings_are_updated_in_place(
+    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+) -> None:
+    async with NatsBroker.from_url(nats_namespace(ack_wait=30)) as broker:
+        await broker.sync_schema()
+        await broker.enqueue("job")
+        [taken] = await broker.receive(1, 5)
+        await broker.ack(taken)
+        await broker.enqueue("job")
+    async with NatsBroker.from_url(nats_namespace(ack_wait=5)) as broker:
+        assert broker.visibility_timeout == 30
+        plan = await broker.sync_schema()
+        assert "ack_wait 30s -> 5s" in plan.describe()
+        assert broker.visibility_timeout == 5
+        [second] = await broker.receive(10, 5)  # the acked one is not delivered again
+        assert second.attempt == 1
+        assert await broker.receive(10, 0.5) == []
