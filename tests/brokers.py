@@ -1,0 +1,120 @@
+"""Broker processes that tests start on free loopback ports and stop by pid."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+NATS_SERVER = "/usr/sbin/nats-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_open(port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
+        time.sleep(0.05)
+
+
+class NatsServer:
+    """One nats-server with JetStream, optionally part of a cluster."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "n1",
+        *,
+        cluster: str | None = None,
+        cluster_port: int | None = None,
+        routes: list[int] | None = None,
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        self.store = workdir / f"{name}-store"
+        self.log = workdir / f"{name}.log"
+        self.cluster = cluster
+        self.cluster_port = cluster_port
+        self.routes = routes or []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-js"]
+        args += ["-sd", str(self.store), "-n", self.name]
+        if self.cluster is not None:
+            args += ["--cluster_name", self.cluster]
+            args += ["--cluster", f"nats://127.0.0.1:{self.cluster_port}"]
+            args += ["--routes", ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
+    cluster_ports = [free_port() for _ in range(size)]
+    return [
+        NatsServer(
+            workdir,
+            f"n{i + 1}",
+            cluster="fmtest",
+            cluster_port=cluster_ports[i],
+            routes=[p for j, p in enumerate(cluster_ports) if j != i],
+        )
+        for i in range(size)
+    ]
+
+
+def read_slots(path: Path) -> Counter[int]:
+    """How often each slot ran, from a slot_recorder log."""
+    if not path.exists():
+        return Counter()
+    return Counter(int(line.split()[0]) for line in path.read_text().splitlines() if line)
+
+
+def assert_each_slot_once(runs: Counter[int], first: int, last: int) -> None:
+    twice = sorted(s for s, n in runs.items() if n > 1)
+    missing = [s for s in range(first, last + 1) if runs[s] == 0]
+    assert not twice, f"slots run more than once: {twice}"
+    assert not missing, f"slots never run between {first} and {last}: {missing}"
+
+
+def wait_for_slot(path: Path, slot: int, timeout: float) -> None:
+    """Block until the slot_recorder log holds ``slot`` (or a later one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = read_slots(path)
+        if runs and max(runs) >= slot:
+            return
+        if time.monotonic() > deadline:
+            newest = max(runs) if runs else None
+            raise AssertionError(f"slot {slot} not run within {timeout:g}s (newest: {newest})")
+        time.sleep(0.1)
