@@ -1,19 +1,22 @@
 """framework-m benchmarks: prints numbers and ratios side by side in one run.
 
-    hatch run bench                      # memory://
-    hatch run bench --broker nats://...  # add any installed adapter beside it
-    hatch run bench --quick              # a tiny smoke run
+    hatch run bench:run                                 # memory://
+    hatch run bench:run --broker nats://127.0.0.1:4222  # add an installed adapter
+    hatch run bench:run --quick                         # a tiny smoke run
 
 Measured per broker:
-  enqueue         awaited one by one, without and with deduplication ids
-  enqueue (x100)  100 enqueues in flight at once, with deduplication ids
-  drain           a worker (concurrency 50) running no-op jobs to empty
-  ticker idle     CPU used by idle tickers (10 schedules, none due), per replica
-  ticker 1s       CPU used per replica by 10 replicas ticking a 1-second schedule
+  enqueue one by one      awaited one at a time; the raw client's ceiling first
+                          where one is known, then framework-m without and with
+                          deduplication ids
+  enqueue, 100 in flight  the same with 100 enqueues outstanding
+  drain no-op jobs        a worker (concurrency 50) emptying a queue, then peers
+  ticker CPU, idle        idle tickers (10 schedules, none due), per replica
+  ticker CPU, 1s schedule 10 replicas ticking a 1-second schedule, per replica
 
 Ratios compare with the first row of the same measurement, so they hold on a
-noisy, shared machine where absolute numbers do not. Peer libraries are added
-as further rows by functions in ``PEERS`` (none yet for memory://).
+noisy, shared machine where absolute numbers do not. Raw ceilings and peer
+libraries (``ceilings()``, ``peers()``) are added per URL scheme; peers are
+installed in the ``bench`` environment only.
 """
 
 from __future__ import annotations
@@ -21,14 +24,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.protocols import BrokerProtocol
+
+sys.path.insert(0, str(Path(__file__).parent))  # the peers_* modules beside this file
 
 
 @dataclass
@@ -43,6 +50,8 @@ def isolated(url: str) -> str:
     """A fresh namespace for each measurement where the adapter supports one."""
     if url.startswith("memory://"):
         return f"memory://bench-{uuid.uuid4().hex}"
+    if url.startswith("nats://"):
+        return isolated_nats(url)
     return url
 
 
@@ -131,10 +140,13 @@ async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) 
     else:
         for i in range(10):
             app.job(name=f"yearly_{i}", schedule=f"{i} 0 1 1 *")(_noop)
-    first = await connected(url)
+    shared = isolated(url)
+    first = open_broker(shared)
+    await first.connect()
+    await first.sync_schema()
     brokers = [first]
     for _ in range(replicas - 1):
-        b = open_broker(first.display_url if url.startswith("memory://") else url)
+        b = open_broker(shared)
         await b.connect()
         brokers.append(b)
     tickers = [InProcessTickerAdapter(app.jobs.values(), b, clock_skew=1.0) for b in brokers]
@@ -155,57 +167,90 @@ async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) 
 async def _noop(ctx: JobContext) -> None: ...
 
 
-# Further rows: name -> async function(n) returning jobs/s, for peer libraries.
-PEERS: dict[str, dict[str, Callable[[int], Awaitable[float]]]] = {}
+def isolated_nats(url: str) -> str:
+    base, _, query = url.partition("?")
+    tag = uuid.uuid4().hex[:12]
+    extra = f"stream=bench_{tag}&subject_prefix=bench.{tag}&consumer=bench_{tag}"
+    return f"{base}?{query + '&' if query else ''}{extra}"
 
 
-async def run(urls: list[str], n: int, ticker_seconds: float) -> list[Row]:
+def server_of(url: str) -> str:
+    return url.partition("?")[0]
+
+
+def ceilings(url: str) -> dict[str, Callable[[int], Awaitable[float]]]:
+    """Raw client rows (the ceiling an adapter is measured against), by measurement."""
+    if url.startswith("nats://"):
+        from peers_nats import raw_publish
+
+        return {
+            "enqueue one by one": lambda n: raw_publish(server_of(url), n, 1),
+            "enqueue, 100 in flight": lambda n: raw_publish(server_of(url), n, 100),
+        }
+    return {}
+
+
+def peers(url: str) -> dict[str, tuple[str, Callable[[int], Awaitable[float]]]]:
+    """Peer-library rows by measurement: (label, function)."""
+    if url.startswith("nats://"):
+        try:
+            from peers_nats import taskiq_nats_drain
+        except ImportError:  # peers live in the bench environment only
+            return {}
+        return {"drain no-op jobs": ("taskiq-nats", lambda n: taskiq_nats_drain(server_of(url), n))}
+    return {}
+
+
+async def run(urls: list[str], n: int, ticker_seconds: float, with_peers: bool) -> list[Row]:
     rows: list[Row] = []
     for url in urls:
         label = url.split("?")[0]
-        rows.append(
-            Row("enqueue", f"{label} no dedup id", await bench_enqueue(url, n, False), "/s")
+        raw = ceilings(url)
+        other = peers(url) if with_peers else {}
+
+        def add(
+            measurement: str, subject: str, value: float, unit: str = "/s", label: str = label
+        ) -> None:
+            rows.append(Row(f"{label} {measurement}", subject, value, unit))
+
+        m = "enqueue one by one"
+        if m in raw:
+            add(m, "raw client, unique msg ids", await raw[m](n))
+        add(m, "framework-m, no dedup id", await bench_enqueue(url, n, False))
+        add(m, "framework-m, dedup id", await bench_enqueue(url, n, True))
+        m = "enqueue, 100 in flight"
+        if m in raw:
+            add(m, "raw client, unique msg ids", await raw[m](n))
+        add(m, "framework-m, dedup id", await bench_enqueue_concurrent(url, n))
+        m = "drain no-op jobs"
+        add(m, "framework-m worker, concurrency 50", await bench_drain(url, n))
+        if m in other:
+            name, fn = other[m]
+            add(m, name, await fn(n))
+        cpu_seconds = ticker_seconds
+        add(
+            "ticker CPU, idle",
+            "per replica, 10 schedules",
+            await bench_ticker_cpu(url, 10, cpu_seconds, busy=False),
+            "% CPU",
         )
-        rows.append(Row("enqueue", f"{label} dedup id", await bench_enqueue(url, n, True), "/s"))
-        rows.append(
-            Row(
-                "enqueue x100 in flight",
-                f"{label} dedup id",
-                await bench_enqueue_concurrent(url, n),
-                "/s",
-            )
+        add(
+            "ticker CPU, 1s schedule",
+            "per replica, 10 replicas",
+            await bench_ticker_cpu(url, 10, cpu_seconds, busy=True),
+            "% CPU",
         )
-        rows.append(Row("drain no-op jobs", label, await bench_drain(url, n), "/s"))
-        rows.append(
-            Row(
-                "ticker CPU, idle",
-                f"{label} per replica",
-                await bench_ticker_cpu(url, 10, ticker_seconds, busy=False),
-                "% CPU",
-            )
-        )
-        rows.append(
-            Row(
-                "ticker CPU, 1s schedule",
-                f"{label} per replica (10 replicas)",
-                await bench_ticker_cpu(url, 10, ticker_seconds, busy=True),
-                "% CPU",
-            )
-        )
-    for measurement, peers in PEERS.items():
-        for name, fn in peers.items():
-            rows.append(Row(measurement, name, await fn(n), "/s"))
     return rows
 
 
 def print_table(rows: list[Row]) -> None:
     first: dict[str, float] = {}
-    print(f"{'measurement':<26} {'subject':<42} {'value':>14}  ratio")
+    print(f"{'measurement':<40} {'subject':<36} {'value':>14}  ratio")
     for row in rows:
         base = first.setdefault(row.measurement, row.value)
         ratio = row.value / base if base else float("nan")
         value = f"{row.value:,.0f} {row.unit}" if row.unit == "/s" else f"{row.value:.3f}{row.unit}"
-        print(f"{row.measurement:<26} {row.subject:<42} {value:>14}  {ratio:5.2f}")
+        print(f"{row.measurement:<40} {row.subject:<36} {value:>14}  {ratio:5.2f}")
 
 
 def main() -> None:
@@ -214,10 +259,11 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="jobs per measurement")
     parser.add_argument("--ticker-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--no-peers", action="store_true", help="skip peer libraries")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     n, secs = (200, 1.2) if args.quick else (args.n, args.ticker_seconds)
-    rows = asyncio.run(run(["memory://", *args.broker], n, secs))
+    rows = asyncio.run(run(["memory://", *args.broker], n, secs, not args.no_peers))
     print_table(rows)
 
 

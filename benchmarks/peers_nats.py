@@ -1,0 +1,92 @@
+"""NATS rows: the raw nats-py ceiling and the taskiq-nats peer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import nats
+from nats.js.api import StreamConfig
+
+# A body the size of a framework-m message with one small kwarg.
+BODY = json.dumps(
+    {
+        "v": 1,
+        "id": uuid.uuid4().hex,
+        "job": "noop",
+        "enqueued_at": time.time(),
+        "scheduled_at": None,
+        "dedup_id": "bench:000000000000000000000000:00000",
+        "kwargs": {"i": 0},
+    }
+).encode()
+
+
+async def raw_publish(server: str, n: int, inflight: int) -> float:
+    """JetStream publishes with unique Nats-Msg-Id headers, straight through nats-py."""
+    tag = uuid.uuid4().hex[:12]
+    nc = await nats.connect(server)
+    js = nc.jetstream()
+    stream = f"bench_raw_{tag}"
+    await js.add_stream(StreamConfig(name=stream, subjects=[stream], duplicate_window=120))
+    sem = asyncio.Semaphore(inflight)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await js.publish(stream, BODY, headers={"Nats-Msg-Id": f"{tag}:{i}"})
+
+    try:
+        t0 = time.perf_counter()
+        if inflight == 1:
+            for i in range(n):
+                await js.publish(stream, BODY, headers={"Nats-Msg-Id": f"{tag}:{i}"})
+        else:
+            await asyncio.gather(*(one(i) for i in range(n)))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+async def taskiq_nats_drain(server: str, n: int) -> float:
+    """taskiq-nats (pull-based JetStream broker), 50 tasks at once, batches of 50."""
+    from taskiq.receiver import Receiver
+    from taskiq_nats import PullBasedJetStreamBroker
+
+    tag = uuid.uuid4().hex[:12]
+    broker = PullBasedJetStreamBroker(
+        servers=[server],
+        subject=f"bench_taskiq_{tag}",
+        stream_name=f"bench_taskiq_{tag}",
+        durable=f"bench_taskiq_{tag}",
+        pull_consume_batch=50,
+        pull_consume_timeout=0.2,
+    )
+    done = asyncio.Event()
+    ran = 0
+
+    @broker.task(task_name="noop")
+    async def noop(i: int) -> None:
+        nonlocal ran
+        ran += 1
+        if ran == n:
+            done.set()
+
+    await broker.startup()
+    try:
+        await asyncio.gather(*(noop.kiq(i) for i in range(n)))
+        finish = asyncio.Event()
+        receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
+        t0 = time.perf_counter()
+        listener = asyncio.create_task(receiver.listen(finish))
+        await done.wait()
+        elapsed = time.perf_counter() - t0
+        finish.set()
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        return n / elapsed
+    finally:
+        await broker.js.delete_stream(f"bench_taskiq_{tag}")
+        await broker.shutdown()
