@@ -13,8 +13,9 @@ Measured per broker:
   ticker CPU, idle        idle tickers (10 schedules, none due), per replica
   ticker CPU, 1s schedule 10 replicas ticking a 1-second schedule, per replica
 
-Ratios compare with the first row of the same measurement, so they hold on a
-noisy, shared machine where absolute numbers do not. Raw ceilings and peer
+Each throughput is the median of --rounds runs that alternate between the rows
+of a measurement. Ratios compare with the first row of the same measurement,
+so they hold on a noisy, shared machine where absolute numbers do not. Raw ceilings and peer
 libraries (``ceilings()``, ``peers()``) are added per URL scheme; peers are
 installed in the ``bench`` environment only.
 """
@@ -24,11 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import statistics
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
@@ -201,45 +204,51 @@ def peers(url: str) -> dict[str, tuple[str, Callable[[int], Awaitable[float]]]]:
     return {}
 
 
-async def run(urls: list[str], n: int, ticker_seconds: float, with_peers: bool) -> list[Row]:
+Bench = Callable[[], Awaitable[float]]
+
+
+async def interleaved(rounds: int, subjects: list[tuple[str, Bench]]) -> list[tuple[str, float]]:
+    """Run each subject ``rounds`` times, alternating, and keep each one's median."""
+    results: dict[str, list[float]] = {name: [] for name, _ in subjects}
+    for _ in range(rounds):
+        for name, fn in subjects:
+            results[name].append(await fn())
+    return [(name, statistics.median(values)) for name, values in results.items()]
+
+
+async def run(
+    urls: list[str], n: int, ticker_seconds: float, with_peers: bool, rounds: int
+) -> list[Row]:
     rows: list[Row] = []
     for url in urls:
         label = url.split("?")[0]
         raw = ceilings(url)
         other = peers(url) if with_peers else {}
-
-        def add(
-            measurement: str, subject: str, value: float, unit: str = "/s", label: str = label
-        ) -> None:
-            rows.append(Row(f"{label} {measurement}", subject, value, unit))
-
-        m = "enqueue one by one"
-        if m in raw:
-            add(m, "raw client, unique msg ids", await raw[m](n))
-        add(m, "framework-m, no dedup id", await bench_enqueue(url, n, False))
-        add(m, "framework-m, dedup id", await bench_enqueue(url, n, True))
-        m = "enqueue, 100 in flight"
-        if m in raw:
-            add(m, "raw client, unique msg ids", await raw[m](n))
-        add(m, "framework-m, dedup id", await bench_enqueue_concurrent(url, n))
-        m = "drain no-op jobs"
-        add(m, "framework-m worker, concurrency 50", await bench_drain(url, n))
-        if m in other:
-            name, fn = other[m]
-            add(m, name, await fn(n))
-        cpu_seconds = ticker_seconds
-        add(
-            "ticker CPU, idle",
-            "per replica, 10 schedules",
-            await bench_ticker_cpu(url, 10, cpu_seconds, busy=False),
-            "% CPU",
-        )
-        add(
-            "ticker CPU, 1s schedule",
-            "per replica, 10 replicas",
-            await bench_ticker_cpu(url, 10, cpu_seconds, busy=True),
-            "% CPU",
-        )
+        groups: dict[str, list[tuple[str, Bench]]] = {
+            "enqueue one by one": [
+                ("framework-m, no dedup id", partial(bench_enqueue, url, n, False)),
+                ("framework-m, dedup id", partial(bench_enqueue, url, n, True)),
+            ],
+            "enqueue, 100 in flight": [
+                ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),
+            ],
+            "drain no-op jobs": [
+                ("framework-m worker, concurrency 50", partial(bench_drain, url, n)),
+            ],
+        }
+        for measurement, fn in raw.items():
+            groups[measurement].insert(0, ("raw client, unique msg ids", partial(fn, n)))
+        for measurement, (name, fn) in other.items():
+            groups[measurement].append((name, partial(fn, n)))
+        for measurement, subjects in groups.items():
+            for name, value in await interleaved(rounds, subjects):
+                rows.append(Row(f"{label} {measurement}", name, value, "/s"))
+        for busy, measurement, subject in (
+            (False, "ticker CPU, idle", "per replica, 10 schedules"),
+            (True, "ticker CPU, 1s schedule", "per replica, 10 replicas"),
+        ):
+            cpu = await bench_ticker_cpu(url, 10, ticker_seconds, busy=busy)
+            rows.append(Row(f"{label} {measurement}", subject, cpu, "% CPU"))
     return rows
 
 
@@ -260,10 +269,11 @@ def main() -> None:
     parser.add_argument("--ticker-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--no-peers", action="store_true", help="skip peer libraries")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating runs; median kept")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    n, secs = (200, 1.2) if args.quick else (args.n, args.ticker_seconds)
-    rows = asyncio.run(run(["memory://", *args.broker], n, secs, not args.no_peers))
+    n, secs, rounds = (200, 1.2, 1) if args.quick else (args.n, args.ticker_seconds, args.rounds)
+    rows = asyncio.run(run(["memory://", *args.broker], n, secs, not args.no_peers, rounds))
     print_table(rows)
 
 

@@ -21,5 +21,12 @@ def test_benchmark_harness_runs() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    rows = [line.split()[0] for line in result.stdout.splitlines()[1:]]
-    assert rows == ["enqueue", "enqueue", "enqueue", "drain", "ticker", "ticker"]
+    rows = [" ".join(line.split()[1:3]) for line in result.stdout.splitlines()[1:]]
+    assert rows == [
+        "enqueue one",
+        "enqueue one",
+        "enqueue, 100",
+        "drain no-op",
+        "ticker CPU,",
+        "ticker CPU,",
+    ]

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 from .messages import JobMessage, validate_deduplication_id, validate_job_name
 from .schema import SchemaPlan
@@ -29,8 +29,7 @@ class Capability:
     CROSS_PROCESS = "cross_process"
 
 
-@dataclass(frozen=True, slots=True)
-class PublishResult:
+class PublishResult(NamedTuple):
     """What a publish did: the job id stored under, and whether it was a duplicate."""
 
     job_id: str
@@ -105,11 +104,14 @@ class BaseBroker(ABC):
             deduplication_id=validate_deduplication_id(deduplication_id),
             enqueued_at=time.time(),
         )
-        return (await self.publish(message)).job_id
+        return (await self._send(message)).job_id
 
     async def publish(self, message: JobMessage) -> PublishResult:
         validate_job_name(message.job_name)
         validate_deduplication_id(message.deduplication_id)
+        return await self._send(message)
+
+    async def _send(self, message: JobMessage) -> PublishResult:
         body = message.encode()
         result = await self._publish(message, body)
         if result.duplicate:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +26,18 @@ MAX_NAME_LENGTH = 200
 # Names travel in dedup ids, subjects and keys: keep them to a safe alphabet.
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _DEDUP_ID_MAX = 512
+_VALID_NAMES: set[str] = set()
 
 
 def new_job_id() -> str:
-    """A fresh, globally unique job id."""
-    return uuid.uuid4().hex
+    """A fresh, globally unique job id (128 random bits, hex)."""
+    return os.urandom(16).hex()
 
 
 def validate_job_name(name: object) -> str:
     """Return ``name`` if it is a valid job name, else raise :class:`InvalidJobError`."""
+    if isinstance(name, str) and name in _VALID_NAMES:
+        return name
     if not isinstance(name, str) or not name:
         raise InvalidJobError(f"job name must be a non-empty string, got {name!r}")
     if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
@@ -42,6 +45,8 @@ def validate_job_name(name: object) -> str:
             f"invalid job name {name!r}: use letters, digits, '_', '.', '-' "
             f"(starting with a letter or '_'), at most {MAX_NAME_LENGTH} characters"
         )
+    if len(_VALID_NAMES) < 10_000:  # job names are few; bound the cache anyway
+        _VALID_NAMES.add(name)
     return name
 
 
@@ -65,6 +70,10 @@ def _reject_non_finite(value: str) -> Any:
 def loads_strict(text: str | bytes) -> Any:
     """``json.loads`` that refuses NaN and Infinity, which are not JSON."""
     return json.loads(text, parse_constant=_reject_non_finite)
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+_quote = json.encoder.encode_basestring_ascii
 
 
 def dumps_kwargs(job_name: str, kwargs: dict[str, Any]) -> str:
@@ -101,19 +110,22 @@ class JobMessage:
 
     def encode(self) -> bytes:
         """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
-        kwargs_json = dumps_kwargs(self.job_name, self.kwargs)
-        head = json.dumps(
-            {
-                "v": WIRE_VERSION,
-                "id": self.id,
-                "job": self.job_name,
-                "enqueued_at": self.enqueued_at,
-                "scheduled_at": self.scheduled_at,
-                "dedup_id": self.deduplication_id,
-            },
-            separators=(",", ":"),
-        )
-        return (head[:-1] + ',"kwargs":' + kwargs_json + "}").encode()
+        try:
+            kwargs = _ENCODER.encode(self.kwargs)
+        except (TypeError, ValueError):
+            dumps_kwargs(self.job_name, self.kwargs)  # raises, naming the key
+            raise
+        # Hot path: the other fields are validated names, hex ids and numbers, so they
+        # are formatted directly; only the free-form strings go through the escaper.
+        if not math.isfinite(self.enqueued_at):
+            raise InvalidJobError(f"enqueued_at of job {self.job_name!r} must be finite")
+        dedup = "null" if self.deduplication_id is None else _quote(self.deduplication_id)
+        scheduled = "null" if self.scheduled_at is None else str(int(self.scheduled_at))
+        return (
+            f'{{"v":{WIRE_VERSION},"id":{_quote(self.id)},"job":{_quote(self.job_name)},'
+            f'"enqueued_at":{float(self.enqueued_at)!r},"scheduled_at":{scheduled},'
+            f'"dedup_id":{dedup},"kwargs":{kwargs}}}'
+        ).encode()
 
 
 def decode_message(body: bytes) -> JobMessage:
