@@ -68,3 +68,15 @@ def test_no_scheduler_replicas_publish_no_ticks(
         w.signal(signal.SIGTERM)
         assert w.wait() == 0
     assert not (tmp_path / "slots.log").exists()
+
+
+def test_worker_logs_its_broker_without_the_password(
+    run_m: Callable[..., MProcess], tag: str
+) -> None:
+    url = isolated_url("nats://alice:s3cret-pw@127.0.0.1:4222", tag)
+    worker = run_m("worker", "--app", "examples.heartbeat", "--broker", url)
+    worker.wait_for(r"worker starting: role=ticker\+worker broker=nats://alice:\*\*\*@127")
+    worker.wait_for(r"every_second slot=")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert "s3cret-pw" not in worker.output
