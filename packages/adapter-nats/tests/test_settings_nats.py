@@ -60,8 +60,8 @@ def test_invalid_urls(url: str, message: str) -> None:
         parse_url(url)
 
 
-def test_tls_files_must_exist(tmp_path: Path) -> None:
+def test_tls_key_needs_a_certificate(tmp_path: Path) -> None:
+    key = tmp_path / "k.pem"
+    key.write_text("x")
     with pytest.raises(ConfigurationError, match="tls_key needs tls_cert"):
-        key = tmp_path / "k.pem"
-        key.write_text("x")
         parse_url(f"tls://h?tls_key={key}")
