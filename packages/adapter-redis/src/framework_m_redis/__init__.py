@@ -1,1 +1,6 @@
-"""Redis broker adapter of framework-m (not implemented yet)."""
+"""Redis broker adapter of framework-m (``redis://`` and ``rediss://``)."""
+
+from .broker import RedisBroker
+from .settings import RedisSettings, parse_url
+
+__all__ = ["RedisBroker", "RedisSettings", "parse_url"]
