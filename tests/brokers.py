@@ -118,3 +118,79 @@ def wait_for_slot(path: Path, slot: int, timeout: float) -> None:
             newest = max(runs) if runs else None
             raise AssertionError(f"slot {slot} not run within {timeout:g}s (newest: {newest})")
         time.sleep(0.1)
+
+
+class RedisServer:
+    """One redis-server (optionally a cluster node) with its own directory."""
+
+    def __init__(self, workdir: Path, *, cluster: bool = False, persist: bool = False) -> None:
+        self.port = free_port()
+        self.dir = workdir / f"redis-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.cluster = cluster
+        self.persist = persist
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *extra: str) -> None:
+        args = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        args += ["--dir", str(self.dir), "--save", ""]
+        args += (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.persist
+            else ["--appendonly", "no"]
+        )
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        args += list(extra)
+        with (self.dir / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
+    """Start ``masters`` cluster nodes and join them with ``redis-cli --cluster create``."""
+    nodes = [RedisServer(workdir, cluster=True) for _ in range(masters)]
+    for node in nodes:
+        node.start()
+    addresses = [f"127.0.0.1:{n.port}" for n in nodes]
+    subprocess.run(
+        [
+            "redis-cli",
+            "--cluster",
+            "create",
+            *addresses,
+            "--cluster-replicas",
+            "0",
+            "--cluster-yes",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        info = subprocess.run(
+            ["redis-cli", "-p", str(nodes[0].port), "cluster", "info"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        if "cluster_state:ok" in info:
+            return nodes
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"redis cluster not ok: {info}")
+        time.sleep(0.2)

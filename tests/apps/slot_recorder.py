@@ -1,5 +1,7 @@
-"""A 1-second schedule whose every run appends ``slot pid attempt`` to $FM_SLOT_LOG."""
+"""Test app: ``record`` every second appends ``slot pid attempt`` to $FM_SLOT_LOG;
+``slow`` appends ``start``/``end`` lines to $FM_SLOW_LOG around a sleep."""
 
+import asyncio
 import os
 
 from framework_m_core import App, JobContext
@@ -7,12 +9,22 @@ from framework_m_core import App, JobContext
 app = App()
 
 
-@app.job(every=1)
-async def record(ctx: JobContext) -> None:
-    assert ctx.scheduled_at is not None
-    line = f"{int(ctx.scheduled_at.timestamp())} {os.getpid()} {ctx.attempt}\n"
-    fd = os.open(os.environ["FM_SLOT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def _append(variable: str, line: str) -> None:
+    fd = os.open(os.environ[variable], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())  # one small O_APPEND write: atomic between processes
     finally:
         os.close(fd)
+
+
+@app.job(every=1)
+async def record(ctx: JobContext) -> None:
+    assert ctx.scheduled_at is not None
+    _append("FM_SLOT_LOG", f"{int(ctx.scheduled_at.timestamp())} {os.getpid()} {ctx.attempt}\n")
+
+
+@app.job(max_attempts=3)
+async def slow(ctx: JobContext, seconds: float) -> None:
+    _append("FM_SLOW_LOG", f"start {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
+    await asyncio.sleep(seconds)
+    _append("FM_SLOW_LOG", f"end {ctx.job_id} {os.getpid()} {ctx.attempt}\n")

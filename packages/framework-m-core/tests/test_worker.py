@@ -254,3 +254,33 @@ async def test_a_job_whose_workers_keep_dying_is_dead_lettered(queue_name: str) 
     assert calls == 0
     [dead] = await broker.dead_letters()
     assert "delivered 3 times, more than max_attempts=2" in dead.reason
+
+
+async def test_an_ack_that_fails_is_retried_not_given_up(queue_name: str) -> None:
+    failures = 2
+
+    class Flaky(MemoryBroker):
+        async def ack(self, delivery: Delivery) -> None:
+            nonlocal failures
+            if failures:
+                failures -= 1
+                raise BrokerError("connection reset")
+            await super().ack(delivery)
+
+    broker = Flaky(queue_name, visibility_timeout=5)
+    await broker.connect()
+    await broker.sync_schema()
+    app = App()
+    runs = 0
+
+    @app.job
+    async def job(ctx: JobContext) -> None:
+        nonlocal runs
+        runs += 1
+
+    await broker.enqueue("job")
+    async with running_worker(app, broker, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: worker.stats.succeeded == 1)
+    assert failures == 0
+    assert runs == 1
+    assert await broker.receive(10, 0.2) == []

@@ -150,19 +150,20 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:
-    async with _connected(broker):
-        ticker = None
-        if not args.no_scheduler:
-            ticker = InProcessTickerAdapter(
-                app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
-            )
-        worker = Worker(
-            app,
-            broker,
-            ticker=ticker,
-            concurrency=args.concurrency,
-            shutdown_timeout=args.shutdown_timeout,
+    ticker = None
+    if not args.no_scheduler:
+        ticker = InProcessTickerAdapter(
+            app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
         )
+    worker = Worker(
+        app,
+        broker,
+        ticker=ticker,
+        concurrency=args.concurrency,
+        shutdown_timeout=args.shutdown_timeout,
+    )
+    _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
+    async with _connected(broker):
         await worker.prepare()
         log.info(
             "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
@@ -174,21 +175,25 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
             args.concurrency,
             os.getpid(),
         )
-        loop = asyncio.get_running_loop()
-        signals = 0
-
-        def on_signal(signum: int) -> None:
-            nonlocal signals
-            signals += 1
-            log.info("received %s", signal.Signals(signum).name)
-            if signals == 1:
-                worker.stop()
-            else:
-                worker.abort()
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal, signum)
         await worker.run()
+
+
+def _handle_signals(worker: Worker) -> None:
+    """SIGTERM/SIGINT stop gracefully; a second one hands running jobs back at once."""
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        log.info("received %s", signal.Signals(signum).name)
+        if signals == 1:
+            worker.stop()
+        else:
+            worker.abort()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
 
 
 def _schedules(args: argparse.Namespace) -> int:

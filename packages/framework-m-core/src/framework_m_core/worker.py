@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -217,34 +218,49 @@ class Worker:
         except asyncio.CancelledError:
             await asyncio.shield(self._release(delivery))
             raise
-        try:
-            if reason is None:
-                await self.broker.ack(delivery)
+        label = f"{spec.name}[{message.id}]"
+        if reason is None:
+            if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
                 self.stats.succeeded += 1
-            elif delivery.attempt >= spec.max_attempts:
-                await self._dead_letter(
-                    delivery, f"failed after {delivery.attempt} attempt(s): {reason}", message
-                )
-            else:
-                delay = spec.retry_delay(delivery.attempt)
-                await self.broker.retry(delivery, delay)
+        elif delivery.attempt >= spec.max_attempts:
+            await self._dead_letter(
+                delivery, f"failed after {delivery.attempt} attempt(s): {reason}", message
+            )
+        else:
+            delay = spec.retry_delay(delivery.attempt)
+            if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
                 job_log.warning(
-                    "%s[%s] attempt %d/%d failed: %s; retrying in %.1fs",
-                    spec.name,
-                    message.id,
+                    "%s attempt %d/%d failed: %s; retrying in %.1fs",
+                    label,
                     delivery.attempt,
                     spec.max_attempts,
                     reason,
                     delay,
                 )
-        except Exception as exc:
-            log.error(
-                "%s[%s]: broker call after the handler failed (%s); it will be delivered again",
-                spec.name,
-                message.id,
-                exc,
-            )
+
+    async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
+        """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.
+
+        The job has run: giving up early would make the broker deliver it again. The
+        calls are idempotent, so retrying is safe; past the visibility timeout the
+        broker redelivers anyway, and we stop trying.
+        """
+        deadline = time.monotonic() + max(5.0, self.broker.visibility_timeout)
+        delay = 0.1
+        while True:
+            try:
+                await call()
+                return True
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    log.error(
+                        "%s: %s failed (%s); the broker will deliver it again", label, what, exc
+                    )
+                    return False
+                log.warning("%s: %s failed (%s); retrying in %.1fs", label, what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _run_handler(
         self, spec: JobSpec, message: JobMessage, delivery: Delivery
@@ -300,13 +316,11 @@ class Worker:
         self, delivery: Delivery, reason: str, message: JobMessage | None
     ) -> None:
         label = f"{message.job_name}[{message.id}]" if message else "message"
-        try:
-            await self.broker.dead_letter(delivery, reason)
-        except Exception as exc:
-            log.error("%s: dead-lettering failed (%s); it will be delivered again", label, exc)
-            return
-        self.stats.dead_lettered += 1
-        job_log.error("%s dead-lettered: %s", label, reason)
+        if await self._settle(
+            label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
+        ):
+            self.stats.dead_lettered += 1
+            job_log.error("%s dead-lettered: %s", label, reason)
 
 
 async def _wait_any(*events: asyncio.Event) -> None:

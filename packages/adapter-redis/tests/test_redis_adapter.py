@@ -1,0 +1,97 @@
+"""Redis specifics: URL parsing, schema sync, queue bound, key layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from framework_m_core import BrokerError, ConfigurationError, SchemaConflictError
+from framework_m_core.adapters.registry import open_broker
+from framework_m_redis import RedisBroker, parse_url
+
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.anyio
+
+
+def test_url_options() -> None:
+    s = parse_url("rediss://app:pw@host:6380/2?queue=mail&dedup_window=60&ssl_cert_reqs=none")
+    assert (s.queue, s.dedup_window, s.group) == ("mail", 60, "workers")
+    assert s.client_url == "rediss://app:pw@host:6380/2?ssl_cert_reqs=none"
+    assert "pw" not in s.display_url
+    assert s.stream == "fm:{mail}:jobs"
+    assert s.dedup_key("tick:x:1") == "fm:{mail}:dedup:tick:x:1"
+    assert isinstance(open_broker("redis://127.0.0.1:6379/0"), RedisBroker)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://h?queue=a{b}", "queue 'a{b}' must be"),
+        ("redis://h?colour=red", "unknown option 'colour'"),
+        ("redis://h?max_len=lots", "must be a int"),
+        ("redis://h?visibility_timeout=0", "visibility_timeout must be at least"),
+        ("redis://?queue=x", "names no host"),
+    ],
+)
+def test_invalid_urls(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        parse_url(url)
+
+
+async def test_schema_sync_creates_group_and_marker_then_is_idempotent(
+    redis_namespace: Callable[..., str],
+) -> None:
+    async with RedisBroker.from_url(redis_namespace()) as broker:
+        plan = await broker.plan_schema()
+        assert [c.action for c in plan.changes] == ["create", "create"]
+        assert (await broker.sync_schema(dry_run=True)).changes == plan.changes
+        assert not (await broker.plan_schema()).in_sync  # dry run changed nothing
+        await broker.sync_schema()
+        assert (await broker.plan_schema()).in_sync
+        assert await broker.client.hget(broker.settings.meta, "layout") == b"1"
+
+
+async def test_a_newer_layout_is_refused(redis_namespace: Callable[..., str]) -> None:
+    async with RedisBroker.from_url(redis_namespace()) as broker:
+        await broker.client.hset(broker.settings.meta, "layout", 99)
+        with pytest.raises(SchemaConflictError, match="key layout 99 was written by a newer"):
+            await broker.sync_schema()
+
+
+async def test_receive_without_the_group_says_to_migrate(
+    redis_namespace: Callable[..., str],
+) -> None:
+    async with RedisBroker.from_url(redis_namespace()) as broker:
+        await broker.publish_raw(b"x")
+        with pytest.raises(BrokerError, match="run schema sync"):
+            await broker.receive(1, 0.1)
+
+
+async def test_a_full_queue_refuses_instead_of_dropping(
+    redis_namespace: Callable[..., str],
+) -> None:
+    async with RedisBroker.from_url(redis_namespace(max_len=2)) as broker:
+        await broker.sync_schema()
+        await broker.enqueue("job")
+        await broker.enqueue("job", deduplication_id="kept")
+        with pytest.raises(BrokerError, match="holds max_len=2 jobs"):
+            await broker.enqueue("job", deduplication_id="refused")
+        # the refused enqueue left no dedup key behind: it can be sent once there is room
+        [first, _] = await broker.receive(10, 1)
+        await broker.ack(first)
+        assert await broker.enqueue("job", deduplication_id="refused")
+        assert broker.stats.duplicates == 0
+
+
+async def test_dedup_key_lives_exactly_the_window(redis_namespace: Callable[..., str]) -> None:
+    async with RedisBroker.from_url(redis_namespace(dedup_window=60)) as broker:
+        await broker.sync_schema()
+        job_id = await broker.enqueue("job", deduplication_id="tick:job:1")
+        client = aioredis.Redis.from_url(REDIS_URL)
+        key = broker.settings.dedup_key("tick:job:1")
+        assert await client.get(key) == job_id.encode()
+        assert 59_000 < await client.pttl(key) <= 60_000
+        await client.aclose()
