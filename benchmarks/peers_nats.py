@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 
 import nats
+from common import BODY
 from nats.js.api import StreamConfig
-
-# A body the size of a framework-m message with one small kwarg.
-BODY = json.dumps(
-    {
-        "v": 1,
-        "id": uuid.uuid4().hex,
-        "job": "noop",
-        "enqueued_at": time.time(),
-        "scheduled_at": None,
-        "dedup_id": "bench:000000000000000000000000:00000",
-        "kwargs": {"i": 0},
-    }
-).encode()
 
 
 async def raw_publish(server: str, n: int, inflight: int) -> float:

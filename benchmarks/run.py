@@ -55,6 +55,9 @@ def isolated(url: str) -> str:
         return f"memory://bench-{uuid.uuid4().hex}"
     if url.startswith("nats://"):
         return isolated_nats(url)
+    if url.startswith(("redis://", "rediss://")):
+        sep = "&" if "?" in url else "?"
+        return f"{url}{sep}queue=bench_{uuid.uuid4().hex[:12]}"
     return url
 
 
@@ -181,26 +184,54 @@ def server_of(url: str) -> str:
     return url.partition("?")[0]
 
 
-def ceilings(url: str) -> dict[str, Callable[[int], Awaitable[float]]]:
+Rows = dict[str, list[tuple[str, Callable[[int], Awaitable[float]]]]]
+
+
+def ceilings(url: str) -> Rows:
     """Raw client rows (the ceiling an adapter is measured against), by measurement."""
+    server = server_of(url)
     if url.startswith("nats://"):
         from peers_nats import raw_publish
 
+        label = "raw nats-py, unique msg ids"
         return {
-            "enqueue one by one": lambda n: raw_publish(server_of(url), n, 1),
-            "enqueue, 100 in flight": lambda n: raw_publish(server_of(url), n, 100),
+            "enqueue one by one": [(label, partial(raw_publish, server, inflight=1))],
+            "enqueue, 100 in flight": [(label, partial(raw_publish, server, inflight=100))],
+        }
+    if url.startswith(("redis://", "rediss://")):
+        from peers_redis import raw_lua, raw_lua_pipelined
+
+        label = "raw redis-py, same Lua script"
+        return {
+            "enqueue one by one": [(label, partial(raw_lua, server, inflight=1))],
+            "enqueue, 100 in flight": [
+                (label, partial(raw_lua, server, inflight=100)),
+                ("raw redis-py, pipelined by 100", partial(raw_lua_pipelined, server)),
+            ],
         }
     return {}
 
 
-def peers(url: str) -> dict[str, tuple[str, Callable[[int], Awaitable[float]]]]:
-    """Peer-library rows by measurement: (label, function)."""
-    if url.startswith("nats://"):
-        try:
+def peers(url: str) -> Rows:
+    """Peer-library rows by measurement; they live in the bench environment only."""
+    server = server_of(url)
+    try:
+        if url.startswith("nats://"):
             from peers_nats import taskiq_nats_drain
-        except ImportError:  # peers live in the bench environment only
-            return {}
-        return {"drain no-op jobs": ("taskiq-nats", lambda n: taskiq_nats_drain(server_of(url), n))}
+
+            return {"drain no-op jobs": [("taskiq-nats", partial(taskiq_nats_drain, server))]}
+        if url.startswith(("redis://", "rediss://")):
+            from peers_redis import arq_drain_in_its_env, saq_drain, taskiq_redis_drain
+
+            return {
+                "drain no-op jobs": [
+                    ("arq", partial(arq_drain_in_its_env, server)),
+                    ("taskiq-redis", partial(taskiq_redis_drain, server)),
+                    ("saq", partial(saq_drain, server)),
+                ]
+            }
+    except ImportError:
+        return {}
     return {}
 
 
@@ -236,10 +267,10 @@ async def run(
                 ("framework-m worker, concurrency 50", partial(bench_drain, url, n)),
             ],
         }
-        for measurement, fn in raw.items():
-            groups[measurement].insert(0, ("raw client, unique msg ids", partial(fn, n)))
-        for measurement, (name, fn) in other.items():
-            groups[measurement].append((name, partial(fn, n)))
+        for measurement, rows_ in raw.items():
+            groups[measurement][:0] = [(name, partial(fn, n)) for name, fn in rows_]
+        for measurement, rows_ in other.items():
+            groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
         for measurement, subjects in groups.items():
             for name, value in await interleaved(rounds, subjects):
                 rows.append(Row(f"{label} {measurement}", name, value, "/s"))

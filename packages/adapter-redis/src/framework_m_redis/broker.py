@@ -77,10 +77,16 @@ class RedisBroker(BaseBroker):
         s = self.settings
         try:
             if s.cluster:
-                client: Any = RedisCluster.from_url(s.client_url)
+                client: Any = RedisCluster.from_url(
+                    s.client_url, max_connections=s.max_connections
+                )
                 await client.initialize()
             else:
-                client = aioredis.Redis.from_url(s.client_url)
+                # Callers beyond max_connections wait for a connection instead of failing.
+                pool = aioredis.BlockingConnectionPool.from_url(
+                    s.client_url, max_connections=s.max_connections, timeout=None
+                )
+                client = aioredis.Redis(connection_pool=pool)
                 await client.ping()
         except (RedisError, OSError) as exc:
             raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None

@@ -26,6 +26,7 @@ _OURS: dict[str, type] = {
     "max_len": int,
     "dead_letter_max_len": int,
     "cluster": int,
+    "max_connections": int,
 }
 _REDIS_PY = frozenset(
     {
@@ -57,6 +58,7 @@ class RedisSettings:
     max_len: int = DEFAULT_MAX_LEN
     dead_letter_max_len: int = DEFAULT_DEAD_MAX_LEN
     cluster: bool = False
+    max_connections: int = 64
 
     def key(self, name: str) -> str:
         # One hash tag for every key of a queue: scripts touch one slot on Redis Cluster.
@@ -130,3 +132,5 @@ def _validate(s: RedisSettings, shown: str) -> None:
         raise bad("visibility_timeout must be at least 0.1 seconds")
     if s.max_len < 1 or s.dead_letter_max_len < 1:
         raise bad("max_len and dead_letter_max_len must be >= 1")
+    if s.max_connections < 2:
+        raise bad("max_connections must be >= 2 (a blocked read holds one)")

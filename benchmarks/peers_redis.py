@@ -1,0 +1,212 @@
+"""Redis rows: the raw redis-py ceiling (our Lua script) and the peers arq, taskiq-redis, saq."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from common import BODY
+
+from framework_m_redis.scripts import ENQUEUE
+
+
+async def _cleanup(client: aioredis.Redis, pattern: str) -> None:
+    keys = [k async for k in client.scan_iter(match=pattern, count=1000)]
+    for i in range(0, len(keys), 1000):
+        await client.delete(*keys[i : i + 1000])
+
+
+async def raw_lua(server: str, n: int, inflight: int) -> float:
+    """The adapter's own SET NX + XADD script called straight through redis-py."""
+    tag = uuid.uuid4().hex[:12]
+    client = aioredis.Redis.from_url(server)
+    script = client.register_script(ENQUEUE)
+    stream = f"bench:{{{tag}}}:jobs"
+
+    async def one(i: int) -> None:
+        await script(
+            keys=[stream, f"bench:{{{tag}}}:d:{i}"], args=[str(i), BODY, 120000, 10**9, "1"]
+        )
+
+    try:
+        await one(-1)  # load the script
+        t0 = time.perf_counter()
+        if inflight == 1:
+            for i in range(n):
+                await one(i)
+        else:
+            sem = asyncio.Semaphore(inflight)
+
+            async def limited(i: int) -> None:
+                async with sem:
+                    await one(i)
+
+            await asyncio.gather(*(limited(i) for i in range(n)))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await _cleanup(client, f"bench:{{{tag}}}:*")
+        await client.aclose()
+
+
+async def raw_lua_pipelined(server: str, n: int, batch: int = 100) -> float:
+    """The same script, 100 calls per pipeline round trip."""
+    tag = uuid.uuid4().hex[:12]
+    client = aioredis.Redis.from_url(server)
+    script = client.register_script(ENQUEUE)
+    stream = f"bench:{{{tag}}}:jobs"
+    try:
+        await script(keys=[stream, f"bench:{{{tag}}}:d:-1"], args=["-1", BODY, 120000, 10**9, "1"])
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, min(n, start + batch)):
+                await script(
+                    keys=[stream, f"bench:{{{tag}}}:d:{i}"],
+                    args=[str(i), BODY, 120000, 10**9, "1"],
+                    client=pipe,
+                )
+            await pipe.execute()
+        return n / (time.perf_counter() - t0)
+    finally:
+        await _cleanup(client, f"bench:{{{tag}}}:*")
+        await client.aclose()
+
+
+async def arq_drain(server: str, n: int) -> float:
+    """arq, 50 jobs at once (max_jobs), burst mode."""
+    from arq import create_pool
+    from arq.connections import RedisSettings
+    from arq.worker import Worker, func
+
+    queue = f"bench:arq:{uuid.uuid4().hex[:12]}"
+    settings = RedisSettings.from_dsn(server)
+    pool = await create_pool(settings)
+
+    async def noop(ctx: dict[str, object], i: int) -> None: ...
+
+    try:
+        await asyncio.gather(*(pool.enqueue_job("noop", i, _queue_name=queue) for i in range(n)))
+        worker = Worker(
+            functions=[func(noop, name="noop")],
+            redis_pool=pool,
+            queue_name=queue,
+            max_jobs=50,
+            burst=True,
+            poll_delay=0.01,
+            handle_signals=False,
+            keep_result=0,
+        )
+        t0 = time.perf_counter()
+        await worker.main()
+        elapsed = time.perf_counter() - t0
+        assert worker.jobs_complete == n, worker.jobs_complete
+        return n / elapsed
+    finally:
+        await _cleanup(pool, "arq:*")
+        await pool.delete(queue)
+        await pool.aclose()
+
+
+async def taskiq_redis_drain(server: str, n: int) -> float:
+    """taskiq-redis (Redis Streams broker), 50 tasks at once."""
+    from taskiq.receiver import Receiver
+    from taskiq_redis import RedisStreamBroker
+
+    tag = uuid.uuid4().hex[:12]
+    broker = RedisStreamBroker(server, queue_name=f"bench_taskiq_{tag}", xread_block=200)
+    done = asyncio.Event()
+    ran = 0
+
+    @broker.task(task_name="noop")
+    async def noop(i: int) -> None:
+        nonlocal ran
+        ran += 1
+        if ran == n:
+            done.set()
+
+    await broker.startup()
+    try:
+        await asyncio.gather(*(noop.kiq(i) for i in range(n)))
+        finish = asyncio.Event()
+        receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
+        t0 = time.perf_counter()
+        listener = asyncio.create_task(receiver.listen(finish))
+        await done.wait()
+        elapsed = time.perf_counter() - t0
+        finish.set()
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+        return n / elapsed
+    finally:
+        client = aioredis.Redis.from_url(server)
+        await client.delete(f"bench_taskiq_{tag}")
+        await client.aclose()
+        await broker.shutdown()
+
+
+async def saq_drain(server: str, n: int) -> float:
+    """saq, concurrency 50."""
+    from saq import Queue, Worker
+
+    queue = Queue.from_url(server, name=f"bench_saq_{uuid.uuid4().hex[:12]}")
+    done = asyncio.Event()
+    ran = 0
+
+    async def noop(ctx: object, *, i: int) -> None:
+        nonlocal ran
+        ran += 1
+        if ran == n:
+            done.set()
+
+    await queue.connect()
+    try:
+        for start in range(0, n, 500):
+            await asyncio.gather(
+                *(queue.enqueue("noop", i=i) for i in range(start, min(n, start + 500)))
+            )
+        worker = Worker(queue, functions=[("noop", noop)], concurrency=50)
+        t0 = time.perf_counter()
+        task = asyncio.create_task(worker.start())
+        await done.wait()
+        elapsed = time.perf_counter() - t0
+        await worker.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return n / elapsed
+    finally:
+        await _cleanup(queue.redis, f"saq:{queue.name}:*")
+        await queue.disconnect()
+
+
+async def arq_drain_in_its_env(server: str, n: int) -> float:
+    """:func:`arq_drain`, run in the ``bench-arq`` environment (arq needs redis<6)."""
+    hatch = shutil.which("hatch")
+    if hatch is None:
+        raise RuntimeError("hatch is not on PATH: run the benchmarks with `hatch run bench:run`")
+    proc = await asyncio.create_subprocess_exec(
+        hatch,
+        "run",
+        "bench-arq:python",
+        str(Path(__file__)),
+        "arq",
+        server,
+        str(n),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"arq benchmark failed with exit code {proc.returncode}")
+    return float(out.decode().split()[-1])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    peer, url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    assert peer == "arq"
+    print(asyncio.run(arq_drain(url, count)))
