@@ -77,9 +77,7 @@ class RedisBroker(BaseBroker):
         s = self.settings
         try:
             if s.cluster:
-                client: Any = RedisCluster.from_url(
-                    s.client_url, max_connections=s.max_connections
-                )
+                client: Any = RedisCluster.from_url(s.client_url, max_connections=s.max_connections)
                 await client.initialize()
             else:
                 # Callers beyond max_connections wait for a connection instead of failing.
