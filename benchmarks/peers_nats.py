@@ -7,7 +7,7 @@ import time
 import uuid
 
 import nats
-from common import BODY
+from common import BODY, in_batches
 from nats.js.api import StreamConfig
 
 
@@ -63,7 +63,7 @@ async def taskiq_nats_drain(server: str, n: int) -> float:
 
     await broker.startup()
     try:
-        await asyncio.gather(*(noop.kiq(i) for i in range(n)))
+        await in_batches(noop.kiq, n)
         finish = asyncio.Event()
         receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
         t0 = time.perf_counter()

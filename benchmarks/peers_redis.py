@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from common import BODY
+from common import BODY, in_batches
 
 from framework_m_redis.scripts import ENQUEUE
 
@@ -90,7 +90,7 @@ async def arq_drain(server: str, n: int) -> float:
     async def noop(ctx: dict[str, object], i: int) -> None: ...
 
     try:
-        await asyncio.gather(*(pool.enqueue_job("noop", i, _queue_name=queue) for i in range(n)))
+        await in_batches(lambda i: pool.enqueue_job("noop", i, _queue_name=queue), n)
         worker = Worker(
             functions=[func(noop, name="noop")],
             redis_pool=pool,
@@ -131,7 +131,7 @@ async def taskiq_redis_drain(server: str, n: int) -> float:
 
     await broker.startup()
     try:
-        await asyncio.gather(*(noop.kiq(i) for i in range(n)))
+        await in_batches(noop.kiq, n)
         finish = asyncio.Event()
         receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
         t0 = time.perf_counter()
@@ -165,10 +165,7 @@ async def saq_drain(server: str, n: int) -> float:
 
     await queue.connect()
     try:
-        for start in range(0, n, 500):
-            await asyncio.gather(
-                *(queue.enqueue("noop", i=i) for i in range(start, min(n, start + 500)))
-            )
+        await in_batches(lambda i: queue.enqueue("noop", i=i), n)
         worker = Worker(queue, functions=[("noop", noop)], concurrency=50)
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.start())

@@ -38,7 +38,8 @@ from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.protocols import BrokerProtocol
 
-sys.path.insert(0, str(Path(__file__).parent))  # the peers_* modules beside this file
+sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
+from common import in_batches
 
 
 @dataclass
@@ -122,7 +123,7 @@ async def bench_drain(url: str, n: int) -> float:
             done.set()
 
     try:
-        await asyncio.gather(*(broker.enqueue("noop", i=i) for i in range(n)))
+        await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         worker = Worker(app, broker, concurrency=50, fetch_timeout=0.1)
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
