@@ -5,6 +5,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 # A body the size of a framework-m message with one small kwarg.
 BODY = json.dumps(
@@ -24,3 +25,31 @@ async def in_batches(send: Callable[[int], Awaitable[object]], n: int, size: int
     """Call ``send(i)`` for i in range(n), ``size`` at a time, to fill a queue quickly."""
     for start in range(0, n, size):
         await asyncio.gather(*(send(i) for i in range(start, min(n, start + size))))
+
+
+async def taskiq_drain(broker: Any, n: int) -> float:
+    """Fill a started-up-later taskiq broker with ``n`` no-op tasks; time 50 at once draining it."""
+    from taskiq.receiver import Receiver
+
+    done = asyncio.Event()
+    ran = 0
+
+    @broker.task(task_name="noop")
+    async def noop(i: int) -> None:
+        nonlocal ran
+        ran += 1
+        if ran == n:
+            done.set()
+
+    await broker.startup()
+    await in_batches(noop.kiq, n)
+    finish = asyncio.Event()
+    receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
+    t0 = time.perf_counter()
+    listener = asyncio.create_task(receiver.listen(finish))
+    await done.wait()
+    elapsed = time.perf_counter() - t0
+    finish.set()
+    listener.cancel()
+    await asyncio.gather(listener, return_exceptions=True)
+    return n / elapsed

@@ -7,7 +7,7 @@ import time
 import uuid
 
 import nats
-from common import BODY, in_batches
+from common import BODY, taskiq_drain
 from nats.js.api import StreamConfig
 
 
@@ -39,7 +39,6 @@ async def raw_publish(server: str, n: int, inflight: int) -> float:
 
 async def taskiq_nats_drain(server: str, n: int) -> float:
     """taskiq-nats (pull-based JetStream broker), 50 tasks at once, batches of 50."""
-    from taskiq.receiver import Receiver
     from taskiq_nats import PullBasedJetStreamBroker
 
     tag = uuid.uuid4().hex[:12]
@@ -51,29 +50,8 @@ async def taskiq_nats_drain(server: str, n: int) -> float:
         pull_consume_batch=50,
         pull_consume_timeout=0.2,
     )
-    done = asyncio.Event()
-    ran = 0
-
-    @broker.task(task_name="noop")
-    async def noop(i: int) -> None:
-        nonlocal ran
-        ran += 1
-        if ran == n:
-            done.set()
-
-    await broker.startup()
     try:
-        await in_batches(noop.kiq, n)
-        finish = asyncio.Event()
-        receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
-        t0 = time.perf_counter()
-        listener = asyncio.create_task(receiver.listen(finish))
-        await done.wait()
-        elapsed = time.perf_counter() - t0
-        finish.set()
-        listener.cancel()
-        await asyncio.gather(listener, return_exceptions=True)
-        return n / elapsed
+        return await taskiq_drain(broker, n)
     finally:
         await broker.js.delete_stream(f"bench_taskiq_{tag}")
         await broker.shutdown()

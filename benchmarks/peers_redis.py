@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from common import BODY, in_batches
+from common import BODY, in_batches, taskiq_drain
 
 from framework_m_redis.scripts import ENQUEUE
 
@@ -114,34 +114,12 @@ async def arq_drain(server: str, n: int) -> float:
 
 async def taskiq_redis_drain(server: str, n: int) -> float:
     """taskiq-redis (Redis Streams broker), 50 tasks at once."""
-    from taskiq.receiver import Receiver
     from taskiq_redis import RedisStreamBroker
 
     tag = uuid.uuid4().hex[:12]
     broker = RedisStreamBroker(server, queue_name=f"bench_taskiq_{tag}", xread_block=200)
-    done = asyncio.Event()
-    ran = 0
-
-    @broker.task(task_name="noop")
-    async def noop(i: int) -> None:
-        nonlocal ran
-        ran += 1
-        if ran == n:
-            done.set()
-
-    await broker.startup()
     try:
-        await in_batches(noop.kiq, n)
-        finish = asyncio.Event()
-        receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
-        t0 = time.perf_counter()
-        listener = asyncio.create_task(receiver.listen(finish))
-        await done.wait()
-        elapsed = time.perf_counter() - t0
-        finish.set()
-        listener.cancel()
-        await asyncio.gather(listener, return_exceptions=True)
-        return n / elapsed
+        return await taskiq_drain(broker, n)
     finally:
         client = aioredis.Redis.from_url(server)
         await client.delete(f"bench_taskiq_{tag}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -18,6 +19,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port whose Redis Cluster bus port (port + 10000) is free and valid too."""
+    for _ in range(200):
+        port = random.randint(20000, 50000)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
@@ -32,7 +51,23 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-class NatsServer:
+class ServerProcess:
+    """A broker process started by a test; stopped by pid, never by name."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+class NatsServer(ServerProcess):
     """One nats-server with JetStream, optionally part of a cluster."""
 
     def __init__(
@@ -67,16 +102,6 @@ class NatsServer:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         wait_port(self.port)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
 
 
 def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
@@ -120,11 +145,11 @@ def wait_for_slot(path: Path, slot: int, timeout: float) -> None:
         time.sleep(0.1)
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
     """One redis-server (optionally a cluster node) with its own directory."""
 
     def __init__(self, workdir: Path, *, cluster: bool = False, persist: bool = False) -> None:
-        self.port = free_port()
+        self.port = free_cluster_port() if cluster else free_port()
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.cluster = cluster
@@ -149,16 +174,6 @@ class RedisServer:
         with (self.dir / "server.log").open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         wait_port(self.port)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
 
 
 def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:

@@ -105,3 +105,26 @@ def run_m() -> Iterator[Callable[..., MProcess]]:
         if proc.proc.poll() is None:
             proc.signal(signal.SIGKILL)
         proc.kill()
+
+
+SLOT_APP = "tests.apps.slot_recorder"
+
+
+def start_replicas(
+    run_m: Callable[..., MProcess], url: str, env: dict[str, str], count: int, *args: str
+) -> list[MProcess]:
+    """``count`` ``m worker`` processes of the slot-recorder app, each started and ready."""
+    workers = [
+        run_m("worker", "--app", SLOT_APP, "--broker", url, *args, env=env) for _ in range(count)
+    ]
+    for w in workers:
+        w.wait_for("worker starting: role=")
+    return workers
+
+
+def stop_replicas(workers: list[MProcess]) -> None:
+    """SIGTERM every worker and require a clean exit."""
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    for w in workers:
+        assert w.wait() == 0, w.output[-3000:]

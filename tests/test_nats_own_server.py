@@ -17,10 +17,9 @@ from framework_m_nats import NatsBroker
 from framework_m_nats.testing import isolated_url
 
 from .brokers import NatsServer, assert_each_slot_once, nats_cluster, read_slots, wait_for_slot
-from .conftest import MProcess
+from .conftest import MProcess, start_replicas, stop_replicas
 
 pytestmark = pytest.mark.slow
-APP = "tests.apps.slot_recorder"
 
 
 @pytest.fixture
@@ -115,12 +114,7 @@ def test_workers_ride_out_a_server_restart(
     log = tmp_path / "slots.log"
     url = isolated_url(server.url, uuid.uuid4().hex[:12], ack_wait=2)
     asyncio.run(synced(url))
-    workers = [
-        run_m("worker", "--app", APP, "--broker", url, env={"FM_SLOT_LOG": str(log)})
-        for _ in range(3)
-    ]
-    for w in workers:
-        w.wait_for("worker starting")
+    workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(log)}, 3)
     first = int(time.time()) + 1
     wait_for_slot(log, first + 4, timeout=15)
     server.stop()
@@ -130,10 +124,7 @@ def test_workers_ride_out_a_server_restart(
     outage_end = time.time()
     wait_for_slot(log, int(outage_end) + 6, timeout=30)
     last = int(time.time()) - 2
-    for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait() == 0
+    stop_replicas(workers)
     assert outage_end - outage_start >= 3
     # Slots of the outage were inside grace: their publishes were retried until the
     # server came back, so every slot ran, and none twice.
@@ -148,19 +139,11 @@ def test_three_node_cluster_loses_a_node_and_keeps_exactly_once(
     servers = ",".join(f"127.0.0.1:{n.port}" for n in cluster)
     url = isolated_url(f"nats://{servers}", uuid.uuid4().hex[:12], replicas=3, ack_wait=2)
     asyncio.run(synced(url, timeout=60))
-    workers = [
-        run_m("worker", "--app", APP, "--broker", url, env={"FM_SLOT_LOG": str(log)})
-        for _ in range(3)
-    ]
-    for w in workers:
-        w.wait_for("worker starting")
+    workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(log)}, 3)
     first = int(time.time()) + 1
     wait_for_slot(log, first + 5, timeout=20)
     cluster[0].stop()
     wait_for_slot(log, first + 18, timeout=40)
     last = int(time.time()) - 2
-    for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait() == 0
+    stop_replicas(workers)
     assert_each_slot_once(read_slots(log), first, last)

@@ -14,12 +14,11 @@ import pytest
 from framework_m_nats.testing import delete_streams, isolated_url, stream_messages
 
 from .brokers import assert_each_slot_once, read_slots, wait_for_slot
-from .conftest import MProcess
+from .conftest import MProcess, start_replicas, stop_replicas
 
 pytestmark = pytest.mark.slow
 
 NATS = "nats://127.0.0.1:4222"
-APP = "tests.apps.slot_recorder"
 
 
 @pytest.fixture
@@ -35,19 +34,14 @@ def test_five_replicas_two_killed_every_slot_runs_once(
     log = tmp_path / "slots.log"
     url = isolated_url(NATS, tag, ack_wait=2)
     env = {"FM_SLOT_LOG": str(log)}
-    workers = [run_m("worker", "--app", APP, "--broker", url, env=env) for _ in range(5)]
-    for w in workers:
-        w.wait_for(r"worker starting: role=ticker\+worker broker=nats://127.0.0.1:4222")
+    workers = start_replicas(run_m, url, env, 5)
     first = int(time.time()) + 1
     wait_for_slot(log, first + 8, timeout=20)
     for w in workers[:2]:
         w.signal(signal.SIGKILL)
     wait_for_slot(log, first + 23, timeout=25)
     last = int(time.time()) - 2
-    for w in workers[2:]:
-        w.signal(signal.SIGTERM)
-    for w in workers[2:]:
-        assert w.wait() == 0, w.output[-2000:]
+    stop_replicas(workers[2:])
     assert_each_slot_once(read_slots(log), first, last)
     assert last - first >= 20
 
@@ -57,16 +51,12 @@ def test_no_scheduler_replicas_publish_no_ticks(
 ) -> None:
     url = isolated_url(NATS, tag)
     env = {"FM_SLOT_LOG": str(tmp_path / "slots.log")}
-    workers = [
-        run_m("worker", "--app", APP, "--broker", url, "--no-scheduler", env=env) for _ in range(3)
-    ]
+    workers = start_replicas(run_m, url, env, 3, "--no-scheduler")
     for w in workers:
         w.wait_for(r"worker starting: role=worker broker=nats://")
     time.sleep(3)  # three slot boundaries pass; a ticker would have published each
     assert asyncio.run(stream_messages(NATS, f"fmtest_{tag}")) == 0
-    for w in workers:
-        w.signal(signal.SIGTERM)
-        assert w.wait() == 0
+    stop_replicas(workers)
     assert not (tmp_path / "slots.log").exists()
 
 

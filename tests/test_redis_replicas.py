@@ -21,12 +21,11 @@ from .brokers import (
     redis_cluster,
     wait_for_slot,
 )
-from .conftest import M, MProcess
+from .conftest import SLOT_APP, M, MProcess, start_replicas, stop_replicas
 
 pytestmark = pytest.mark.slow
 
 REDIS = "redis://127.0.0.1:6379/0"
-APP = "tests.apps.slot_recorder"
 
 
 @pytest.fixture
@@ -48,29 +47,13 @@ def wait_for_line(path: Path, prefix: str, timeout: float) -> list[str]:
         time.sleep(0.1)
 
 
-def run_replicas(
-    run_m: Callable[..., MProcess], url: str, env: dict[str, str], count: int
-) -> list[MProcess]:
-    workers = [run_m("worker", "--app", APP, "--broker", url, env=env) for _ in range(count)]
-    for w in workers:
-        w.wait_for(r"worker starting: role=ticker\+worker broker=redis://")
-    return workers
-
-
-def stop_all(workers: list[MProcess]) -> None:
-    for w in workers:
-        w.signal(signal.SIGTERM)
-    for w in workers:
-        assert w.wait() == 0, w.output[-3000:]
-
-
 def test_five_replicas_two_killed_every_slot_once_and_the_killed_job_completes(
     run_m: Callable[..., MProcess], tmp_path: Path, tag: str
 ) -> None:
     slots, slow = tmp_path / "slots.log", tmp_path / "slow.log"
     url = isolated_url(REDIS, tag, visibility_timeout=2)
     env = {"FM_SLOT_LOG": str(slots), "FM_SLOW_LOG": str(slow)}
-    workers = run_replicas(run_m, url, env, 5)
+    workers = start_replicas(run_m, url, env, 5)
     first = int(time.time()) + 1
     enqueue = subprocess.run(
         [M, "enqueue", "slow", "--kwargs", '{"seconds": 4}', "--broker", url],
@@ -94,7 +77,7 @@ def test_five_replicas_two_killed_every_slot_once_and_the_killed_job_completes(
     assert done_attempt == "2"
     wait_for_slot(slots, first + 23, timeout=25)
     last = int(time.time()) - 2
-    stop_all(survivors)
+    stop_replicas(survivors)
     assert_each_slot_once(read_slots(slots), first, last)
     assert last - first >= 20
     assert any(w.matches("reclaimed 1 job") for w in survivors)
@@ -106,7 +89,7 @@ def test_workers_ride_out_a_redis_restart(run_m: Callable[..., MProcess], tmp_pa
     try:
         slots = tmp_path / "slots.log"
         url = isolated_url(server.url, "restart", visibility_timeout=2)
-        workers = run_replicas(run_m, url, {"FM_SLOT_LOG": str(slots)}, 3)
+        workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(slots)}, 3)
         first = int(time.time()) + 1
         wait_for_slot(slots, first + 4, timeout=15)
         server.stop()  # SIGTERM: the append-only file keeps the dedup keys
@@ -115,7 +98,7 @@ def test_workers_ride_out_a_redis_restart(run_m: Callable[..., MProcess], tmp_pa
         restarted = time.time()
         wait_for_slot(slots, int(restarted) + 6, timeout=30)
         last = int(time.time()) - 2
-        stop_all(workers)
+        stop_replicas(workers)
         assert_each_slot_once(read_slots(slots), first, last)
     finally:
         server.stop(signal.SIGKILL)
@@ -128,11 +111,11 @@ def test_a_redis_cluster_of_three_masters_runs_each_slot_once(
     try:
         slots = tmp_path / "slots.log"
         url = isolated_url(nodes[0].url, uuid.uuid4().hex[:8], cluster=1, visibility_timeout=2)
-        workers = run_replicas(run_m, url, {"FM_SLOT_LOG": str(slots)}, 3)
+        workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(slots)}, 3)
         first = int(time.time()) + 1
         wait_for_slot(slots, first + 12, timeout=25)
         last = int(time.time()) - 2
-        stop_all(workers)
+        stop_replicas(workers)
         assert_each_slot_once(read_slots(slots), first, last)
     finally:
         for node in nodes:
@@ -143,7 +126,7 @@ def test_an_evicting_redis_is_reported(run_m: Callable[..., MProcess], tmp_path:
     server = RedisServer(tmp_path)
     server.start("--maxmemory-policy", "allkeys-lru")
     try:
-        worker = run_m("worker", "--app", APP, "--broker", server.url, "--no-scheduler")
+        worker = run_m("worker", "--app", SLOT_APP, "--broker", server.url, "--no-scheduler")
         worker.wait_for(r"maxmemory-policy is allkeys-lru: Redis may evict dedup keys")
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
