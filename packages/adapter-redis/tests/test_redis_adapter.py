@@ -95,3 +95,24 @@ async def test_dedup_key_lives_exactly_the_window(redis_namespace: Callable[...,
         assert await client.get(key) == job_id.encode()
         assert 59_000 < await client.pttl(key) <= 60_000
         await client.aclose()
+
+
+async def test_a_closing_consumer_leaves_the_group_only_when_it_holds_nothing(
+    redis_namespace: Callable[..., str],
+) -> None:
+    url = redis_namespace(visibility_timeout=60)
+    async with RedisBroker.from_url(url) as admin:
+        await admin.sync_schema()
+        await admin.enqueue("job")
+        idle, holding = RedisBroker.from_url(url), RedisBroker.from_url(url)
+        for broker in (idle, holding):
+            await broker.connect()
+        [taken] = await holding.receive(1, 2)
+        assert await idle.receive(1, 0.05) == []  # joins the group, takes nothing
+        await idle.close()
+        await holding.close()
+        s = admin.settings
+        names = {c["name"].decode() for c in await admin.client.xinfo_consumers(s.stream, s.group)}
+        assert holding.consumer in names  # its entry stays reclaimable
+        assert idle.consumer not in names
+        assert taken.attempt == 1

@@ -96,9 +96,27 @@ class RedisBroker(BaseBroker):
         await self._warn_on_eviction()
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        client = self._client
+        if client is None:
+            return
+        await self._forget_consumer()
+        self._client = None
+        await client.aclose()
+
+    async def _forget_consumer(self) -> None:
+        """Remove this consumer from the group when it holds nothing, so names do not pile up.
+
+        A consumer that still holds entries stays: deleting it would drop them from the
+        pending list, and no one could reclaim them.
+        """
+        s = self.settings
+        try:
+            consumers = await self.client.xinfo_consumers(s.stream, s.group)
+            mine = [c for c in consumers if _text(c["name"]) == self.consumer]
+            if mine and int(mine[0]["pending"]) == 0:
+                await self.client.xgroup_delconsumer(s.stream, s.group, self.consumer)
+        except (RedisError, OSError) as exc:
+            log.debug("could not remove consumer %s: %s", self.consumer, exc)
 
     async def _warn_on_eviction(self) -> None:
         try:
