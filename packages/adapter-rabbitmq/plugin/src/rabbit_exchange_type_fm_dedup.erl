@@ -1,0 +1,193 @@
+%% framework-m's message-deduplication exchange for RabbitMQ.
+%%
+%% Exchange type `x-message-deduplication`: a message whose
+%% `x-deduplication-header` value was seen on this exchange within its TTL is
+%% routed nowhere (a publisher using `mandatory` gets it back as basic.return);
+%% any other message is routed to every binding, like a fanout exchange.
+%%
+%% Exchange arguments: `x-cache-size` (entries kept, required, > 0) and
+%% `x-cache-ttl` (milliseconds, optional). A message header `x-cache-ttl`
+%% overrides the exchange's TTL for that message. Without a TTL an entry lives
+%% until the size bound evicts it. The cache is a Mnesia table with a copy in
+%% RAM on every node, so it holds across a cluster.
+-module(rabbit_exchange_type_fm_dedup).
+
+-include_lib("rabbit_common/include/rabbit.hrl").
+-include_lib("rabbit_common/include/rabbit_framing.hrl").
+
+-behaviour(rabbit_exchange_type).
+
+-export([description/0, serialise_events/0, route/2, validate/1,
+         validate_binding/2, create/2, delete/3, policy_changed/2,
+         add_binding/3, remove_bindings/3, assert_args_equivalence/2,
+         info/1, info/2]).
+-export([setup_schema/0, disable_plugin/0]).
+
+-define(TYPE, <<"x-message-deduplication">>).
+-define(CACHE, fm_dedup_cache).
+-define(COUNT, fm_dedup_count).
+-define(HEADER, <<"x-deduplication-header">>).
+-define(SIZE_ARG, <<"x-cache-size">>).
+-define(TTL_ARG, <<"x-cache-ttl">>).
+
+-record(fm_dedup_entry, {key, expires_at, inserted_at}).
+-record(fm_dedup_size, {exchange, count}).
+
+-rabbit_boot_step({?MODULE,
+                   [{description, "exchange type x-message-deduplication (framework-m)"},
+                    {mfa, {rabbit_registry, register, [exchange, ?TYPE, ?MODULE]}},
+                    {cleanup, {?MODULE, disable_plugin, []}},
+                    {requires, rabbit_registry},
+                    {enables, kernel_ready}]}).
+
+-rabbit_boot_step({rabbit_exchange_type_fm_dedup_mnesia,
+                   [{description, "x-message-deduplication (framework-m): mnesia"},
+                    {mfa, {?MODULE, setup_schema, []}},
+                    {requires, database},
+                    {enables, external_infrastructure}]}).
+
+description() ->
+    [{description, <<"Drops messages whose x-deduplication-header was seen within a TTL">>}].
+
+serialise_events() -> false.
+
+route(#exchange{name = XName, arguments = Args},
+      #delivery{message = #basic_message{content = Content}}) ->
+    Headers = headers(Content),
+    case rabbit_misc:table_lookup(Headers, ?HEADER) of
+        undefined -> fanout(XName);
+        {_Type, Value} ->
+            case remember(XName, Value, ttl(Headers, Args), cache_size(Args)) of
+                duplicate -> [];
+                new -> fanout(XName)
+            end
+    end.
+
+fanout(XName) -> rabbit_router:match_routing_key(XName, ['_']).
+
+headers(Content) ->
+    #content{properties = #'P_basic'{headers = Headers}} =
+        rabbit_binary_parser:ensure_content_decoded(Content),
+    case Headers of
+        undefined -> [];
+        _ -> Headers
+    end.
+
+remember(XName, Value, TTL, Size) ->
+    Now = erlang:system_time(millisecond),
+    Key = {XName, Value},
+    Tx = fun() ->
+             case mnesia:read(?CACHE, Key, write) of
+                 [#fm_dedup_entry{expires_at = Expires}] when Expires > Now -> duplicate;
+                 Existing ->
+                     mnesia:write(?CACHE, #fm_dedup_entry{key = Key, expires_at = expiry(Now, TTL),
+                                                          inserted_at = Now}, write),
+                     case Existing of
+                         [] -> grow(XName, Size);
+                         _ -> ok
+                     end,
+                     new
+             end
+         end,
+    case mnesia:transaction(Tx) of
+        {atomic, Result} -> Result;
+        {aborted, Reason} ->
+            %% Never lose a message because the cache failed: route it.
+            rabbit_log:warning("x-message-deduplication cache failed: ~p", [Reason]),
+            new
+    end.
+
+expiry(_Now, undefined) -> infinity;
+expiry(Now, TTL) -> Now + TTL.
+
+%% Count the new entry; past the size bound, evict the oldest entries.
+grow(XName, Size) ->
+    Count = case mnesia:read(?COUNT, XName, write) of
+                [#fm_dedup_size{count = C}] -> C + 1;
+                [] -> 1
+            end,
+    Kept = case Count > Size of
+               true -> evict(XName, Count - Size), Size;
+               false -> Count
+           end,
+    mnesia:write(?COUNT, #fm_dedup_size{exchange = XName, count = Kept}, write).
+
+evict(XName, N) ->
+    Entries = mnesia:match_object(?CACHE, #fm_dedup_entry{key = {XName, '_'}, _ = '_'}, write),
+    Oldest = lists:sublist(lists:keysort(#fm_dedup_entry.inserted_at, Entries), N),
+    [mnesia:delete(?CACHE, K, write) || #fm_dedup_entry{key = K} <- Oldest],
+    ok.
+
+ttl(Headers, Args) ->
+    case rabbit_misc:table_lookup(Headers, ?TTL_ARG) of
+        {_, T} when is_integer(T), T >= 0 -> T;
+        _ -> case rabbit_misc:table_lookup(Args, ?TTL_ARG) of
+                 {_, T} when is_integer(T), T >= 0 -> T;
+                 _ -> undefined
+             end
+    end.
+
+cache_size(Args) ->
+    {_, Size} = rabbit_misc:table_lookup(Args, ?SIZE_ARG),
+    Size.
+
+validate(#exchange{arguments = Args}) ->
+    case rabbit_misc:table_lookup(Args, ?SIZE_ARG) of
+        {_, Size} when is_integer(Size), Size > 0 -> ok;
+        _ -> rabbit_misc:protocol_error(precondition_failed,
+                                        "x-message-deduplication needs x-cache-size, "
+                                        "a positive integer", [])
+    end,
+    case rabbit_misc:table_lookup(Args, ?TTL_ARG) of
+        undefined -> ok;
+        {_, TTL} when is_integer(TTL), TTL >= 0 -> ok;
+        _ -> rabbit_misc:protocol_error(precondition_failed,
+                                        "x-cache-ttl must be a non-negative integer "
+                                        "(milliseconds)", [])
+    end.
+
+validate_binding(_X, _B) -> ok.
+create(_Tx, _X) -> ok.
+
+delete(transaction, _X, _Bs) -> ok;
+delete(none, #exchange{name = XName}, _Bs) ->
+    mnesia:transaction(
+      fun() ->
+          [mnesia:delete(?CACHE, K, write)
+           || #fm_dedup_entry{key = K}
+                  <- mnesia:match_object(?CACHE, #fm_dedup_entry{key = {XName, '_'}, _ = '_'},
+                                         write)],
+          mnesia:delete(?COUNT, XName, write)
+      end),
+    ok;
+delete(_Tx, _X, _Bs) -> ok.
+
+policy_changed(_X1, _X2) -> ok.
+add_binding(_Tx, _X, _B) -> ok.
+remove_bindings(_Tx, _X, _Bs) -> ok.
+
+assert_args_equivalence(X, Args) ->
+    rabbit_exchange:assert_args_equivalence(X, Args).
+
+info(_X) -> [].
+info(_X, _) -> [].
+
+setup_schema() ->
+    ensure_table(?CACHE, fm_dedup_entry, record_info(fields, fm_dedup_entry)),
+    ensure_table(?COUNT, fm_dedup_size, record_info(fields, fm_dedup_size)),
+    ok = mnesia:wait_for_tables([?CACHE, ?COUNT], 30000).
+
+ensure_table(Name, Record, Fields) ->
+    case mnesia:create_table(Name, [{attributes, Fields}, {record_name, Record},
+                                    {type, set}, {ram_copies, [node()]}]) of
+        {atomic, ok} -> ok;
+        {aborted, {already_exists, Name}} ->
+            case mnesia:add_table_copy(Name, node(), ram_copies) of
+                {atomic, ok} -> ok;
+                {aborted, {already_exists, Name, _Node}} -> ok
+            end
+    end.
+
+disable_plugin() ->
+    rabbit_registry:unregister(exchange, ?TYPE),
+    ok.
