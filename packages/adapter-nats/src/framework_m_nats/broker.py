@@ -8,9 +8,10 @@ for jobs without one), so JetStream drops duplicates inside the stream's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 import nats
@@ -18,10 +19,15 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+from nats.js.errors import (
+    APIError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
-from framework_m_core.errors import BrokerError, MessageDecodeError
+from framework_m_core.errors import BrokerError, MessageDecodeError, SchemaConflictError
 from framework_m_core.messages import JobMessage, decode_message
 from framework_m_core.schema import SchemaPlan
 
@@ -39,6 +45,7 @@ DEAD_AT = "Framework-M-Dead-At"
 # first publish of this id (servers >= 2.11). Ask again until it answers duplicate.
 _ERR_DUPLICATE_IN_PROCESS = 10158
 _PUBLISH_TRIES = 4
+_INITIAL_CONNECT_ROUNDS = 3
 _PUBLISH_TIMEOUT = 5.0
 _TRANSIENT = (
     nats.errors.TimeoutError,
@@ -94,7 +101,9 @@ class NatsBroker(BaseBroker):
             "servers": s.servers,
             "name": s.name,
             "connect_timeout": s.connect_timeout,
-            "max_reconnect_attempts": -1,
+            # Give up on a first connection after a few rounds (a clear error beats a
+            # silent loop); once connected, reconnect forever (set below).
+            "max_reconnect_attempts": _INITIAL_CONNECT_ROUNDS,
             "reconnect_time_wait": 0.5,
             "allow_reconnect": True,
             "error_cb": self._on_error,
@@ -116,8 +125,10 @@ class NatsBroker(BaseBroker):
             self._nc = await nats.connect(**options)
         except Exception as exc:  # nats-py raises several unrelated types here
             raise BrokerError(f"cannot connect to {self.display_url}: {_describe(exc)}") from None
+        self._nc.options["max_reconnect_attempts"] = -1
         self._js = self._nc.jetstream(timeout=_PUBLISH_TIMEOUT)
-        await self._read_server_settings()
+        with _server_errors("reading the stream settings"):
+            await self._read_server_settings()
 
     async def close(self) -> None:
         nc, psub = self._nc, self._psub
@@ -162,13 +173,15 @@ class NatsBroker(BaseBroker):
     # -- schema ------------------------------------------------------------------------
 
     async def plan_schema(self) -> SchemaPlan:
-        return schema.as_plan(await schema.plan(self.js, self.settings))
+        with _server_errors("schema inspection"):
+            return schema.as_plan(await schema.plan(self.js, self.settings))
 
     async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
-        result = await schema.sync(self.js, self.settings, dry_run=dry_run)
-        if not dry_run:
-            await self._read_server_settings()
-            self._psub = None
+        with _server_errors("schema sync"):
+            result = await schema.sync(self.js, self.settings, dry_run=dry_run)
+            if not dry_run:
+                await self._read_server_settings()
+                self._psub = None
         return result
 
     # -- publishing --------------------------------------------------------------------
@@ -262,6 +275,10 @@ class NatsBroker(BaseBroker):
         await msg.term()
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
+        with _server_errors("reading dead letters"):
+            return await self._dead_letters(limit)
+
+    async def _dead_letters(self, limit: int) -> Sequence[DeadLetter]:
         name = self.settings.dead_letter_stream
         info = await self.js.stream_info(name)
         out: list[DeadLetter] = []
@@ -286,6 +303,20 @@ class NatsBroker(BaseBroker):
         return out
 
 
+@contextlib.contextmanager
+def _server_errors(what: str) -> Iterator[None]:
+    """Turn nats-py's errors into one-line :class:`BrokerError`s."""
+    try:
+        yield
+    except (BrokerError, SchemaConflictError):
+        raise
+    except (TimeoutError, nats.errors.Error) as exc:
+        hint = ""
+        if isinstance(exc, nats.errors.NoRespondersError | NoStreamResponseError):
+            hint = " (is JetStream enabled on the server? start nats-server with -js)"
+        raise BrokerError(f"{what} failed: {_describe(exc)}{hint}") from None
+
+
 def _msg(delivery: Delivery) -> Msg:
     handle = delivery.handle
     if not isinstance(handle, Msg):
@@ -300,6 +331,9 @@ def _header_value(text: str) -> str:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, APIError):
-        return f"{exc.description} (err_code {exc.err_code})"
+        if exc.code == 503 or isinstance(exc, ServiceUnavailableError):
+            return "JetStream is not available on the server (start nats-server with -js)"
+        text = exc.description or type(exc).__name__
+        return f"{text} (code {exc.code}, err_code {exc.err_code})"
     text = str(exc) or type(exc).__name__
     return text
