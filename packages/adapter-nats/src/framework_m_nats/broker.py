@@ -61,7 +61,12 @@ class NatsBroker(BaseBroker):
     """JetStream adapter; see the module docstring and the README's NATS section."""
 
     capabilities = frozenset(
-        {Capability.DEAD_LETTER_INSPECTION, Capability.RAW_PUBLISH, Capability.CROSS_PROCESS}
+        {
+            Capability.DEAD_LETTER_INSPECTION,
+            Capability.RAW_PUBLISH,
+            Capability.CROSS_PROCESS,
+            Capability.NEW_ID_AFTER_WINDOW,
+        }
     )
 
     def __init__(self, settings: NatsSettings) -> None:

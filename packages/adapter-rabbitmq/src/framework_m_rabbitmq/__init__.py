@@ -1,1 +1,5 @@
-"""RabbitMQ broker adapter of framework-m (not implemented yet)."""
+"""RabbitMQ broker adapter of framework-m (``amqp://`` and ``amqps://``)."""
+
+from .broker import RabbitBroker, dedup_job_id
+
+__all__ = ["RabbitBroker", "dedup_job_id"]

@@ -41,7 +41,12 @@ class RedisBroker(BaseBroker):
     """Redis Streams adapter; see the module docstring and the README's Redis section."""
 
     capabilities = frozenset(
-        {Capability.DEAD_LETTER_INSPECTION, Capability.RAW_PUBLISH, Capability.CROSS_PROCESS}
+        {
+            Capability.DEAD_LETTER_INSPECTION,
+            Capability.RAW_PUBLISH,
+            Capability.CROSS_PROCESS,
+            Capability.NEW_ID_AFTER_WINDOW,
+        }
     )
 
     def __init__(self, settings: RedisSettings) -> None:

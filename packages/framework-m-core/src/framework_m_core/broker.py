@@ -27,6 +27,9 @@ class Capability:
     REDELIVER_ON_CLOSE = "redeliver_on_close"
     #: The broker is shared between processes (``m enqueue`` from another process works).
     CROSS_PROCESS = "cross_process"
+    #: A deduplication id reused after the window gets a new job id. Brokers that cannot
+    #: say which message they kept derive the id from the deduplication id instead.
+    NEW_ID_AFTER_WINDOW = "new_id_after_window"
 
 
 class PublishResult(NamedTuple):

@@ -92,7 +92,12 @@ class MemoryBroker(BaseBroker):
     """In-process broker; see the module docstring."""
 
     capabilities = frozenset(
-        {Capability.DEAD_LETTER_INSPECTION, Capability.RAW_PUBLISH, Capability.REDELIVER_ON_CLOSE}
+        {
+            Capability.DEAD_LETTER_INSPECTION,
+            Capability.RAW_PUBLISH,
+            Capability.REDELIVER_ON_CLOSE,
+            Capability.NEW_ID_AFTER_WINDOW,
+        }
     )
 
     def __init__(

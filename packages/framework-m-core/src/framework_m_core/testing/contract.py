@@ -155,8 +155,9 @@ class BrokerContract:
         assert await broker.enqueue("job", deduplication_id="expiring") == first
         await asyncio.sleep(window + 0.5)  # let the window pass
         later = await broker.enqueue("job", deduplication_id="expiring")
-        assert later != first
-        assert len(await receive_all(broker)) == 2
+        if Capability.NEW_ID_AFTER_WINDOW in broker.capabilities:
+            assert later != first
+        assert len(await receive_all(broker)) == 2  # the second one was stored
 
     # -- consuming -------------------------------------------------------------------
 

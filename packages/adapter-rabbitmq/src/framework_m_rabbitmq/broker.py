@@ -1,0 +1,415 @@
+"""``amqp://``: framework-m on RabbitMQ with a message-deduplication exchange.
+
+Topology (names from ``queue``, default ``framework_m``): an exchange
+``<queue>.dedup`` of type ``x-message-deduplication`` (the community plugin or
+framework-m's own, ``x-cache-ttl`` = the dedup window) feeding the durable
+quorum queue ``<queue>.jobs``; retries wait in ``<queue>.retry.<ms>`` queues
+whose TTL dead-letters them back to the jobs queue; dead letters go to
+``<queue>.dead``.
+
+The exchange routes a duplicate nowhere, so a ``mandatory`` publish comes back
+as basic.return. RabbitMQ does not say which message it kept, so a job with a
+deduplication id gets an id derived from it (``uuid5``): every replica's
+duplicate then answers with the stored job's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import aio_pika
+import aiormq
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractConnection,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+)
+from aio_pika.exceptions import DeliveryError
+
+from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
+from framework_m_core.errors import BrokerError, ConfigurationError, SchemaConflictError
+from framework_m_core.messages import JobMessage
+from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.urls import query_params, redact_url
+
+EXCHANGE_TYPE = "x-message-deduplication"
+DEDUP_HEADER = "x-deduplication-header"
+ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
+REASON_HEADER = "x-fm-reason"
+DEAD_AT_HEADER = "x-fm-dead-at"
+_ID_NAMESPACE = uuid.UUID("6f1c1a52-6c1e-4d39-9a52-2f7b8f3c5e10")
+# Retry delays are rounded up to one of these (ms); each has its own TTL queue,
+# so a long delay never holds back a short one.
+_RETRY_BUCKETS_MS = (
+    100,
+    250,
+    500,
+    1000,
+    2000,
+    5000,
+    10_000,
+    30_000,
+    60_000,
+    120_000,
+    300_000,
+    600_000,
+    1_800_000,
+    3_600_000,
+)
+_CONSUMER_TIMEOUT = 1800.0  # RabbitMQ's default consumer_timeout: the visibility timeout
+PLUGIN_HINT = (
+    "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
+    "(packages/adapter-rabbitmq/plugin/build.sh)"
+)
+
+
+def dedup_job_id(deduplication_id: str) -> str:
+    """The job id of a job enqueued with ``deduplication_id`` (the same on every replica)."""
+    return uuid.uuid5(_ID_NAMESPACE, deduplication_id).hex
+
+
+class RabbitBroker(BaseBroker):
+    """RabbitMQ adapter; see the module docstring."""
+
+    capabilities = frozenset(
+        {
+            Capability.DEAD_LETTER_INSPECTION,
+            Capability.RAW_PUBLISH,
+            Capability.REDELIVER_ON_CLOSE,
+            Capability.CROSS_PROCESS,
+        }
+    )
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        parts = urlsplit(url)
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ConfigurationError(f"not an amqp:// or amqps:// URL: {redact_url(url)!r}")
+        opts = query_params(
+            url, {"queue": str, "dedup_window": float, "cache_size": int, "prefetch": int}
+        )
+        self.queue_name = str(opts.get("queue", "framework_m"))
+        self._window = float(opts.get("dedup_window", 120.0))  # type: ignore[arg-type]
+        self.cache_size = int(opts.get("cache_size", 1_000_000))  # type: ignore[call-overload]
+        self.prefetch = int(opts.get("prefetch", 100))  # type: ignore[call-overload]
+        if self._window <= 0 or self.cache_size < 1 or self.prefetch < 1:
+            raise ConfigurationError(
+                f"dedup_window, cache_size and prefetch must be positive in {redact_url(url)!r}"
+            )
+        self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+        self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._consuming: AbstractQueue | None = None
+        self._retry_queues: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        return cls(url)
+
+    @property
+    def dedup_window(self) -> float:
+        return self._window
+
+    @property
+    def visibility_timeout(self) -> float:
+        return _CONSUMER_TIMEOUT
+
+    @property
+    def names(self) -> dict[str, str]:
+        q = self.queue_name
+        return {"exchange": f"{q}.dedup", "jobs": f"{q}.jobs", "dead": f"{q}.dead"}
+
+    @property
+    def channel(self) -> AbstractChannel:
+        if self._channel is None:
+            raise BrokerError(f"{self.display_url} is not connected")
+        return self._channel
+
+    async def connect(self) -> None:
+        if self._connection is not None:
+            return
+        try:
+            self._connection = await aio_pika.connect(self._url)
+            self._channel = await self._connection.channel(
+                publisher_confirms=True, on_return_raises=True
+            )
+            await self._channel.set_qos(prefetch_count=self.prefetch)
+        except (aiormq.exceptions.AMQPError, OSError, ConnectionError) as exc:
+            raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self._channel = self._exchange = self._consuming = None
+        self._buffer = asyncio.Queue()
+        if connection is not None:
+            await connection.close()  # unacked deliveries return to the queue
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _exchange_args(self) -> dict[str, Any]:
+        return {"x-cache-size": self.cache_size, "x-cache-ttl": int(self._window * 1000)}
+
+    async def _probe(self, declare: Any) -> str | None:
+        """Run a declaration on a throwaway channel; return the server's refusal, if any."""
+        assert self._connection is not None
+        channel = await self._connection.channel()
+        try:
+            await declare(channel)
+            return None
+        except aiormq.exceptions.ChannelClosed as exc:
+            return str(exc)
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    async def plan_schema(self) -> SchemaPlan:
+        if self._connection is None:
+            raise BrokerError(f"{self.display_url} is not connected")
+        n = self.names
+        changes: list[SchemaChange] = []
+        checks = [
+            (
+                f"exchange {n['exchange']}",
+                lambda ch, passive: ch.declare_exchange(
+                    n["exchange"],
+                    EXCHANGE_TYPE,
+                    durable=True,
+                    arguments=self._exchange_args(),
+                    passive=passive,
+                ),
+                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(self._window * 1000)} ms",
+            ),
+            (
+                f"queue {n['jobs']}",
+                lambda ch, passive: ch.declare_queue(
+                    n["jobs"], durable=True, arguments={"x-queue-type": "quorum"}, passive=passive
+                ),
+                "durable quorum queue, bound to the exchange",
+            ),
+            (
+                f"queue {n['dead']}",
+                lambda ch, passive: ch.declare_queue(n["dead"], durable=True, passive=passive),
+                "durable dead-letter queue",
+            ),
+        ]
+        for target, declare, detail in checks:
+            missing = await self._probe(lambda ch, d=declare: d(ch, True))
+            if missing is not None:
+                changes.append(SchemaChange("create", target, detail))
+                continue
+            refused = await self._probe(lambda ch, d=declare: d(ch, False))
+            if refused is not None:
+                changes.append(
+                    SchemaChange(
+                        "refuse",
+                        target,
+                        f"exists with other arguments ({refused}); delete it (after moving its "
+                        "messages) and run `m migrate`",
+                    )
+                )
+        return SchemaPlan(tuple(changes))
+
+    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
+        plan = await self.plan_schema()
+        if plan.refused:
+            if dry_run:
+                return plan
+            raise SchemaConflictError("; ".join(str(c) for c in plan.refused))
+        if dry_run:
+            return plan
+        n = self.names
+        channel = self.channel
+        try:
+            self._exchange = await channel.declare_exchange(
+                n["exchange"], EXCHANGE_TYPE, durable=True, arguments=self._exchange_args()
+            )
+        except aiormq.exceptions.AMQPError as exc:
+            await self._reopen()
+            if "invalid exchange type" in str(exc) or "unknown exchange type" in str(exc):
+                raise BrokerError(
+                    f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
+                ) from None
+            raise BrokerError(f"cannot declare exchange {n['exchange']}: {exc}") from None
+        jobs = await channel.declare_queue(
+            n["jobs"], durable=True, arguments={"x-queue-type": "quorum"}
+        )
+        await jobs.bind(self._exchange)
+        await channel.declare_queue(n["dead"], durable=True)
+        return plan
+
+    async def _reopen(self) -> None:
+        await self.close()
+        await self.connect()
+
+    # -- publishing --------------------------------------------------------------------
+
+    async def _exchange_ready(self) -> AbstractExchange:
+        if self._exchange is None:
+            self._exchange = await self.channel.get_exchange(self.names["exchange"])
+        return self._exchange
+
+    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+        dedup = message.deduplication_id
+        job_id = dedup_job_id(dedup) if dedup is not None else message.id
+        if dedup is not None and job_id != message.id:
+            message = _with_id(message, job_id)
+            body = message.encode()
+        headers: dict[str, Any] = {DEDUP_HEADER: dedup} if dedup is not None else {}
+        amqp_message = aio_pika.Message(
+            body,
+            headers=headers,
+            message_id=job_id,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            content_type="application/json",
+        )
+        exchange = await self._exchange_ready()
+        try:
+            await exchange.publish(amqp_message, routing_key="", mandatory=True)
+        except DeliveryError:
+            if dedup is None:
+                raise BrokerError(
+                    f"exchange {self.names['exchange']} routed a job nowhere: is the queue "
+                    "bound? run `m migrate`"
+                ) from None
+            return PublishResult(job_id, duplicate=True)
+        except (aiormq.exceptions.AMQPError, ConnectionError) as exc:
+            raise BrokerError(f"publish failed: {exc}") from None
+        return PublishResult(job_id)
+
+    async def publish_raw(self, body: bytes) -> None:
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(body), routing_key=self.names["jobs"], mandatory=True
+        )
+
+    # -- consuming ---------------------------------------------------------------------
+
+    async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+        if self._consuming is None:
+            try:
+                queue = await self.channel.get_queue(self.names["jobs"])
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                await self._reopen()
+                raise BrokerError(
+                    f"queue {self.names['jobs']} does not exist: run schema sync (m migrate)"
+                ) from None
+            await queue.consume(self._buffer.put)
+            self._consuming = queue
+        try:
+            first = await asyncio.wait_for(self._buffer.get(), timeout)
+        except TimeoutError:
+            return []
+        out = [first]
+        while len(out) < max_messages and not self._buffer.empty():
+            out.append(self._buffer.get_nowait())
+        return [_delivery(m) for m in out]
+
+    async def ack(self, delivery: Delivery) -> None:
+        await _msg(delivery).ack()
+
+    async def retry(self, delivery: Delivery, delay: float) -> None:
+        ms = next((b for b in _RETRY_BUCKETS_MS if b >= delay * 1000), _RETRY_BUCKETS_MS[-1])
+        name = f"{self.queue_name}.retry.{ms}"
+        if name not in self._retry_queues:
+            await self.channel.declare_queue(
+                name,
+                durable=True,
+                arguments={
+                    "x-message-ttl": ms,
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": self.names["jobs"],
+                },
+            )
+            self._retry_queues.add(name)
+        msg = _msg(delivery)
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(
+                delivery.body,
+                headers={ATTEMPTS_HEADER: delivery.attempt},
+                message_id=msg.message_id,
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            ),
+            routing_key=name,
+        )
+        await msg.ack()
+
+    async def release(self, delivery: Delivery) -> None:
+        await _msg(delivery).nack(requeue=True)
+
+    async def extend(self, delivery: Delivery) -> None:
+        """RabbitMQ keeps an unacked delivery with its consumer until the channel closes."""
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(
+                delivery.body,
+                headers={
+                    REASON_HEADER: reason,
+                    ATTEMPTS_HEADER: delivery.attempt,
+                    DEAD_AT_HEADER: f"{time.time():.3f}",
+                },
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            ),
+            routing_key=self.names["dead"],
+        )
+        await _msg(delivery).ack()
+
+    async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
+        """Peek: every message is fetched, then all are put back in order."""
+        channel = await self._connection_channel()
+        try:
+            queue = await channel.get_queue(self.names["dead"])
+            taken: list[AbstractIncomingMessage] = []
+            while (msg := await queue.get(no_ack=False, fail=False)) is not None:
+                taken.append(msg)
+            out = [
+                DeadLetter(
+                    body=m.body,
+                    reason=str(m.headers.get(REASON_HEADER, "")),
+                    attempts=int(m.headers.get(ATTEMPTS_HEADER, 0) or 0),  # type: ignore[arg-type]
+                    dead_lettered_at=float(m.headers.get(DEAD_AT_HEADER, 0) or 0),  # type: ignore[arg-type]
+                )
+                for m in taken
+            ]
+            if taken:
+                await taken[-1].nack(multiple=True, requeue=True)
+            return out[-limit:] if limit > 0 else []
+        finally:
+            await channel.close()
+
+    async def _connection_channel(self) -> AbstractChannel:
+        if self._connection is None:
+            raise BrokerError(f"{self.display_url} is not connected")
+        return await self._connection.channel()
+
+
+def _with_id(message: JobMessage, job_id: str) -> JobMessage:
+    return JobMessage(
+        job_name=message.job_name,
+        kwargs=message.kwargs,
+        id=job_id,
+        deduplication_id=message.deduplication_id,
+        enqueued_at=message.enqueued_at,
+        scheduled_at=message.scheduled_at,
+    )
+
+
+def _delivery(msg: AbstractIncomingMessage) -> Delivery:
+    headers = msg.headers or {}
+    before = int(headers.get(ATTEMPTS_HEADER, 0) or 0)  # type: ignore[arg-type]
+    redelivered = int(headers.get("x-delivery-count", 0) or 0)  # type: ignore[arg-type]
+    return Delivery(msg.body, before + redelivered + 1, msg)
+
+
+def _msg(delivery: Delivery) -> AbstractIncomingMessage:
+    if not isinstance(delivery.handle, aio_pika.IncomingMessage):
+        raise BrokerError("delivery was not received from this RabbitMQ broker")
+    return delivery.handle
