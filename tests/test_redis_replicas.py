@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +20,8 @@ from .brokers import (
     redis_cluster,
     wait_for_slot,
 )
-from .conftest import SLOT_APP, M, MProcess, start_replicas, stop_replicas
+from .conftest import SLOT_APP, MProcess, start_replicas, stop_replicas
+from .scenarios import killed_job_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -35,52 +35,11 @@ def tag() -> Iterator[str]:
     asyncio.run(delete_queue(REDIS, tag))
 
 
-def wait_for_line(path: Path, prefix: str, timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [ln.split() for ln in path.read_text().splitlines()] if path.exists() else []
-        found = [ln for ln in lines if ln[0] == prefix]
-        if found:
-            return found[0]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {prefix!r} line in {path} within {timeout:g}s")
-        time.sleep(0.1)
-
-
 def test_five_replicas_two_killed_every_slot_once_and_the_killed_job_completes(
     run_m: Callable[..., MProcess], tmp_path: Path, tag: str
 ) -> None:
-    slots, slow = tmp_path / "slots.log", tmp_path / "slow.log"
-    url = isolated_url(REDIS, tag, visibility_timeout=2)
-    env = {"FM_SLOT_LOG": str(slots), "FM_SLOW_LOG": str(slow)}
-    workers = start_replicas(run_m, url, env, 5)
-    first = int(time.time()) + 1
-    enqueue = subprocess.run(
-        [M, "enqueue", "slow", "--kwargs", '{"seconds": 4}', "--broker", url],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert enqueue.returncode == 0, enqueue.stderr
-    job_id = enqueue.stdout.strip()
-    _, started_id, pid, attempt = wait_for_line(slow, "start", timeout=10)
-    assert (started_id, attempt) == (job_id, "1")
-    running = next(w for w in workers if w.proc.pid == int(pid))
-    running.signal(signal.SIGKILL)  # mid-job
-    other = next(w for w in workers if w is not running)
-    wait_for_slot(slots, first + 6, timeout=20)
-    other.signal(signal.SIGKILL)
-    survivors = [w for w in workers if w not in (running, other)]
-    _, done_id, done_pid, done_attempt = wait_for_line(slow, "end", timeout=20)
-    assert done_id == job_id
-    assert int(done_pid) != int(pid)
-    assert done_attempt == "2"
-    wait_for_slot(slots, first + 23, timeout=25)
-    last = int(time.time()) - 2
-    stop_replicas(survivors)
-    assert_each_slot_once(read_slots(slots), first, last)
-    assert last - first >= 20
-    assert any(w.matches("reclaimed 1 job") for w in survivors)
+    workers = killed_job_scenario(run_m, tmp_path, isolated_url(REDIS, tag, visibility_timeout=2))
+    assert any(w.matches("reclaimed 1 job") for w in workers)
 
 
 def test_workers_ride_out_a_redis_restart(run_m: Callable[..., MProcess], tmp_path: Path) -> None:

@@ -1,0 +1,28 @@
+"""Helpers for tests that run framework-m against a real RabbitMQ."""
+
+from __future__ import annotations
+
+import aio_pika
+
+from .broker import _RETRY_BUCKETS_MS
+
+
+def isolated_url(server: str, tag: str, **options: object) -> str:
+    """A URL whose exchange and queues belong to one test (``tag``)."""
+    opts = {"queue": f"fmtest_{tag}", **options}
+    return server + "?" + "&".join(f"{k}={v}" for k, v in opts.items())
+
+
+async def delete_topology(server: str, tag: str) -> None:
+    """Delete the exchange and every queue of :func:`isolated_url`'s ``tag``."""
+    queue = f"fmtest_{tag}"
+    connection = await aio_pika.connect(server)
+    try:
+        channel = await connection.channel()
+        names = [f"{queue}.jobs", f"{queue}.dead"]
+        names += [f"{queue}.retry.{ms}" for ms in _RETRY_BUCKETS_MS]
+        for name in names:
+            await channel.queue_delete(name)
+        await channel.exchange_delete(f"{queue}.dedup")
+    finally:
+        await connection.close()
