@@ -35,4 +35,6 @@ mkdir -p "$target"
 cp -r "$build/ebin" "$target/"
 echo "installed $target"
 rabbitmq-plugins enable --quiet "$name"
+# When the plugin was enabled already, the node still runs the old code: load the new.
+rabbitmqctl --quiet eval 'c:l(rabbit_exchange_type_fm_dedup).' >/dev/null
 echo "enabled $name"

@@ -80,8 +80,10 @@ remember(XName, Value, TTL, Size) ->
              case mnesia:read(?CACHE, Key, write) of
                  [#fm_dedup_entry{expires_at = Expires}] when Expires > Now -> duplicate;
                  Existing ->
+                     %% Order of insertion, for eviction: time, then a node-unique tiebreak.
+                     Inserted = {Now, erlang:unique_integer([monotonic])},
                      mnesia:write(?CACHE, #fm_dedup_entry{key = Key, expires_at = expiry(Now, TTL),
-                                                          inserted_at = Now}, write),
+                                                          inserted_at = Inserted}, write),
                      case Existing of
                          [] -> grow(XName, Size);
                          _ -> ok

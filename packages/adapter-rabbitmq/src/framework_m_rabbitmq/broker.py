@@ -16,6 +16,8 @@ duplicate then answers with the stored job's id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,6 +40,8 @@ from framework_m_core.errors import BrokerError, ConfigurationError, SchemaConfl
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaChange, SchemaPlan
 from framework_m_core.urls import query_params, redact_url
+
+log = logging.getLogger("framework_m.rabbitmq")
 
 EXCHANGE_TYPE = "x-message-deduplication"
 DEDUP_HEADER = "x-deduplication-header"
@@ -247,8 +251,17 @@ class RabbitBroker(BaseBroker):
         return plan
 
     async def _reopen(self) -> None:
-        await self.close()
+        with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, ConnectionError):
+            await self.close()  # the old connection may be gone already
         await self.connect()
+
+    async def _ensure_open(self) -> None:
+        """Reconnect when the connection dropped; deliveries it held return to the queue."""
+        if self._connection is not None and not self._connection.is_closed:
+            return
+        if self._connection is not None:
+            log.warning("amqp: connection to %s lost; reconnecting", self.display_url)
+        await self._reopen()
 
     # -- publishing --------------------------------------------------------------------
 
@@ -271,6 +284,7 @@ class RabbitBroker(BaseBroker):
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             content_type="application/json",
         )
+        await self._ensure_open()
         exchange = await self._exchange_ready()
         try:
             await exchange.publish(amqp_message, routing_key="", mandatory=True)
@@ -293,6 +307,7 @@ class RabbitBroker(BaseBroker):
     # -- consuming ---------------------------------------------------------------------
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+        await self._ensure_open()
         if self._consuming is None:
             try:
                 queue = await self.channel.get_queue(self.names["jobs"])
