@@ -37,6 +37,7 @@ from pathlib import Path
 from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.protocols import BrokerProtocol
+from framework_m_core.urls import redact_url
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
 from common import in_batches
@@ -50,15 +51,37 @@ class Row:
     unit: str
 
 
+# What each measurement left on a shared broker, removed at the end of the run.
+CLEANUPS: list[Callable[[], Awaitable[None]]] = []
+
+
 def isolated(url: str) -> str:
-    """A fresh namespace for each measurement where the adapter supports one."""
+    """A fresh namespace for each measurement, registered for clean-up."""
+    tag = uuid.uuid4().hex[:12]
     if url.startswith("memory://"):
-        return f"memory://bench-{uuid.uuid4().hex}"
+        from framework_m_core.adapters.memory import reset
+
+        async def forget() -> None:
+            reset(f"bench-{tag}")
+
+        CLEANUPS.append(forget)
+        return f"memory://bench-{tag}"
+    sep = "&" if "?" in url else "?"
     if url.startswith("nats://"):
-        return isolated_nats(url)
+        from framework_m_nats.testing import delete_streams
+
+        CLEANUPS.append(partial(delete_streams, server_of(url), tag))
+        return f"{url}{sep}stream=fmtest_{tag}&subject_prefix=fmtest.{tag}&consumer=fmtest_{tag}"
     if url.startswith(("redis://", "rediss://")):
-        sep = "&" if "?" in url else "?"
-        return f"{url}{sep}queue=bench_{uuid.uuid4().hex[:12]}"
+        from framework_m_redis.testing import delete_queue
+
+        CLEANUPS.append(partial(delete_queue, server_of(url), tag))
+        return f"{url}{sep}queue=fmtest_{tag}"
+    if url.startswith(("amqp://", "amqps://")):
+        from framework_m_rabbitmq.testing import delete_topology
+
+        CLEANUPS.append(partial(delete_topology, server_of(url), tag))
+        return f"{url}{sep}queue=fmtest_{tag}"
     return url
 
 
@@ -174,13 +197,6 @@ async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) 
 async def _noop(ctx: JobContext) -> None: ...
 
 
-def isolated_nats(url: str) -> str:
-    base, _, query = url.partition("?")
-    tag = uuid.uuid4().hex[:12]
-    extra = f"stream=bench_{tag}&subject_prefix=bench.{tag}&consumer=bench_{tag}"
-    return f"{base}?{query + '&' if query else ''}{extra}"
-
-
 def server_of(url: str) -> str:
     return url.partition("?")[0]
 
@@ -253,7 +269,7 @@ async def run(
 ) -> list[Row]:
     rows: list[Row] = []
     for url in urls:
-        label = url.split("?")[0]
+        label = redact_url(url).split("?")[0]
         raw = ceilings(url)
         other = peers(url) if with_peers else {}
         groups: dict[str, list[tuple[str, Bench]]] = {
@@ -284,6 +300,16 @@ async def run(
     return rows
 
 
+async def run_and_clean(
+    urls: list[str], n: int, ticker_seconds: float, with_peers: bool, rounds: int
+) -> list[Row]:
+    try:
+        return await run(urls, n, ticker_seconds, with_peers, rounds)
+    finally:
+        for cleanup in CLEANUPS:
+            await cleanup()
+
+
 def print_table(rows: list[Row]) -> None:
     first: dict[str, float] = {}
     print(f"{'measurement':<40} {'subject':<36} {'value':>14}  ratio")
@@ -305,7 +331,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     n, secs, rounds = (200, 1.2, 1) if args.quick else (args.n, args.ticker_seconds, args.rounds)
-    rows = asyncio.run(run(["memory://", *args.broker], n, secs, not args.no_peers, rounds))
+    rows = asyncio.run(
+        run_and_clean(["memory://", *args.broker], n, secs, not args.no_peers, rounds)
+    )
     print_table(rows)
 
 
