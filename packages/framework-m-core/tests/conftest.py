@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 from framework_m_core.adapters.memory import MemoryBroker, reset
+from framework_m_core.testing import synced
 
 
 @pytest.fixture
@@ -22,7 +23,5 @@ def queue_name() -> Iterator[str]:
 
 @pytest.fixture
 async def memory(queue_name: str) -> MemoryBroker:
-    broker = MemoryBroker(queue_name, dedup_window=120.0, visibility_timeout=5.0)
-    await broker.connect()
-    await broker.sync_schema()
+    broker = await synced(MemoryBroker(queue_name, dedup_window=120.0, visibility_timeout=5.0))
     return broker

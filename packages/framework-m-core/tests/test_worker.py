@@ -18,7 +18,7 @@ from framework_m_core import (
     Worker,
 )
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.testing import running_worker, wait_until
+from framework_m_core.testing import running_worker, synced, wait_until
 from framework_m_core.testing.contract import receive_all
 
 pytestmark = pytest.mark.anyio
@@ -157,9 +157,7 @@ async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
 
 
 async def test_heartbeat_keeps_a_long_job_from_being_delivered_twice(queue_name: str) -> None:
-    broker = MemoryBroker(queue_name, visibility_timeout=0.3)
-    await broker.connect()
-    await broker.sync_schema()
+    broker = await synced(MemoryBroker(queue_name, visibility_timeout=0.3))
     app = App()
     runs = 0
 
@@ -190,9 +188,7 @@ async def test_receive_errors_are_survived(queue_name: str) -> None:
                 raise BrokerError("connection reset")
             return await super().receive(max_messages, timeout)
 
-    broker = Flaky(queue_name)
-    await broker.connect()
-    await broker.sync_schema()
+    broker = await synced(Flaky(queue_name))
     app = App()
 
     @app.job
@@ -235,9 +231,7 @@ async def test_progress_is_logged(memory: MemoryBroker, caplog: pytest.LogCaptur
 
 
 async def test_a_job_whose_workers_keep_dying_is_dead_lettered(queue_name: str) -> None:
-    broker = MemoryBroker(queue_name, visibility_timeout=0.2)
-    await broker.connect()
-    await broker.sync_schema()
+    broker = await synced(MemoryBroker(queue_name, visibility_timeout=0.2))
     app = App()
     calls = 0
 
@@ -267,9 +261,7 @@ async def test_an_ack_that_fails_is_retried_not_given_up(queue_name: str) -> Non
                 raise BrokerError("connection reset")
             await super().ack(delivery)
 
-    broker = Flaky(queue_name, visibility_timeout=5)
-    await broker.connect()
-    await broker.sync_schema()
+    broker = await synced(Flaky(queue_name, visibility_timeout=5))
     app = App()
     runs = 0
 

@@ -8,6 +8,6 @@ visibility timeout short (1-2 s) so expiry tests run; tests that need a
 capability the adapter does not declare are skipped with the reason.
 """
 
-from .contract import BrokerContract, running_worker, wait_until
+from .contract import BrokerContract, running_worker, synced, wait_until
 
-__all__ = ["BrokerContract", "running_worker", "wait_until"]
+__all__ = ["BrokerContract", "running_worker", "synced", "wait_until"]

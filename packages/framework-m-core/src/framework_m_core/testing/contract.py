@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -39,6 +39,16 @@ async def wait_until(
         if time.monotonic() >= deadline:
             pytest.fail(f"condition not met within {timeout:g}s")
         await asyncio.sleep(interval)
+
+
+B = TypeVar("B", bound=BrokerProtocol)
+
+
+async def synced(broker: B) -> B:
+    """``broker`` connected and with its schema synced, ready for enqueue and receive."""
+    await broker.connect()
+    await broker.sync_schema()
+    return broker
 
 
 async def receive_all(
