@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import socket
@@ -209,3 +211,74 @@ def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"redis cluster not ok: {info}")
         time.sleep(0.2)
+
+
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+class RabbitServer(ServerProcess):
+    """A RabbitMQ node of its own (name, ports, data, cookie) with the management API and
+    framework-m's dedup plugin, which build.sh installed into the broker's plugins folder."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port, self.management_port, self.dist_port = free_port(), free_port(), free_port()
+        self.dir = workdir / f"rabbit-{self.port}"
+        self.dir.mkdir(parents=True)
+        (self.dir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {self.management_port}\n"
+        )
+        (self.dir / "enabled_plugins").write_text(
+            "[framework_m_dedup_exchange,rabbitmq_management].\n"
+        )
+        self.env = {
+            **os.environ,
+            "HOME": str(self.dir),  # its own Erlang cookie
+            "RABBITMQ_NODENAME": f"fmtest-{self.port}@localhost",
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_PID_FILE": str(self.dir / "pid"),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    def start(self) -> None:
+        with (self.dir / "server.log").open("ab") as log:
+            # A group of its own: the script runs the Erlang VM as a child.
+            self.proc = subprocess.Popen(
+                [RABBITMQ_SERVER],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        wait_port(self.port, timeout=90)
+        wait_port(self.management_port, timeout=30)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        # The VM may outlive the script by a moment; wait until its port closes.
+        deadline = time.monotonic() + 30
+        while port_open(self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc = None

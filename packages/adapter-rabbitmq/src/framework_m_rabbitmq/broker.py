@@ -5,7 +5,11 @@ Topology (names from ``queue``, default ``framework_m``): an exchange
 framework-m's own, ``x-cache-ttl`` = the dedup window) feeding the durable
 quorum queue ``<queue>.jobs``; retries wait in ``<queue>.retry.<ms>`` queues
 whose TTL dead-letters them back to the jobs queue; dead letters go to
-``<queue>.dead``.
+``<queue>.dead``: the worker's (with the reason) and, as a backstop, the
+queue's own once a message was delivered ``delivery_limit`` times without an
+outcome (a job that kills its worker every time). The delivery limit, the one
+setting RabbitMQ lets change at run time, lives in the policy
+``framework-m.<queue>`` applied through the management HTTP API.
 
 The exchange routes a duplicate nowhere, so a ``mandatory`` publish comes back
 as basic.return. RabbitMQ does not say which message it kept, so a job with a
@@ -17,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,13 +40,20 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from aio_pika.exceptions import DeliveryError
+from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError
 
 from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
-from framework_m_core.errors import BrokerError, ConfigurationError, SchemaConflictError
+from framework_m_core.errors import (
+    BrokerError,
+    ConfigurationError,
+    DeliveryLostError,
+    SchemaConflictError,
+)
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaChange, SchemaPlan
 from framework_m_core.urls import query_params, redact_url
+
+from .management import ManagementAPI, Policy
 
 log = logging.getLogger("framework_m.rabbitmq")
 
@@ -97,17 +111,38 @@ class RabbitBroker(BaseBroker):
         if parts.scheme not in ("amqp", "amqps"):
             raise ConfigurationError(f"not an amqp:// or amqps:// URL: {redact_url(url)!r}")
         opts = query_params(
-            url, {"queue": str, "dedup_window": float, "cache_size": int, "prefetch": int}
+            url,
+            {
+                "queue": str,
+                "dedup_window": float,
+                "cache_size": int,
+                "prefetch": int,
+                "delivery_limit": int,
+                "management": str,
+                "policy_priority": int,
+            },
         )
         self.queue_name = str(opts.get("queue", "framework_m"))
         self._window = float(opts.get("dedup_window", 120.0))  # type: ignore[arg-type]
         self.cache_size = int(opts.get("cache_size", 1_000_000))  # type: ignore[call-overload]
         self.prefetch = int(opts.get("prefetch", 100))  # type: ignore[call-overload]
-        if self._window <= 0 or self.cache_size < 1 or self.prefetch < 1:
+        self.delivery_limit = int(opts.get("delivery_limit", 20))  # type: ignore[call-overload]
+        self.policy_priority = int(opts.get("policy_priority", 10))  # type: ignore[call-overload]
+        if min(self._window, self.cache_size, self.prefetch, self.delivery_limit) <= 0:
             raise ConfigurationError(
-                f"dedup_window, cache_size and prefetch must be positive in {redact_url(url)!r}"
+                "dedup_window, cache_size, prefetch and delivery_limit must be positive in "
+                f"{redact_url(url)!r}"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", self.queue_name):
+            raise ConfigurationError(
+                f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got "
+                f"{self.queue_name!r}"
             )
         self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        management = str(opts.get("management", ManagementAPI.default_url(url)))
+        self.management = None if management == "off" else ManagementAPI(management, url)
+        self._policy_warned = False
+        self._lost_at: float | None = None
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
@@ -130,7 +165,21 @@ class RabbitBroker(BaseBroker):
     @property
     def names(self) -> dict[str, str]:
         q = self.queue_name
-        return {"exchange": f"{q}.dedup", "jobs": f"{q}.jobs", "dead": f"{q}.dead"}
+        return {
+            "exchange": f"{q}.dedup",
+            "jobs": f"{q}.jobs",
+            "dead": f"{q}.dead",
+            "policy": f"framework-m.{q}",
+        }
+
+    @property
+    def policy(self) -> Policy:
+        """The policy holding the jobs queue's run-time settings."""
+        return Policy(
+            pattern=f"^{re.escape(self.names['jobs'])}$",
+            definition={"delivery-limit": self.delivery_limit},
+            priority=self.policy_priority,
+        )
 
     @property
     def channel(self) -> AbstractChannel:
@@ -161,6 +210,13 @@ class RabbitBroker(BaseBroker):
 
     def _exchange_args(self) -> dict[str, Any]:
         return {"x-cache-size": self.cache_size, "x-cache-ttl": int(self._window * 1000)}
+
+    def _jobs_args(self) -> dict[str, Any]:
+        return {
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": self.names["dead"],
+        }
 
     async def _probe(self, declare: Any) -> str | None:
         """Run a declaration on a throwaway channel; return the server's refusal, if any."""
@@ -195,9 +251,9 @@ class RabbitBroker(BaseBroker):
             (
                 f"queue {n['jobs']}",
                 lambda ch, passive: ch.declare_queue(
-                    n["jobs"], durable=True, arguments={"x-queue-type": "quorum"}, passive=passive
+                    n["jobs"], durable=True, arguments=self._jobs_args(), passive=passive
                 ),
-                "durable quorum queue, bound to the exchange",
+                f"durable quorum queue, bound to the exchange, dead-lettering to {n['dead']}",
             ),
             (
                 f"queue {n['dead']}",
@@ -220,7 +276,42 @@ class RabbitBroker(BaseBroker):
                         "messages) and run `m migrate`",
                     )
                 )
+        changes += await self._plan_policy()
         return SchemaPlan(tuple(changes))
+
+    async def _plan_policy(self) -> list[SchemaChange]:
+        if self.management is None:
+            return []
+        name, want = self.names["policy"], self.policy
+        target = f"policy {name}"
+        try:
+            current = await self.management.get_policy(name)
+        except BrokerError as exc:
+            self._warn_unmanaged(str(exc))
+            return []
+        if current is None:
+            detail = f"delivery-limit {self.delivery_limit} on {self.names['jobs']}"
+            return [SchemaChange("create", target, detail)]
+        diffs = want.differences(current)
+        return [SchemaChange("update", target, ", ".join(diffs))] if diffs else []
+
+    def _warn_unmanaged(self, reason: str) -> None:
+        if self._policy_warned:
+            return
+        self._policy_warned = True
+        p = self.policy
+        log.warning(
+            "amqp: %s; the delivery-limit backstop of %s is not managed. Set it yourself: "
+            "rabbitmqctl set_policy -p %s --apply-to queues --priority %d %s '%s' '%s' "
+            "(or pass ?management=URL, or ?management=off to silence this)",
+            reason,
+            self.names["jobs"],
+            self.management.vhost if self.management else "/",
+            p.priority,
+            self.names["policy"],
+            p.pattern,
+            json.dumps(p.definition),
+        )
 
     async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
         plan = await self.plan_schema()
@@ -243,11 +334,14 @@ class RabbitBroker(BaseBroker):
                     f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
                 ) from None
             raise BrokerError(f"cannot declare exchange {n['exchange']}: {exc}") from None
-        jobs = await channel.declare_queue(
-            n["jobs"], durable=True, arguments={"x-queue-type": "quorum"}
-        )
-        await jobs.bind(self._exchange)
         await channel.declare_queue(n["dead"], durable=True)
+        jobs = await channel.declare_queue(n["jobs"], durable=True, arguments=self._jobs_args())
+        await jobs.bind(self._exchange)
+        if self.management is not None and any(
+            c.target == f"policy {n['policy']}" for c in plan.changes
+        ):
+            await self.management.put_policy(n["policy"], self.policy)
+            log.info("amqp: policy %s set: delivery-limit %d", n["policy"], self.delivery_limit)
         return plan
 
     async def _reopen(self) -> None:
@@ -257,11 +351,17 @@ class RabbitBroker(BaseBroker):
 
     async def _ensure_open(self) -> None:
         """Reconnect when the connection dropped; deliveries it held return to the queue."""
-        if self._connection is not None and not self._connection.is_closed:
+        connection, channel = self._connection, self._channel
+        alive = connection is not None and not connection.is_closed
+        if alive and channel is not None and not channel.is_closed:
             return
-        if self._connection is not None:
+        if connection is not None:
             log.warning("amqp: connection to %s lost; reconnecting", self.display_url)
+            self._lost_at = time.monotonic()
         await self._reopen()
+        if self._lost_at is not None:
+            down, self._lost_at = time.monotonic() - self._lost_at, None
+            log.warning("amqp: reconnected to %s after %.1fs", self.display_url, down)
 
     # -- publishing --------------------------------------------------------------------
 
@@ -333,6 +433,7 @@ class RabbitBroker(BaseBroker):
     async def retry(self, delivery: Delivery, delay: float) -> None:
         ms = next((b for b in _RETRY_BUCKETS_MS if b >= delay * 1000), _RETRY_BUCKETS_MS[-1])
         name = f"{self.queue_name}.retry.{ms}"
+        msg = _msg(delivery)  # first: a lost delivery comes back by itself, copying it doubles it
         if name not in self._retry_queues:
             await self.channel.declare_queue(
                 name,
@@ -344,7 +445,6 @@ class RabbitBroker(BaseBroker):
                 },
             )
             self._retry_queues.add(name)
-        msg = _msg(delivery)
         await self.channel.default_exchange.publish(
             aio_pika.Message(
                 delivery.body,
@@ -363,6 +463,7 @@ class RabbitBroker(BaseBroker):
         """RabbitMQ keeps an unacked delivery with its consumer until the channel closes."""
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        msg = _msg(delivery)
         await self.channel.default_exchange.publish(
             aio_pika.Message(
                 delivery.body,
@@ -375,7 +476,7 @@ class RabbitBroker(BaseBroker):
             ),
             routing_key=self.names["dead"],
         )
-        await _msg(delivery).ack()
+        await msg.ack()
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
         """Peek: every message is fetched, then all are put back in order."""
@@ -385,15 +486,7 @@ class RabbitBroker(BaseBroker):
             taken: list[AbstractIncomingMessage] = []
             while (msg := await queue.get(no_ack=False, fail=False)) is not None:
                 taken.append(msg)
-            out = [
-                DeadLetter(
-                    body=m.body,
-                    reason=str(m.headers.get(REASON_HEADER, "")),
-                    attempts=int(m.headers.get(ATTEMPTS_HEADER, 0) or 0),  # type: ignore[arg-type]
-                    dead_lettered_at=float(m.headers.get(DEAD_AT_HEADER, 0) or 0),  # type: ignore[arg-type]
-                )
-                for m in taken
-            ]
+            out = [_dead_letter(m, self.delivery_limit) for m in taken]
             if taken:
                 await taken[-1].nack(multiple=True, requeue=True)
             return out[-limit:] if limit > 0 else []
@@ -417,6 +510,38 @@ def _with_id(message: JobMessage, job_id: str) -> JobMessage:
     )
 
 
+def _dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter:
+    """A message of the dead queue: put there by a worker, or by the queue's delivery limit
+    (after ``delivery_limit`` returns, so one delivery more than that)."""
+    headers = msg.headers or {}
+    if REASON_HEADER in headers:
+        return DeadLetter(
+            body=msg.body,
+            reason=str(headers[REASON_HEADER]),
+            attempts=int(headers.get(ATTEMPTS_HEADER, 0) or 0),  # type: ignore[arg-type]
+            dead_lettered_at=float(headers.get(DEAD_AT_HEADER, 0) or 0),  # type: ignore[arg-type]
+        )
+    deaths = headers.get("x-death")
+    death: dict[str, Any] = deaths[0] if isinstance(deaths, list) and deaths else {}  # type: ignore[assignment]
+    why = str(death.get("reason", "unknown"))
+    before = int(headers.get(ATTEMPTS_HEADER, 0) or 0)  # type: ignore[arg-type]
+    if why == "delivery_limit":
+        reason = (
+            "RabbitMQ dead-lettered it: returned to the queue more often than its "
+            "delivery-limit without an outcome (did the job kill its worker?)"
+        )
+        attempts = before + delivery_limit + 1
+    else:
+        reason, attempts = f"RabbitMQ dead-lettered it: {why}", before
+    at = death.get("time")
+    return DeadLetter(
+        body=msg.body,
+        reason=reason,
+        attempts=attempts,
+        dead_lettered_at=at.timestamp() if isinstance(at, datetime) else 0.0,
+    )
+
+
 def _delivery(msg: AbstractIncomingMessage) -> Delivery:
     headers = msg.headers or {}
     before = int(headers.get(ATTEMPTS_HEADER, 0) or 0)  # type: ignore[arg-type]
@@ -425,6 +550,13 @@ def _delivery(msg: AbstractIncomingMessage) -> Delivery:
 
 
 def _msg(delivery: Delivery) -> AbstractIncomingMessage:
+    """The delivery's message, while the channel it arrived on is open."""
     if not isinstance(delivery.handle, aio_pika.IncomingMessage):
         raise BrokerError("delivery was not received from this RabbitMQ broker")
+    try:
+        delivery.handle.channel  # noqa: B018 - raises once the channel is closed
+    except ChannelInvalidStateError:
+        raise DeliveryLostError(
+            "the channel it arrived on is closed; RabbitMQ delivers it again"
+        ) from None
     return delivery.handle

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import aio_pika
 
+from framework_m_core.errors import BrokerError
+
 from .broker import _RETRY_BUCKETS_MS
+from .management import ManagementAPI
 
 
 def isolated_url(server: str, tag: str, **options: object) -> str:
@@ -13,9 +16,15 @@ def isolated_url(server: str, tag: str, **options: object) -> str:
     return server + "?" + "&".join(f"{k}={v}" for k, v in opts.items())
 
 
-async def delete_topology(server: str, tag: str) -> None:
-    """Delete the exchange and every queue of :func:`isolated_url`'s ``tag``."""
+async def delete_topology(server: str, tag: str, management: str | None = None) -> None:
+    """Delete the exchange, every queue and the policy of :func:`isolated_url`'s ``tag``."""
     queue = f"fmtest_{tag}"
+    api = ManagementAPI(management or ManagementAPI.default_url(server), server)
+    try:
+        await api.delete_policy(f"framework-m.{queue}")
+    except BrokerError:
+        if management is not None:
+            raise  # a broker without the management API has no policies to delete
     connection = await aio_pika.connect(server)
     try:
         channel = await connection.channel()

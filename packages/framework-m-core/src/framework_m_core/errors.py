@@ -41,3 +41,10 @@ class SchemaConflictError(FrameworkMError):
 
 class BrokerError(FrameworkMError):
     """A broker operation failed (connection lost, server refused, timeout)."""
+
+
+class DeliveryLostError(BrokerError):
+    """The delivery's reservation ended with its connection: the broker delivers it again.
+
+    Raised by ``ack``/``retry``/``dead_letter``/``release`` when retrying cannot help.
+    """

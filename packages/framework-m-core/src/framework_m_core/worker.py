@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from .app import App
 from .broker import Delivery
-from .errors import MessageDecodeError
+from .errors import DeliveryLostError, MessageDecodeError
 from .jobs import JobContext, JobSpec
 from .messages import JobMessage, decode_message
 from .protocols import BrokerProtocol, TickerProtocol
@@ -252,6 +252,9 @@ class Worker:
             try:
                 await call()
                 return True
+            except DeliveryLostError as exc:
+                log.warning("%s: %s not possible (%s)", label, what, exc)
+                return False
             except Exception as exc:
                 if time.monotonic() + delay > deadline:
                     log.error(

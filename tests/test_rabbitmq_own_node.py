@@ -1,0 +1,136 @@
+"""A RabbitMQ node the tests start themselves (with the management API): policies,
+the delivery-limit backstop, and workers riding out a broker restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from framework_m_rabbitmq import RabbitBroker
+from framework_m_rabbitmq.management import ManagementAPI
+from framework_m_rabbitmq.testing import isolated_url
+
+from .brokers import RabbitServer, assert_each_slot_once, read_slots, wait_for_slot
+from .conftest import MProcess, start_replicas, stop_replicas
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
+    server = RabbitServer(tmp_path_factory.mktemp("rabbit"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def url_on(node: RabbitServer, **options: object) -> str:
+    return isolated_url(node.url, uuid.uuid4().hex[:12], management=node.management_url, **options)
+
+
+def test_delivery_limit_lives_in_a_policy_updated_in_place(node: RabbitServer) -> None:
+    url = url_on(node, delivery_limit=3)
+    queue = url.split("queue=")[1].split("&")[0]
+    api = ManagementAPI(node.management_url, node.url)
+
+    async def scenario() -> None:
+        async with RabbitBroker.from_url(url) as broker:
+            plan = await broker.sync_schema(dry_run=True)
+            assert f"create policy framework-m.{queue}: delivery-limit 3" in plan.describe()
+            assert await api.get_policy(f"framework-m.{queue}") is None  # a dry run
+            await broker.sync_schema()
+            assert (await broker.plan_schema()).in_sync
+            job_id = await broker.enqueue("queued_before", n=1)
+        policy = await api.get_policy(f"framework-m.{queue}")
+        assert policy is not None
+        assert policy.definition == {"delivery-limit": 3}
+        assert policy.pattern == f"^{queue}\\.jobs$"
+
+        changed = url.replace("delivery_limit=3", "delivery_limit=7")
+        async with RabbitBroker.from_url(changed) as broker:
+            plan = await broker.plan_schema()
+            assert [str(c) for c in plan.changes] == [
+                f"update policy framework-m.{queue}: delivery-limit 3 -> 7"
+            ]
+            await broker.sync_schema()
+            assert (await broker.plan_schema()).in_sync
+            [delivery] = await broker.receive(1, 10)  # queued before the change, still there
+            assert job_id.encode() in delivery.body
+            await broker.ack(delivery)
+        policy = await api.get_policy(f"framework-m.{queue}")
+        assert policy is not None
+        assert policy.definition == {"delivery-limit": 7}
+
+    asyncio.run(scenario())
+
+
+def test_delivery_limit_dead_letters_a_job_that_never_gets_an_outcome(
+    node: RabbitServer,
+) -> None:
+    """A job that kills its worker every time is returned to the queue again and again;
+    past the delivery limit RabbitMQ moves it to the dead queue by itself."""
+
+    async def scenario() -> tuple[list[int], list[str], list[int]]:
+        async with RabbitBroker.from_url(url_on(node, delivery_limit=2)) as broker:
+            await broker.sync_schema()
+            await broker.enqueue("crasher")
+            attempts: list[int] = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                got = await broker.receive(1, 2)
+                if not got:
+                    break
+                attempts.append(got[0].attempt)
+                await broker.release(got[0])  # as a killed worker's connection would
+            dead = await broker.dead_letters()
+            return attempts, [d.reason for d in dead], [d.attempts for d in dead]
+
+    attempts, reasons, counts = asyncio.run(scenario())
+    assert attempts == [1, 2, 3]
+    assert len(reasons) == 1
+    assert "delivery-limit" in reasons[0]
+    assert counts == [3]
+
+
+def test_management_api_out_of_reach_is_named_with_the_command_to_run(
+    node: RabbitServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = isolated_url(node.url, uuid.uuid4().hex[:12], management="http://127.0.0.1:9")
+
+    async def scenario() -> str:
+        async with RabbitBroker.from_url(url) as broker:
+            return (await broker.sync_schema()).describe()
+
+    described = asyncio.run(scenario())
+    assert "policy" not in described  # nothing claimed that was not done
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "framework_m.rabbitmq"]
+    assert "cannot reach the management API at http://127.0.0.1:9" in warning
+    assert "rabbitmqctl set_policy" in warning
+    assert ":guest@" not in warning
+
+
+def test_workers_ride_out_a_broker_restart(
+    run_m: Callable[..., MProcess], tmp_path: Path, node: RabbitServer
+) -> None:
+    log = tmp_path / "slots.log"
+    url = url_on(node)
+    workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(log)}, 3)
+    first = int(time.time()) + 1
+    wait_for_slot(log, first + 4, timeout=20)
+    outage_start = time.time()
+    node.stop()
+    node.start()
+    outage_end = time.time()
+    wait_for_slot(log, int(outage_end) + 6, timeout=45)
+    last = int(time.time()) - 2
+    stop_replicas(workers)
+    # The outage is shorter than the 30 s grace: slots whose publishes failed were retried
+    # until the broker was back, so every slot ran, and none twice.
+    assert outage_end - outage_start < 30
+    assert_each_slot_once(read_slots(log), first, last)
+    assert all(w.matches("reconnected") for w in workers)
