@@ -12,6 +12,7 @@ from framework_m_core import (
     App,
     BrokerError,
     Delivery,
+    DeliveryLostError,
     InProcessTickerAdapter,
     JobContext,
     JobMessage,
@@ -276,3 +277,29 @@ async def test_an_ack_that_fails_is_retried_not_given_up(queue_name: str) -> Non
     assert failures == 0
     assert runs == 1
     assert await broker.receive(10, 0.2) == []
+
+
+async def test_an_ack_of_a_lost_delivery_is_given_up_at_once(queue_name: str) -> None:
+    """A delivery whose reservation died with its connection comes back by itself:
+    retrying its ack until the visibility timeout would only hold a concurrency slot."""
+    acks = 0
+
+    class Lost(MemoryBroker):
+        async def ack(self, delivery: Delivery) -> None:
+            nonlocal acks
+            acks += 1
+            raise DeliveryLostError("its channel is closed")
+
+    broker = await synced(Lost(queue_name, visibility_timeout=3600))
+    app = App()
+
+    @app.job
+    async def job(ctx: JobContext) -> None:
+        pass
+
+    await broker.enqueue("job")
+    async with running_worker(app, broker, fetch_timeout=0.1) as worker:
+        await wait_until(lambda: acks >= 1)
+        await wait_until(lambda: not worker._inflight, timeout=2)  # not held for retries
+    assert acks == 1
+    assert worker.stats.succeeded == 0

@@ -40,7 +40,13 @@ class JobQueueProtocol(Protocol):
 
 
 class ConsumerProtocol(Protocol):
-    """The consuming side the worker runtime needs. Delivery is at-least-once."""
+    """The consuming side the worker runtime needs. Delivery is at-least-once.
+
+    ``ack``, ``retry``, ``release`` and ``dead_letter`` raise
+    :class:`~.errors.DeliveryLostError` when the reservation itself is gone (e.g.
+    it was bound to a connection that closed) and the broker will deliver the
+    message again on its own; any other error means "try the call again".
+    """
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         """Take up to ``max_messages`` deliveries, waiting at most ``timeout`` seconds.
