@@ -114,6 +114,29 @@ def test_management_api_out_of_reach_is_named_with_the_command_to_run(
     assert ":guest@" not in warning
 
 
+@pytest.mark.parametrize(("persistence", "kept"), [("disk", True), ("memory", False)])
+def test_dedup_survives_a_broker_restart_only_on_disk(
+    node: RabbitServer, persistence: str, kept: bool
+) -> None:
+    """Why the exchange's cache persists on disk by default: a replica whose publish of a
+    slot failed during a restart retries it afterwards, and must still meet a duplicate."""
+    url = url_on(node, cache_persistence=persistence)
+
+    async def enqueue() -> tuple[str, int]:
+        async with RabbitBroker.from_url(url) as broker:
+            await broker.sync_schema()
+            job_id = await broker.enqueue("tick", deduplication_id="tick:tick:1700000000")
+            return job_id, broker.stats.duplicates
+
+    job_id, duplicates = asyncio.run(enqueue())
+    assert duplicates == 0
+    node.stop()
+    node.start()
+    again, duplicates = asyncio.run(enqueue())
+    assert again == job_id
+    assert duplicates == (1 if kept else 0)
+
+
 def test_workers_ride_out_a_broker_restart(
     run_m: Callable[..., MProcess], tmp_path: Path, node: RabbitServer
 ) -> None:

@@ -36,5 +36,7 @@ cp -r "$build/ebin" "$target/"
 echo "installed $target"
 rabbitmq-plugins enable --quiet "$name"
 # When the plugin was enabled already, the node still runs the old code: load the new.
-rabbitmqctl --quiet eval 'c:l(rabbit_exchange_type_fm_dedup).' >/dev/null
+# and create the tables a newer version added.
+rabbitmqctl --quiet eval \
+  'c:l(rabbit_exchange_type_fm_dedup), rabbit_exchange_type_fm_dedup:setup_schema().' >/dev/null
 echo "enabled $name"

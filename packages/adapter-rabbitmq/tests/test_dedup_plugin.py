@@ -136,3 +136,23 @@ async def test_a_missing_cache_size_is_refused(channel: AbstractChannel) -> None
         await channel.declare_exchange(
             f"fmtest-dedup-{uuid.uuid4().hex[:8]}", type="x-message-deduplication"
         )
+
+
+async def test_a_disk_persisted_cache_deduplicates_and_bounds_alike(topology: Topology) -> None:
+    x = await topology.exchange(**{"x-cache-size": 2, "x-cache-persistence": "disk"})
+    q = await topology.queue(x)
+    assert await send(x, b"a", "a")
+    assert not await send(x, b"a", "a")
+    assert await send(x, b"b", "b")
+    assert await send(x, b"c", "c")  # evicts "a"
+    assert await send(x, b"a", "a")
+    assert await bodies(q) == [b"a", b"b", b"c", b"a"]
+
+
+async def test_an_unknown_persistence_is_refused(channel: AbstractChannel) -> None:
+    with pytest.raises(ChannelPreconditionFailed, match="x-cache-persistence"):
+        await channel.declare_exchange(
+            f"fmtest-dedup-{uuid.uuid4().hex[:8]}",
+            type="x-message-deduplication",
+            arguments={"x-cache-size": 10, "x-cache-persistence": "tape"},
+        )

@@ -5,11 +5,12 @@
 %% routed nowhere (a publisher using `mandatory` gets it back as basic.return);
 %% any other message is routed to every binding, like a fanout exchange.
 %%
-%% Exchange arguments: `x-cache-size` (entries kept, required, > 0) and
-%% `x-cache-ttl` (milliseconds, optional). A message header `x-cache-ttl`
-%% overrides the exchange's TTL for that message. Without a TTL an entry lives
-%% until the size bound evicts it. The cache is a Mnesia table with a copy in
-%% RAM on every node, so it holds across a cluster.
+%% Exchange arguments: `x-cache-size` (entries kept, required, > 0),
+%% `x-cache-ttl` (milliseconds, optional) and `x-cache-persistence` (`memory`,
+%% the default, or `disk`). A message header `x-cache-ttl` overrides the
+%% exchange's TTL for that message. Without a TTL an entry lives until the size
+%% bound evicts it. The cache is a Mnesia table with a copy on every node, so it
+%% holds across a cluster: in RAM, or on disk too so that it survives a restart.
 -module(rabbit_exchange_type_fm_dedup).
 
 -include_lib("rabbit_common/include/rabbit.hrl").
@@ -29,6 +30,9 @@
 -define(HEADER, <<"x-deduplication-header">>).
 -define(SIZE_ARG, <<"x-cache-size">>).
 -define(TTL_ARG, <<"x-cache-ttl">>).
+-define(PERSISTENCE_ARG, <<"x-cache-persistence">>).
+-define(DISK_CACHE, fm_dedup_cache_disk).
+-define(DISK_COUNT, fm_dedup_count_disk).
 
 -record(fm_dedup_entry, {key, expires_at, inserted_at}).
 -record(fm_dedup_size, {exchange, count}).
@@ -57,7 +61,7 @@ route(#exchange{name = XName, arguments = Args},
     case rabbit_misc:table_lookup(Headers, ?HEADER) of
         undefined -> fanout(XName);
         {_Type, Value} ->
-            case remember(XName, Value, ttl(Headers, Args), cache_size(Args)) of
+            case remember(XName, Value, ttl(Headers, Args), cache_size(Args), tables(Args)) of
                 duplicate -> [];
                 new -> fanout(XName)
             end
@@ -73,19 +77,26 @@ headers(Content) ->
         _ -> Headers
     end.
 
-remember(XName, Value, TTL, Size) ->
+%% The cache and counter tables of an exchange, by its x-cache-persistence.
+tables(Args) ->
+    case rabbit_misc:table_lookup(Args, ?PERSISTENCE_ARG) of
+        {_, <<"disk">>} -> {?DISK_CACHE, ?DISK_COUNT};
+        _ -> {?CACHE, ?COUNT}
+    end.
+
+remember(XName, Value, TTL, Size, {Cache, _} = Tables) ->
     Now = erlang:system_time(millisecond),
     Key = {XName, Value},
     Tx = fun() ->
-             case mnesia:read(?CACHE, Key, write) of
+             case mnesia:read(Cache, Key, write) of
                  [#fm_dedup_entry{expires_at = Expires}] when Expires > Now -> duplicate;
                  Existing ->
                      %% Order of insertion, for eviction: time, then a node-unique tiebreak.
                      Inserted = {Now, erlang:unique_integer([monotonic])},
-                     mnesia:write(?CACHE, #fm_dedup_entry{key = Key, expires_at = expiry(Now, TTL),
-                                                          inserted_at = Inserted}, write),
+                     mnesia:write(Cache, #fm_dedup_entry{key = Key, expires_at = expiry(Now, TTL),
+                                                         inserted_at = Inserted}, write),
                      case Existing of
-                         [] -> grow(XName, Size);
+                         [] -> grow(XName, Size, Tables);
                          _ -> ok
                      end,
                      new
@@ -103,21 +114,21 @@ expiry(_Now, undefined) -> infinity;
 expiry(Now, TTL) -> Now + TTL.
 
 %% Count the new entry; past the size bound, evict the oldest entries.
-grow(XName, Size) ->
-    Count = case mnesia:read(?COUNT, XName, write) of
+grow(XName, Size, {Cache, Counter}) ->
+    Count = case mnesia:read(Counter, XName, write) of
                 [#fm_dedup_size{count = C}] -> C + 1;
                 [] -> 1
             end,
     Kept = case Count > Size of
-               true -> evict(XName, Count - Size), Size;
+               true -> evict(XName, Count - Size, Cache), Size;
                false -> Count
            end,
-    mnesia:write(?COUNT, #fm_dedup_size{exchange = XName, count = Kept}, write).
+    mnesia:write(Counter, #fm_dedup_size{exchange = XName, count = Kept}, write).
 
-evict(XName, N) ->
-    Entries = mnesia:match_object(?CACHE, #fm_dedup_entry{key = {XName, '_'}, _ = '_'}, write),
+evict(XName, N, Cache) ->
+    Entries = mnesia:match_object(Cache, #fm_dedup_entry{key = {XName, '_'}, _ = '_'}, write),
     Oldest = lists:sublist(lists:keysort(#fm_dedup_entry.inserted_at, Entries), N),
-    [mnesia:delete(?CACHE, K, write) || #fm_dedup_entry{key = K} <- Oldest],
+    [mnesia:delete(Cache, K, write) || #fm_dedup_entry{key = K} <- Oldest],
     ok.
 
 ttl(Headers, Args) ->
@@ -146,20 +157,27 @@ validate(#exchange{arguments = Args}) ->
         _ -> rabbit_misc:protocol_error(precondition_failed,
                                         "x-cache-ttl must be a non-negative integer "
                                         "(milliseconds)", [])
+    end,
+    case rabbit_misc:table_lookup(Args, ?PERSISTENCE_ARG) of
+        undefined -> ok;
+        {longstr, P} when P =:= <<"memory">>; P =:= <<"disk">> -> ok;
+        _ -> rabbit_misc:protocol_error(precondition_failed,
+                                        "x-cache-persistence must be \"memory\" or \"disk\"", [])
     end.
 
 validate_binding(_X, _B) -> ok.
 create(_Tx, _X) -> ok.
 
 delete(transaction, _X, _Bs) -> ok;
-delete(none, #exchange{name = XName}, _Bs) ->
+delete(none, #exchange{name = XName, arguments = Args}, _Bs) ->
+    {Cache, Counter} = tables(Args),
     mnesia:transaction(
       fun() ->
-          [mnesia:delete(?CACHE, K, write)
+          [mnesia:delete(Cache, K, write)
            || #fm_dedup_entry{key = K}
-                  <- mnesia:match_object(?CACHE, #fm_dedup_entry{key = {XName, '_'}, _ = '_'},
+                  <- mnesia:match_object(Cache, #fm_dedup_entry{key = {XName, '_'}, _ = '_'},
                                          write)],
-          mnesia:delete(?COUNT, XName, write)
+          mnesia:delete(Counter, XName, write)
       end),
     ok;
 delete(_Tx, _X, _Bs) -> ok.
@@ -174,17 +192,22 @@ assert_args_equivalence(X, Args) ->
 info(_X) -> [].
 info(_X, _) -> [].
 
+%% Idempotent: build.sh also calls it after loading new code into a running node.
 setup_schema() ->
-    ensure_table(?CACHE, fm_dedup_entry, record_info(fields, fm_dedup_entry)),
-    ensure_table(?COUNT, fm_dedup_size, record_info(fields, fm_dedup_size)),
-    ok = mnesia:wait_for_tables([?CACHE, ?COUNT], 30000).
+    Entry = record_info(fields, fm_dedup_entry),
+    Size = record_info(fields, fm_dedup_size),
+    ensure_table(?CACHE, fm_dedup_entry, Entry, ram_copies),
+    ensure_table(?COUNT, fm_dedup_size, Size, ram_copies),
+    ensure_table(?DISK_CACHE, fm_dedup_entry, Entry, disc_copies),
+    ensure_table(?DISK_COUNT, fm_dedup_size, Size, disc_copies),
+    ok = mnesia:wait_for_tables([?CACHE, ?COUNT, ?DISK_CACHE, ?DISK_COUNT], 30000).
 
-ensure_table(Name, Record, Fields) ->
+ensure_table(Name, Record, Fields, Copies) ->
     case mnesia:create_table(Name, [{attributes, Fields}, {record_name, Record},
-                                    {type, set}, {ram_copies, [node()]}]) of
+                                    {type, set}, {Copies, [node()]}]) of
         {atomic, ok} -> ok;
         {aborted, {already_exists, Name}} ->
-            case mnesia:add_table_copy(Name, node(), ram_copies) of
+            case mnesia:add_table_copy(Name, node(), Copies) of
                 {atomic, ok} -> ok;
                 {aborted, {already_exists, Name, _Node}} -> ok
             end

@@ -2,7 +2,8 @@
 
 Topology (names from ``queue``, default ``framework_m``): an exchange
 ``<queue>.dedup`` of type ``x-message-deduplication`` (the community plugin or
-framework-m's own, ``x-cache-ttl`` = the dedup window) feeding the durable
+framework-m's own, ``x-cache-ttl`` = the dedup window, ``x-cache-persistence``
+``disk`` by default so that the window survives a broker restart) feeding the durable
 quorum queue ``<queue>.jobs``; retries wait in ``<queue>.retry.<ms>`` queues
 whose TTL dead-letters them back to the jobs queue; dead letters go to
 ``<queue>.dead``: the worker's (with the reason) and, as a backstop, the
@@ -120,6 +121,7 @@ class RabbitBroker(BaseBroker):
                 "delivery_limit": int,
                 "management": str,
                 "policy_priority": int,
+                "cache_persistence": str,
             },
         )
         self.queue_name = str(opts.get("queue", "framework_m"))
@@ -128,6 +130,11 @@ class RabbitBroker(BaseBroker):
         self.prefetch = int(opts.get("prefetch", 100))  # type: ignore[call-overload]
         self.delivery_limit = int(opts.get("delivery_limit", 20))  # type: ignore[call-overload]
         self.policy_priority = int(opts.get("policy_priority", 10))  # type: ignore[call-overload]
+        self.cache_persistence = str(opts.get("cache_persistence", "disk"))
+        if self.cache_persistence not in ("disk", "memory"):
+            raise ConfigurationError(
+                f"cache_persistence must be 'disk' or 'memory', got {self.cache_persistence!r}"
+            )
         if min(self._window, self.cache_size, self.prefetch, self.delivery_limit) <= 0:
             raise ConfigurationError(
                 "dedup_window, cache_size, prefetch and delivery_limit must be positive in "
@@ -209,7 +216,11 @@ class RabbitBroker(BaseBroker):
     # -- schema ------------------------------------------------------------------------
 
     def _exchange_args(self) -> dict[str, Any]:
-        return {"x-cache-size": self.cache_size, "x-cache-ttl": int(self._window * 1000)}
+        return {
+            "x-cache-size": self.cache_size,
+            "x-cache-ttl": int(self._window * 1000),
+            "x-cache-persistence": self.cache_persistence,
+        }
 
     def _jobs_args(self) -> dict[str, Any]:
         return {
@@ -246,7 +257,8 @@ class RabbitBroker(BaseBroker):
                     arguments=self._exchange_args(),
                     passive=passive,
                 ),
-                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(self._window * 1000)} ms",
+                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(self._window * 1000)} ms, "
+                f"x-cache-persistence {self.cache_persistence}",
             ),
             (
                 f"queue {n['jobs']}",
