@@ -47,8 +47,13 @@ async def taskiq_drain(broker: Any, n: int) -> float:
     receiver = Receiver(broker, max_async_tasks=50, run_startup=False)
     t0 = time.perf_counter()
     listener = asyncio.create_task(receiver.listen(finish))
-    await done.wait()
+    finished = asyncio.create_task(done.wait())
+    await asyncio.wait({listener, finished}, return_when=asyncio.FIRST_COMPLETED)
     elapsed = time.perf_counter() - t0
+    if not done.is_set():  # the listener stopped early: say why instead of waiting forever
+        finished.cancel()
+        listener.result()
+        raise RuntimeError(f"the taskiq receiver stopped after {ran} of {n} tasks")
     finish.set()
     listener.cancel()
     await asyncio.gather(listener, return_exceptions=True)

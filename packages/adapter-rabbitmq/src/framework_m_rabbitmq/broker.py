@@ -382,12 +382,14 @@ class RabbitBroker(BaseBroker):
             self._exchange = await self.channel.get_exchange(self.names["exchange"])
         return self._exchange
 
-    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+    def _prepare(self, message: JobMessage) -> JobMessage:
         dedup = message.deduplication_id
-        job_id = dedup_job_id(dedup) if dedup is not None else message.id
-        if dedup is not None and job_id != message.id:
-            message = _with_id(message, job_id)
-            body = message.encode()
+        if dedup is None:
+            return message
+        return _with_id(message, dedup_job_id(dedup))
+
+    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+        dedup, job_id = message.deduplication_id, message.id
         headers: dict[str, Any] = {DEDUP_HEADER: dedup} if dedup is not None else {}
         amqp_message = aio_pika.Message(
             body,
@@ -397,7 +399,7 @@ class RabbitBroker(BaseBroker):
             content_type="application/json",
         )
         await self._ensure_open()
-        exchange = await self._exchange_ready()
+        exchange = self._exchange or await self._exchange_ready()
         try:
             await exchange.publish(amqp_message, routing_key="", mandatory=True)
         except DeliveryError:

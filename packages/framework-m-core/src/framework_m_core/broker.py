@@ -114,7 +114,13 @@ class BaseBroker(ABC):
         validate_deduplication_id(message.deduplication_id)
         return await self._send(message)
 
+    def _prepare(self, message: JobMessage) -> JobMessage:
+        """The message as it will be stored. Adapters that derive job ids (e.g. from the
+        deduplication id) override this; it runs before the message is encoded."""
+        return message
+
     async def _send(self, message: JobMessage) -> PublishResult:
+        message = self._prepare(message)
         body = message.encode()
         result = await self._publish(message, body)
         if result.duplicate:

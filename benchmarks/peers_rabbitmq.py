@@ -1,0 +1,83 @@
+"""RabbitMQ rows: the raw aio-pika ceiling and the taskiq-aio-pika peer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import aio_pika
+from common import BODY, taskiq_drain
+
+
+async def raw_publish(server: str, n: int, inflight: int, persistence: str = "disk") -> float:
+    """Confirmed, persistent, mandatory publishes with unique deduplication headers through
+    an x-message-deduplication exchange (framework-m's arguments) into a quorum queue."""
+    tag = uuid.uuid4().hex[:12]
+    connection = await aio_pika.connect(server)
+    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+    exchange = await channel.declare_exchange(
+        f"bench_raw_{tag}",
+        "x-message-deduplication",
+        durable=True,
+        arguments={
+            "x-cache-size": 1_000_000,
+            "x-cache-ttl": 120_000,
+            "x-cache-persistence": persistence,
+        },
+    )
+    queue = await channel.declare_queue(
+        f"bench_raw_{tag}", durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    await queue.bind(exchange)
+    sem = asyncio.Semaphore(inflight)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await exchange.publish(
+                aio_pika.Message(
+                    BODY,
+                    headers={"x-deduplication-header": f"{tag}:{i}"},
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                ),
+                routing_key="",
+                mandatory=True,
+            )
+
+    try:
+        t0 = time.perf_counter()
+        if inflight == 1:
+            for i in range(n):
+                await one(i)
+        else:
+            await asyncio.gather(*(one(i) for i in range(n)))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await queue.delete(if_unused=False, if_empty=False)
+        await exchange.delete()
+        await connection.close()
+
+
+async def taskiq_aio_pika_drain(server: str, n: int) -> float:
+    """taskiq-aio-pika (quorum queue, prefetch 100 like framework-m), 50 tasks at once."""
+    from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
+
+    name = f"bench_taskiq_{uuid.uuid4().hex[:12]}"
+    broker = AioPikaBroker(
+        server,
+        qos=100,
+        exchange=Exchange(name=name),
+        task_queues=[Queue(name=name)],
+        dead_letter_queue=Queue(name=f"{name}.dead"),
+    )
+    broker.is_worker_process = True  # or it opens no connection to consume on
+    try:
+        return await taskiq_drain(broker, n)
+    finally:
+        await broker.shutdown()
+        connection = await aio_pika.connect(server)
+        channel = await connection.channel()
+        for queue in (name, f"{name}.dead"):
+            await channel.queue_delete(queue)
+        await channel.exchange_delete(name)
+        await connection.close()
