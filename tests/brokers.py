@@ -216,18 +216,48 @@ def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    cert, key, csr = directory / "server.pem", directory / "server.key", directory / "server.csr"
+    ext = directory / "san.ext"
+    ext.write_text("subjectAltName = IP:127.0.0.1\n")
+    commands: list[list[object]] = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial"],
+    ]
+    commands[0] += ["-days", "2", "-subj", "/CN=framework-m test CA"]
+    commands[1] += ["-subj", "/CN=127.0.0.1"]
+    commands[2] += ["-out", cert, "-days", "2", "-extfile", ext]
+    for args in commands:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+    return ca, cert, key
+
+
 class RabbitServer(ServerProcess):
     """A RabbitMQ node of its own (name, ports, data, cookie) with the management API and
     framework-m's dedup plugin, which build.sh installed into the broker's plugins folder."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False) -> None:
         self.port, self.management_port, self.dist_port = free_port(), free_port(), free_port()
         self.dir = workdir / f"rabbit-{self.port}"
         self.dir.mkdir(parents=True)
-        (self.dir / "rabbitmq.conf").write_text(
+        conf = (
             f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
             f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {self.management_port}\n"
         )
+        self.tls_port: int | None = None
+        if tls:
+            self.tls_port = free_port()
+            ca, cert, key = self_signed_certificate(self.dir)
+            conf += (
+                f"listeners.ssl.default = 127.0.0.1:{self.tls_port}\n"
+                f"ssl_options.cacertfile = {ca}\nssl_options.certfile = {cert}\n"
+                f"ssl_options.keyfile = {key}\nssl_options.verify = verify_none\n"
+                "ssl_options.fail_if_no_peer_cert = false\n"
+            )
+        (self.dir / "rabbitmq.conf").write_text(conf)
         (self.dir / "enabled_plugins").write_text(
             "[framework_m_dedup_exchange,rabbitmq_management].\n"
         )
@@ -264,6 +294,8 @@ class RabbitServer(ServerProcess):
             )
         wait_port(self.port, timeout=90)
         wait_port(self.management_port, timeout=30)
+        if self.tls_port is not None:
+            wait_port(self.tls_port, timeout=30)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:

@@ -4,13 +4,17 @@ the delivery-limit backstop, and workers riding out a broker restart."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from framework_m_core.errors import BrokerError
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.management import ManagementAPI
 from framework_m_rabbitmq.testing import isolated_url
@@ -23,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
-    server = RabbitServer(tmp_path_factory.mktemp("rabbit"))
+    server = RabbitServer(tmp_path_factory.mktemp("rabbit"), tls=True)
     server.start()
     yield server
     server.stop()
@@ -31,6 +35,45 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
 
 def url_on(node: RabbitServer, **options: object) -> str:
     return isolated_url(node.url, uuid.uuid4().hex[:12], management=node.management_url, **options)
+
+
+def management_put(node: RabbitServer, path: str, body: dict[str, object]) -> None:
+    request = urllib.request.Request(
+        f"{node.management_url}/api/{path}", data=json.dumps(body).encode(), method="PUT"
+    )
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    request.add_header("Content-Type", "application/json")
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def test_tls_and_a_vhost_of_its_own(node: RabbitServer) -> None:
+    vhost = f"fmtest_{uuid.uuid4().hex[:8]}"
+    management_put(node, f"vhosts/{vhost}", {})
+    management_put(
+        node, f"permissions/{vhost}/guest", {"configure": ".*", "write": ".*", "read": ".*"}
+    )
+    ca = node.dir / "ca.pem"
+    server = f"amqps://guest:guest@127.0.0.1:{node.tls_port}/{vhost}"
+    url = f"{server}?queue=fmtest_tls&cafile={ca}&management={node.management_url}"
+
+    async def scenario() -> None:
+        async with RabbitBroker.from_url(url) as broker:
+            await broker.sync_schema()
+            job_id = await broker.enqueue("over_tls", deduplication_id="tick:over_tls:1")
+            [delivery] = await broker.receive(1, 10)
+            assert job_id.encode() in delivery.body
+            await broker.ack(delivery)
+        policy = await ManagementAPI(node.management_url, url).get_policy("framework-m.fmtest_tls")
+        assert policy is not None  # in the URL's vhost, where the queue is
+        assert (
+            await ManagementAPI(node.management_url, node.url).get_policy("framework-m.fmtest_tls")
+            is None
+        )  # not in "/"
+        unverified = url.replace(f"cafile={ca}&", "")
+        with pytest.raises(BrokerError, match="cannot connect to amqps://guest:\\*\\*\\*@"):
+            await RabbitBroker.from_url(unverified).connect()  # the test CA is not trusted
+
+    asyncio.run(scenario())
 
 
 def test_delivery_limit_lives_in_a_policy_updated_in_place(node: RabbitServer) -> None:

@@ -24,13 +24,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Self
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
@@ -82,6 +83,16 @@ _RETRY_BUCKETS_MS = (
     1_800_000,
     3_600_000,
 )
+# Passed through to aio-pika's connection: TLS files, heartbeat, connect timeout, name.
+_CONNECTION_OPTIONS = (
+    "cafile",
+    "certfile",
+    "keyfile",
+    "no_verify_ssl",
+    "heartbeat",
+    "timeout",
+    "name",
+)
 _CONSUMER_TIMEOUT = 1800.0  # RabbitMQ's default consumer_timeout: the visibility timeout
 PLUGIN_HINT = (
     "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
@@ -122,6 +133,7 @@ class RabbitBroker(BaseBroker):
                 "management": str,
                 "policy_priority": int,
                 "cache_persistence": str,
+                **{name: str for name in _CONNECTION_OPTIONS},
             },
         )
         self.queue_name = str(opts.get("queue", "framework_m"))
@@ -145,9 +157,23 @@ class RabbitBroker(BaseBroker):
                 f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got "
                 f"{self.queue_name!r}"
             )
-        self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
+        for flag in ("heartbeat", "timeout"):
+            if flag in passed and not passed[flag].isdigit():
+                raise ConfigurationError(f"{flag} must be whole seconds, got {passed[flag]!r}")
+        if passed.get("no_verify_ssl", "0") not in ("0", "1"):
+            raise ConfigurationError("no_verify_ssl must be 0 or 1")
+        for file in ("cafile", "certfile", "keyfile"):
+            if file in passed and not os.path.isfile(passed[file]):
+                raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
+        passed.setdefault("name", "framework-m")  # the connection's name in the management UI
+        self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), ""))
         management = str(opts.get("management", ManagementAPI.default_url(url)))
-        self.management = None if management == "off" else ManagementAPI(management, url)
+        self.management = (
+            None
+            if management == "off"
+            else ManagementAPI(management, url, cafile=passed.get("cafile"))
+        )
         self._policy_warned = False
         self._lost_at: float | None = None
         self._connection: AbstractConnection | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ class Policy:
 class ManagementAPI:
     """A minimal client of ``/api/policies``; credentials come from the amqp:// URL."""
 
-    def __init__(self, base_url: str, amqp_url: str) -> None:
+    def __init__(self, base_url: str, amqp_url: str, *, cafile: str | None = None) -> None:
         base = urlsplit(base_url)
         if base.scheme not in ("http", "https") or not base.hostname:
             raise ConfigurationError(
@@ -75,6 +76,8 @@ class ManagementAPI:
         user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         self._auth = f"Basic {token}"
+        self._https, self._cafile = base.scheme == "https", cafile
+        self._ssl: ssl.SSLContext | None = None
 
     @staticmethod
     def default_url(amqp_url: str) -> str:
@@ -95,8 +98,10 @@ class ManagementAPI:
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Authorization", self._auth)
         request.add_header("Content-Type", "application/json")
+        if self._https and self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self._cafile)
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=self._ssl) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:

@@ -1,0 +1,67 @@
+"""amqp:// URL options: what is accepted, what is refused, and with which message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from framework_m_core.errors import ConfigurationError
+from framework_m_rabbitmq import RabbitBroker
+
+
+def test_defaults() -> None:
+    broker = RabbitBroker.from_url("amqp://guest:guest@rabbit.example:5672/")
+    assert (broker.queue_name, broker.dedup_window, broker.cache_persistence) == (
+        "framework_m",
+        120.0,
+        "disk",
+    )
+    assert broker.delivery_limit == 20
+    assert broker.management is not None
+    assert broker.management.base_url == "http://rabbit.example:15672"
+    assert broker.management.vhost == "/"
+
+
+def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
+    tmp_path: Path,
+) -> None:
+    for name in ("ca.pem", "c.pem", "c.key"):
+        (tmp_path / name).touch()
+    broker = RabbitBroker.from_url(
+        f"amqps://app:s3cret@rabbit.example/jobs%2Fprod?cafile={tmp_path}/ca.pem&heartbeat=30"
+        f"&certfile={tmp_path}/c.pem&keyfile={tmp_path}/c.key"
+    )
+    d = quote(str(tmp_path), safe="")
+    assert broker._url == (
+        f"amqps://app:s3cret@rabbit.example/jobs%2Fprod?cafile={d}%2Fca.pem&heartbeat=30"
+        f"&certfile={d}%2Fc.pem&keyfile={d}%2Fc.key&name=framework-m"
+    )
+    assert broker.management is not None
+    assert broker.management.base_url == "https://rabbit.example:15671"
+    assert broker.management.vhost == "jobs/prod"
+    assert "s3cret" not in broker.display_url
+
+
+def test_management_off() -> None:
+    assert RabbitBroker.from_url("amqp://h/?management=off").management is None
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("cache_persistence=tape", "cache_persistence must be 'disk' or 'memory'"),
+        ("delivery_limit=0", "must be positive"),
+        ("heartbeat=soon", "heartbeat must be whole seconds"),
+        ("cafile=/nonexistent/ca.pem", "cafile '/nonexistent/ca.pem' is not a readable file"),
+        ("no_verify_ssl=yes", "no_verify_ssl must be 0 or 1"),
+        ("queue=a b", "queue must be 1-200 letters"),
+        ("management=ftp://h", "management must be an http:// or https:// URL"),
+        ("management=http://u:p@h:15672", "must not hold credentials"),
+        ("colour=blue", "unknown option 'colour'"),
+    ],
+)
+def test_bad_options_are_refused_with_a_message(query: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RabbitBroker.from_url(f"amqp://guest:guest@127.0.0.1/?{query}")
