@@ -214,6 +214,7 @@ def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
 
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+RABBITMQ_CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"  # not the wrapper: it switches user and HOME
 
 
 def self_signed_certificate(directory: Path) -> tuple[Path, Path, Path]:
@@ -239,10 +240,14 @@ class RabbitServer(ServerProcess):
     """A RabbitMQ node of its own (name, ports, data, cookie) with the management API and
     framework-m's dedup plugin, which build.sh installed into the broker's plugins folder."""
 
-    def __init__(self, workdir: Path, *, tls: bool = False) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False, cookie: str | None = None) -> None:
         self.port, self.management_port, self.dist_port = free_port(), free_port(), free_port()
         self.dir = workdir / f"rabbit-{self.port}"
         self.dir.mkdir(parents=True)
+        if cookie is not None:  # nodes of one cluster share it
+            cookie_file = self.dir / ".erlang.cookie"
+            cookie_file.write_text(cookie)
+            cookie_file.chmod(0o400)
         conf = (
             f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
             f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {self.management_port}\n"
@@ -264,7 +269,7 @@ class RabbitServer(ServerProcess):
         self.env = {
             **os.environ,
             "HOME": str(self.dir),  # its own Erlang cookie
-            "RABBITMQ_NODENAME": f"fmtest-{self.port}@localhost",
+            "RABBITMQ_NODENAME": self.node,
             "RABBITMQ_DIST_PORT": str(self.dist_port),
             "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
@@ -275,8 +280,29 @@ class RabbitServer(ServerProcess):
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def node(self) -> str:
+        return f"fmtest-{self.port}@localhost"
+
+    @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def ctl(self, *args: str) -> None:
+        """Run ``rabbitmqctl`` against this node."""
+        subprocess.run(
+            [RABBITMQ_CTL, "-n", self.node, *args],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def join(self, other: RabbitServer) -> None:
+        """Make this running node a member of ``other``'s cluster."""
+        self.ctl("stop_app")
+        self.ctl("join_cluster", other.node)
+        self.ctl("start_app")
+        wait_port(self.port, timeout=60)
 
     @property
     def management_url(self) -> str:
