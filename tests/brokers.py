@@ -240,7 +240,14 @@ class RabbitServer(ServerProcess):
     """A RabbitMQ node of its own (name, ports, data, cookie) with the management API and
     framework-m's dedup plugin, which build.sh installed into the broker's plugins folder."""
 
-    def __init__(self, workdir: Path, *, tls: bool = False, cookie: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        tls: bool = False,
+        cookie: str | None = None,
+        plugins: tuple[str, ...] = ("framework_m_dedup_exchange", "rabbitmq_management"),
+    ) -> None:
         self.port, self.management_port, self.dist_port = free_port(), free_port(), free_port()
         self.dir = workdir / f"rabbit-{self.port}"
         self.dir.mkdir(parents=True)
@@ -263,9 +270,8 @@ class RabbitServer(ServerProcess):
                 "ssl_options.fail_if_no_peer_cert = false\n"
             )
         (self.dir / "rabbitmq.conf").write_text(conf)
-        (self.dir / "enabled_plugins").write_text(
-            "[framework_m_dedup_exchange,rabbitmq_management].\n"
-        )
+        self.plugins = plugins
+        (self.dir / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
         self.env = {
             **os.environ,
             "HOME": str(self.dir),  # its own Erlang cookie
@@ -319,7 +325,8 @@ class RabbitServer(ServerProcess):
                 start_new_session=True,
             )
         wait_port(self.port, timeout=90)
-        wait_port(self.management_port, timeout=30)
+        if "rabbitmq_management" in self.plugins:
+            wait_port(self.management_port, timeout=30)
         if self.tls_port is not None:
             wait_port(self.tls_port, timeout=30)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -20,7 +22,7 @@ from framework_m_rabbitmq.management import ManagementAPI
 from framework_m_rabbitmq.testing import isolated_url
 
 from .brokers import RabbitServer, assert_each_slot_once, read_slots, wait_for_slot
-from .conftest import MProcess, start_replicas, stop_replicas
+from .conftest import REPO, M, MProcess, start_replicas, stop_replicas
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +202,27 @@ def test_workers_ride_out_a_broker_restart(
     assert outage_end - outage_start < 30
     assert_each_slot_once(read_slots(log), first, last)
     assert all(w.matches("reconnected") for w in workers)
+
+
+def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
+    tmp_path: Path,
+) -> None:
+    bare = RabbitServer(tmp_path, plugins=())
+    bare.start()
+    try:
+        url = isolated_url(bare.url, uuid.uuid4().hex[:12], management="off")
+        result = subprocess.run(
+            [M, "worker", "--app", "tests.apps.slot_recorder", "--broker", url],
+            cwd=REPO,
+            env={**os.environ, "FM_SLOT_LOG": str(tmp_path / "slots.log")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        bare.stop()
+    assert result.returncode != 0
+    assert "no exchange type 'x-message-deduplication'" in result.stderr
+    assert "rabbitmq-message-deduplication" in result.stderr
+    assert "plugin/build.sh" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -28,7 +28,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Self
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -302,7 +302,11 @@ class RabbitBroker(BaseBroker):
         for target, declare, detail in checks:
             missing = await self._probe(lambda ch, d=declare: d(ch, True))
             if missing is not None:
-                changes.append(SchemaChange("create", target, detail))
+                if target.startswith("exchange") and not await self._exchange_type_known():
+                    detail = f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
+                    changes.append(SchemaChange("refuse", target, detail))
+                else:
+                    changes.append(SchemaChange("create", target, detail))
                 continue
             refused = await self._probe(lambda ch, d=declare: d(ch, False))
             if refused is not None:
@@ -316,6 +320,27 @@ class RabbitBroker(BaseBroker):
                 )
         changes += await self._plan_policy()
         return SchemaPlan(tuple(changes))
+
+    async def _exchange_type_known(self) -> bool:
+        """Declare and delete a probe exchange of the type on a connection of its own:
+        RabbitMQ answers an unknown type by closing the whole connection."""
+        probe = f"{self.names['exchange']}.probe-{uuid.uuid4().hex[:8]}"
+        connection = await aio_pika.connect(self._url)
+        try:
+            with _quiet("aiormq.connection"):  # it logs the expected close as an error
+                channel = await connection.channel()
+                exchange = await channel.declare_exchange(
+                    probe, EXCHANGE_TYPE, auto_delete=True, arguments={"x-cache-size": 1}
+                )
+                await exchange.delete()
+            return True
+        except (aiormq.exceptions.AMQPError, ConnectionError) as exc:
+            if "exchange type" in str(exc):
+                return False
+            raise BrokerError(f"cannot probe exchange type {EXCHANGE_TYPE!r}: {exc}") from None
+        finally:
+            with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, ConnectionError):
+                await connection.close()
 
     async def _plan_policy(self) -> list[SchemaChange]:
         if self.management is None:
@@ -548,6 +573,18 @@ def _with_id(message: JobMessage, job_id: str) -> JobMessage:
         enqueued_at=message.enqueued_at,
         scheduled_at=message.scheduled_at,
     )
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Drop the records of ``logger`` while the block runs."""
+    target = logging.getLogger(logger)
+    drop = logging.Filter("\0")  # matches no logger name: every record is dropped
+    target.addFilter(drop)
+    try:
+        yield
+    finally:
+        target.removeFilter(drop)
 
 
 def _dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter:
