@@ -429,8 +429,24 @@ class RabbitBroker(BaseBroker):
     # -- publishing --------------------------------------------------------------------
 
     async def _exchange_ready(self) -> AbstractExchange:
+        """The exchange, with the jobs queue bound to it (once per connection).
+
+        A duplicate and a message that no binding takes both come back as a return;
+        binding again (idempotent) before the first publish keeps the second case from
+        passing for the first and losing a job silently.
+        """
         if self._exchange is None:
-            self._exchange = await self.channel.get_exchange(self.names["exchange"])
+            n = self.names
+            try:
+                exchange = await self.channel.get_exchange(n["exchange"])
+                jobs = await self.channel.get_queue(n["jobs"])
+                await jobs.bind(exchange)
+            except aiormq.exceptions.ChannelNotFoundEntity as exc:
+                await self._reopen()
+                raise BrokerError(
+                    f"{exc.args[0] if exc.args else exc}: run schema sync (m migrate)"
+                ) from None
+            self._exchange = exchange
         return self._exchange
 
     def _prepare(self, message: JobMessage) -> JobMessage:

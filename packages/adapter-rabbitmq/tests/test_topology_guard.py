@@ -1,0 +1,62 @@
+"""A duplicate and an unbound exchange both answer a publish with basic.return: the
+adapter binds the jobs queue before its first publish, so the second cannot pass for
+the first and drop a job."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+
+from framework_m_core.errors import BrokerError
+from framework_m_rabbitmq import RabbitBroker
+from framework_m_rabbitmq.testing import delete_topology, isolated_url
+
+from .test_dedup_plugin import AMQP_URL
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def url() -> AsyncIterator[str]:
+    tag = uuid.uuid4().hex[:12]
+    url = isolated_url(AMQP_URL, tag, management="off")
+    async with RabbitBroker.from_url(url) as broker:
+        await broker.sync_schema()
+    yield url
+    await delete_topology(AMQP_URL, tag)
+
+
+async def test_a_lost_binding_is_restored_before_the_first_publish(url: str) -> None:
+    broker = RabbitBroker.from_url(url)
+    names = broker.names
+    connection = await aio_pika.connect(AMQP_URL)
+    channel = await connection.channel()
+    jobs = await channel.get_queue(names["jobs"])
+    await jobs.unbind(names["exchange"])  # the binding sync made (routing key: the name)
+    await connection.close()
+    async with broker:
+        job_id = await broker.enqueue("kept", deduplication_id="tick:kept:1")
+        [delivery] = await broker.receive(1, 5)
+        assert job_id.encode() in delivery.body
+        assert broker.stats.duplicates == 0
+        await broker.ack(delivery)
+
+
+async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> None:
+    broker = RabbitBroker.from_url(url)
+    connection = await aio_pika.connect(AMQP_URL)
+    channel = await connection.channel()
+    await channel.queue_delete(broker.names["jobs"])
+    await connection.close()
+    async with broker:
+        with pytest.raises(BrokerError, match=r"m migrate"):
+            await broker.enqueue("lost", deduplication_id="tick:lost:1")
+        assert broker.stats.duplicates == 0
