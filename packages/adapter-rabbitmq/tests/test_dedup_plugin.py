@@ -156,3 +156,23 @@ async def test_an_unknown_persistence_is_refused(channel: AbstractChannel) -> No
             type="x-message-deduplication",
             arguments={"x-cache-size": 10, "x-cache-persistence": "tape"},
         )
+
+
+@pytest.mark.parametrize(
+    "changed", [{"x-cache-size": 11}, {"x-cache-ttl": 5000}, {"x-cache-persistence": "disk"}]
+)
+async def test_a_redeclaration_with_other_arguments_is_refused(
+    topology: Topology, changed: dict[str, Any]
+) -> None:
+    x = await topology.exchange(**{"x-cache-size": 10, "x-cache-ttl": 1000})
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        with pytest.raises(ChannelPreconditionFailed, match="inequivalent arg"):
+            await channel.declare_exchange(
+                x.name,
+                type="x-message-deduplication",
+                arguments={"x-cache-size": 10, "x-cache-ttl": 1000, **changed},
+            )
+    finally:
+        await connection.close()

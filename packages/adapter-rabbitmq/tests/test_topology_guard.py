@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import aio_pika
 import pytest
 
-from framework_m_core.errors import BrokerError
+from framework_m_core.errors import BrokerError, SchemaConflictError
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import delete_topology, isolated_url
 
@@ -60,3 +60,13 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
         with pytest.raises(BrokerError, match=r"m migrate"):
             await broker.enqueue("lost", deduplication_id="tick:lost:1")
         assert broker.stats.duplicates == 0
+
+
+async def test_a_new_dedup_window_is_refused_not_ignored(url: str) -> None:
+    async with RabbitBroker.from_url(url + "&dedup_window=60") as broker:
+        plan = await broker.plan_schema()
+        [change] = plan.refused
+        assert change.target == f"exchange {broker.names['exchange']}"
+        assert "x-cache-ttl" in change.detail
+        with pytest.raises(SchemaConflictError, match="x-cache-ttl"):
+            await broker.sync_schema()

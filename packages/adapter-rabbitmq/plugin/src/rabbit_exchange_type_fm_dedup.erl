@@ -33,9 +33,13 @@
 -define(PERSISTENCE_ARG, <<"x-cache-persistence">>).
 -define(DISK_CACHE, fm_dedup_cache_disk).
 -define(DISK_COUNT, fm_dedup_count_disk).
+-define(ORDER, fm_dedup_order).
+-define(DISK_ORDER, fm_dedup_order_disk).
+-define(SWEEP, 16).  %% expired entries an insert removes at most
 
 -record(fm_dedup_entry, {key, expires_at, inserted_at}).
 -record(fm_dedup_size, {exchange, count}).
+-record(fm_dedup_order, {key, value}).
 
 -rabbit_boot_step({?MODULE,
                    [{description, "exchange type x-message-deduplication (framework-m)"},
@@ -77,28 +81,37 @@ headers(Content) ->
         _ -> Headers
     end.
 
-%% The cache and counter tables of an exchange, by its x-cache-persistence.
+%% The tables of an exchange, by its x-cache-persistence: the cache ({XName, Value}
+%% -> expiry), its insertion-order index ({XName, Inserted} -> Value, ordered) and the
+%% entry count per exchange.
 tables(Args) ->
     case rabbit_misc:table_lookup(Args, ?PERSISTENCE_ARG) of
-        {_, <<"disk">>} -> {?DISK_CACHE, ?DISK_COUNT};
-        _ -> {?CACHE, ?COUNT}
+        {_, <<"disk">>} -> {?DISK_CACHE, ?DISK_ORDER, ?DISK_COUNT};
+        _ -> {?CACHE, ?ORDER, ?COUNT}
     end.
 
-remember(XName, Value, TTL, Size, {Cache, _} = Tables) ->
+remember(XName, Value, TTL, Size, {Cache, Order, Counter} = Tables) ->
     Now = erlang:system_time(millisecond),
     Key = {XName, Value},
     Tx = fun() ->
              case mnesia:read(Cache, Key, write) of
                  [#fm_dedup_entry{expires_at = Expires}] when Expires > Now -> duplicate;
                  Existing ->
-                     %% Order of insertion, for eviction: time, then a node-unique tiebreak.
+                     %% Order of insertion: time, then a node-unique tiebreak.
                      Inserted = {Now, erlang:unique_integer([monotonic])},
+                     Count0 = count(Counter, XName),
+                     Count1 = case Existing of
+                                  [#fm_dedup_entry{inserted_at = Old}] ->
+                                      mnesia:delete(Order, {XName, Old}, write),
+                                      Count0;
+                                  [] -> Count0 + 1
+                              end,
                      mnesia:write(Cache, #fm_dedup_entry{key = Key, expires_at = expiry(Now, TTL),
                                                          inserted_at = Inserted}, write),
-                     case Existing of
-                         [] -> grow(XName, Size, Tables);
-                         _ -> ok
-                     end,
+                     mnesia:write(Order, #fm_dedup_order{key = {XName, Inserted}, value = Value},
+                                  write),
+                     Count = trim(XName, Count1, Size, Now, ?SWEEP, Tables),
+                     mnesia:write(Counter, #fm_dedup_size{exchange = XName, count = Count}, write),
                      new
              end
          end,
@@ -113,23 +126,45 @@ remember(XName, Value, TTL, Size, {Cache, _} = Tables) ->
 expiry(_Now, undefined) -> infinity;
 expiry(Now, TTL) -> Now + TTL.
 
-%% Count the new entry; past the size bound, evict the oldest entries.
-grow(XName, Size, {Cache, Counter}) ->
-    Count = case mnesia:read(Counter, XName, write) of
-                [#fm_dedup_size{count = C}] -> C + 1;
-                [] -> 1
-            end,
-    Kept = case Count > Size of
-               true -> evict(XName, Count - Size, Cache), Size;
-               false -> Count
-           end,
-    mnesia:write(Counter, #fm_dedup_size{exchange = XName, count = Kept}, write).
+count(Counter, XName) ->
+    case mnesia:read(Counter, XName, write) of
+        [#fm_dedup_size{count = C}] -> C;
+        [] -> 0
+    end.
 
-evict(XName, N, Cache) ->
-    Entries = mnesia:match_object(Cache, #fm_dedup_entry{key = {XName, '_'}, _ = '_'}, write),
-    Oldest = lists:sublist(lists:keysort(#fm_dedup_entry.inserted_at, Entries), N),
-    [mnesia:delete(Cache, K, write) || #fm_dedup_entry{key = K} <- Oldest],
-    ok.
+%% Drop the oldest entries while there are more than Size, and up to Budget more
+%% while the oldest has expired. Each step reads one key of the ordered index, so
+%% an insert into a full cache costs O(log n), not a scan.
+trim(XName, Count, Size, Now, Budget, {Cache, Order, _} = Tables) ->
+    case oldest(Order, XName) of
+        none -> Count;
+        {OrderKey, Value} ->
+            Key = {XName, Value},
+            Expired = Budget > 0 andalso expired(Cache, Key, Now),
+            case Count > Size orelse Expired of
+                false -> Count;
+                true ->
+                    mnesia:delete(Order, OrderKey, write),
+                    mnesia:delete(Cache, Key, write),
+                    trim(XName, Count - 1, Size, Now, Budget - 1, Tables)
+            end
+    end.
+
+%% {XName, _} keys sort together; {XName, 0} sorts before all of them (a number
+%% before any tuple), so the next key after it is this exchange's oldest entry.
+oldest(Order, XName) ->
+    case mnesia:next(Order, {XName, 0}) of
+        {XName, _} = OrderKey ->
+            [#fm_dedup_order{value = Value}] = mnesia:read(Order, OrderKey, write),
+            {OrderKey, Value};
+        _ -> none
+    end.
+
+expired(Cache, Key, Now) ->
+    case mnesia:read(Cache, Key, write) of
+        [#fm_dedup_entry{expires_at = Expires}] -> Expires =< Now;
+        [] -> true
+    end.
 
 ttl(Headers, Args) ->
     case rabbit_misc:table_lookup(Headers, ?TTL_ARG) of
@@ -170,12 +205,16 @@ create(_Tx, _X) -> ok.
 
 delete(transaction, _X, _Bs) -> ok;
 delete(none, #exchange{name = XName, arguments = Args}, _Bs) ->
-    {Cache, Counter} = tables(Args),
+    {Cache, Order, Counter} = tables(Args),
     mnesia:transaction(
       fun() ->
           [mnesia:delete(Cache, K, write)
            || #fm_dedup_entry{key = K}
                   <- mnesia:match_object(Cache, #fm_dedup_entry{key = {XName, '_'}, _ = '_'},
+                                         write)],
+          [mnesia:delete(Order, K, write)
+           || #fm_dedup_order{key = K}
+                  <- mnesia:match_object(Order, #fm_dedup_order{key = {XName, '_'}, _ = '_'},
                                          write)],
           mnesia:delete(Counter, XName, write)
       end),
@@ -186,31 +225,49 @@ policy_changed(_X1, _X2) -> ok.
 add_binding(_Tx, _X, _B) -> ok.
 remove_bindings(_Tx, _X, _Bs) -> ok.
 
-assert_args_equivalence(X, Args) ->
-    rabbit_exchange:assert_args_equivalence(X, Args).
+%% A re-declaration with another size, TTL or persistence is refused (406), like one
+%% with another alternate exchange, instead of keeping the old values silently.
+assert_args_equivalence(#exchange{name = Name, arguments = Args}, NewArgs) ->
+    rabbit_misc:assert_args_equivalence(
+      Args, NewArgs, Name, [<<"alternate-exchange">>, ?SIZE_ARG, ?TTL_ARG, ?PERSISTENCE_ARG]).
 
 info(_X) -> [].
 info(_X, _) -> [].
 
 %% Idempotent: build.sh also calls it after loading new code into a running node.
 setup_schema() ->
-    Entry = record_info(fields, fm_dedup_entry),
-    Size = record_info(fields, fm_dedup_size),
-    ensure_table(?CACHE, fm_dedup_entry, Entry, ram_copies),
-    ensure_table(?COUNT, fm_dedup_size, Size, ram_copies),
-    ensure_table(?DISK_CACHE, fm_dedup_entry, Entry, disc_copies),
-    ensure_table(?DISK_COUNT, fm_dedup_size, Size, disc_copies),
-    ok = mnesia:wait_for_tables([?CACHE, ?COUNT, ?DISK_CACHE, ?DISK_COUNT], 30000).
+    Tables = [{Copies, Name, Record, Type}
+              || {Copies, Names} <- [{ram_copies, [?CACHE, ?ORDER, ?COUNT]},
+                                     {disc_copies, [?DISK_CACHE, ?DISK_ORDER, ?DISK_COUNT]}],
+                 {Name, {Record, Type}} <- lists:zip(Names, [{fm_dedup_entry, set},
+                                                             {fm_dedup_order, ordered_set},
+                                                             {fm_dedup_size, set}])],
+    [ensure_table(Name, Record, fields(Record), Type, Copies)
+     || {Copies, Name, Record, Type} <- Tables],
+    case mnesia:wait_for_tables([Name || {_, Name, _, _} <- Tables], 30000) of
+        ok -> ok;
+        Other -> rabbit_log:warning("x-message-deduplication tables not ready: ~p", [Other])
+    end.
 
-ensure_table(Name, Record, Fields, Copies) ->
+fields(fm_dedup_entry) -> record_info(fields, fm_dedup_entry);
+fields(fm_dedup_order) -> record_info(fields, fm_dedup_order);
+fields(fm_dedup_size) -> record_info(fields, fm_dedup_size).
+
+ensure_table(Name, Record, Fields, Type, Copies) ->
     case mnesia:create_table(Name, [{attributes, Fields}, {record_name, Record},
-                                    {type, set}, {Copies, [node()]}]) of
+                                    {type, Type}, {Copies, [node()]}]) of
         {atomic, ok} -> ok;
         {aborted, {already_exists, Name}} ->
             case mnesia:add_table_copy(Name, node(), Copies) of
                 {atomic, ok} -> ok;
-                {aborted, {already_exists, Name, _Node}} -> ok
-            end
+                {aborted, {already_exists, Name, _Node}} -> ok;
+                %% e.g. disc_copies on a RAM node: the table is used from the other nodes.
+                {aborted, Reason} ->
+                    rabbit_log:warning("x-message-deduplication: no local copy of ~p: ~p",
+                                       [Name, Reason])
+            end;
+        {aborted, Reason} ->
+            rabbit_log:warning("x-message-deduplication: cannot create ~p: ~p", [Name, Reason])
     end.
 
 disable_plugin() ->
