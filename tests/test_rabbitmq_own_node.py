@@ -78,6 +78,40 @@ def test_tls_and_a_vhost_of_its_own(node: RabbitServer) -> None:
     asyncio.run(scenario())
 
 
+def test_a_job_the_broker_refuses_is_an_error_not_a_duplicate(node: RabbitServer) -> None:
+    """A full queue with overflow reject-publish answers basic.nack; counting that as a
+    duplicate would drop the job without a word."""
+    url = url_on(node)
+    queue = url.split("queue=")[1].split("&")[0]
+    management_put(
+        node,
+        f"policies/%2F/fmtest-full-{queue}",
+        {
+            "pattern": f"^{queue}\\.jobs$",
+            "definition": {"max-length": 1, "overflow": "reject-publish"},
+            "apply-to": "queues",
+            "priority": 99,
+        },
+    )
+
+    async def scenario() -> tuple[str, int]:
+        async with RabbitBroker.from_url(url) as broker:
+            await broker.sync_schema()
+            await broker.enqueue("fits", deduplication_id="tick:fits:1")
+            deadline = time.monotonic() + 10  # until the policy reaches the queue
+            while time.monotonic() < deadline:
+                try:
+                    await broker.enqueue("overflows", deduplication_id=uuid.uuid4().hex)
+                except BrokerError as exc:
+                    return str(exc), broker.stats.duplicates
+                await asyncio.sleep(0.1)
+            raise AssertionError("the full queue never refused a job")
+
+    error, duplicates = asyncio.run(scenario())
+    assert "refused the job" in error
+    assert duplicates == 0
+
+
 def test_delivery_limit_lives_in_a_policy_updated_in_place(node: RabbitServer) -> None:
     url = url_on(node, delivery_limit=3)
     queue = url.split("queue=")[1].split("&")[0]
@@ -211,18 +245,28 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
     bare.start()
     try:
         url = isolated_url(bare.url, uuid.uuid4().hex[:12], management="off")
-        result = subprocess.run(
-            [M, "worker", "--app", "tests.apps.slot_recorder", "--broker", url],
-            cwd=REPO,
-            env={**os.environ, "FM_SLOT_LOG": str(tmp_path / "slots.log")},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        results = [
+            subprocess.run(
+                [M, *command, "--broker", url],
+                cwd=REPO,
+                env={**os.environ, "FM_SLOT_LOG": str(tmp_path / "slots.log")},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            for command in (
+                ["migrate", "--dry-run"],
+                ["worker", "--app", "tests.apps.slot_recorder"],
+            )
+        ]
     finally:
         bare.stop()
-    assert result.returncode != 0
-    assert "no exchange type 'x-message-deduplication'" in result.stderr
-    assert "rabbitmq-message-deduplication" in result.stderr
-    assert "plugin/build.sh" in result.stderr
-    assert "Traceback" not in result.stderr
+    dry_run, worker = results
+    assert "refuse exchange" in dry_run.stdout + dry_run.stderr
+    assert worker.returncode != 0
+    for result in results:
+        said = result.stdout + result.stderr
+        assert "no exchange type 'x-message-deduplication'" in said
+        assert "rabbitmq-message-deduplication" in said
+        assert "plugin/build.sh" in said
+        assert "Traceback" not in said

@@ -42,6 +42,7 @@ def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
     assert broker.management.base_url == "https://rabbit.example:15671"
     assert broker.management.vhost == "jobs/prod"
     assert "s3cret" not in broker.display_url
+    assert broker.connect_timeout == 60.0
 
 
 def test_management_off() -> None:
@@ -59,9 +60,16 @@ def test_management_off() -> None:
         ("queue=a b", "queue must be 1-200 letters"),
         ("management=ftp://h", "management must be an http:// or https:// URL"),
         ("management=http://u:p@h:15672", "must not hold credentials"),
+        ("management=ftp://u:p@h", "must not hold credentials"),
         ("colour=blue", "unknown option 'colour'"),
     ],
 )
 def test_bad_options_are_refused_with_a_message(query: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         RabbitBroker.from_url(f"amqp://guest:guest@127.0.0.1/?{query}")
+
+
+def test_the_connect_timeout_is_taken_by_the_broker_not_left_in_the_url() -> None:
+    broker = RabbitBroker.from_url("amqp://h/?timeout=5")
+    assert broker.connect_timeout == 5.0
+    assert "timeout" not in broker._url

@@ -72,6 +72,10 @@ def test_decode_rejects_garbage(body: bytes, message: str) -> None:
         ("amqp://guest:guest@127.0.0.1:5672/", "amqp://guest:***@127.0.0.1:5672/"),
         ("nats://host?token=s3cret&stream=x", "nats://host?token=***&stream=x"),
         ("memory://", "memory://"),
+        (
+            "amqp://h/?management=http://admin:s3cret@h:15672&queue=q",
+            "amqp://h/?management=http://admin:***@h:15672&queue=q",
+        ),
     ],
 )
 def test_credentials_are_masked(url: str, shown: str) -> None:

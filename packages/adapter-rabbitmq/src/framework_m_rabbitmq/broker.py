@@ -42,7 +42,7 @@ from aio_pika.abc import (
     AbstractIncomingMessage,
     AbstractQueue,
 )
-from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError
+from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError, PublishError
 
 from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
 from framework_m_core.errors import (
@@ -161,6 +161,7 @@ class RabbitBroker(BaseBroker):
         for flag in ("heartbeat", "timeout"):
             if flag in passed and not passed[flag].isdigit():
                 raise ConfigurationError(f"{flag} must be whole seconds, got {passed[flag]!r}")
+        self.connect_timeout = float(passed.pop("timeout", "60"))
         if passed.get("no_verify_ssl", "0") not in ("0", "1"):
             raise ConfigurationError("no_verify_ssl must be 0 or 1")
         for file in ("cafile", "certfile", "keyfile"):
@@ -172,7 +173,14 @@ class RabbitBroker(BaseBroker):
         self.management = (
             None
             if management == "off"
-            else ManagementAPI(management, url, cafile=passed.get("cafile"))
+            else ManagementAPI(
+                management,
+                url,
+                cafile=passed.get("cafile"),
+                certfile=passed.get("certfile"),
+                keyfile=passed.get("keyfile"),
+                verify=passed.get("no_verify_ssl", "0") == "0",
+            )
         )
         self._policy_warned = False
         self._lost_at: float | None = None
@@ -182,6 +190,8 @@ class RabbitBroker(BaseBroker):
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
         self._retry_queues: set[str] = set()
+        self._reopening = asyncio.Lock()  # one reconnect at a time, whoever notices first
+        self._unbound_warned = False
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -224,7 +234,7 @@ class RabbitBroker(BaseBroker):
         if self._connection is not None:
             return
         try:
-            self._connection = await aio_pika.connect(self._url)
+            self._connection = await self._open_connection()
             self._channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
             )
@@ -232,10 +242,14 @@ class RabbitBroker(BaseBroker):
         except (aiormq.exceptions.AMQPError, OSError, ConnectionError) as exc:
             raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
 
+    async def _open_connection(self) -> AbstractConnection:
+        return await aio_pika.connect(self._url, timeout=self.connect_timeout)
+
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         self._channel = self._exchange = self._consuming = None
         self._buffer = asyncio.Queue()
+        self._retry_queues.clear()  # a new connection may meet a broker that lost them
         if connection is not None:
             await connection.close()  # unacked deliveries return to the queue
 
@@ -257,8 +271,12 @@ class RabbitBroker(BaseBroker):
 
     async def _probe(self, declare: Any) -> str | None:
         """Run a declaration on a throwaway channel; return the server's refusal, if any."""
-        assert self._connection is not None
-        channel = await self._connection.channel()
+        if self._connection is None:
+            raise BrokerError(f"{self.display_url} is not connected")
+        try:
+            channel = await self._connection.channel()
+        except (aiormq.exceptions.AMQPError, ConnectionError, ChannelInvalidStateError) as exc:
+            raise BrokerError(f"cannot open a channel on {self.display_url}: {exc}") from None
         try:
             await declare(channel)
             return None
@@ -325,7 +343,10 @@ class RabbitBroker(BaseBroker):
         """Declare and delete a probe exchange of the type on a connection of its own:
         RabbitMQ answers an unknown type by closing the whole connection."""
         probe = f"{self.names['exchange']}.probe-{uuid.uuid4().hex[:8]}"
-        connection = await aio_pika.connect(self._url)
+        try:
+            connection = await self._open_connection()
+        except (aiormq.exceptions.AMQPError, OSError, ConnectionError) as exc:
+            raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
         try:
             with _quiet("aiormq.connection"):  # it logs the expected close as an error
                 channel = await connection.channel()
@@ -356,7 +377,24 @@ class RabbitBroker(BaseBroker):
             detail = f"delivery-limit {self.delivery_limit} on {self.names['jobs']}"
             return [SchemaChange("create", target, detail)]
         diffs = want.differences(current)
-        return [SchemaChange("update", target, ", ".join(diffs))] if diffs else []
+        if diffs:
+            return [SchemaChange("update", target, ", ".join(diffs))]
+        try:
+            in_effect = await self.management.queue_policy(self.names["jobs"])
+        except BrokerError as exc:
+            self._warn_unmanaged(str(exc))
+            return []
+        if in_effect not in (None, name):
+            log.warning(
+                "amqp: policy %s, not %s, is in effect on %s (RabbitMQ applies the one with "
+                "the highest priority): the delivery limit is whatever %s says; raise "
+                "policy_priority or fold delivery-limit into it",
+                in_effect,
+                name,
+                self.names["jobs"],
+                in_effect,
+            )
+        return []
 
     def _warn_unmanaged(self, reason: str) -> None:
         if self._policy_warned:
@@ -397,9 +435,13 @@ class RabbitBroker(BaseBroker):
                     f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
                 ) from None
             raise BrokerError(f"cannot declare exchange {n['exchange']}: {exc}") from None
-        await channel.declare_queue(n["dead"], durable=True)
-        jobs = await channel.declare_queue(n["jobs"], durable=True, arguments=self._jobs_args())
-        await jobs.bind(self._exchange)
+        try:
+            await channel.declare_queue(n["dead"], durable=True)
+            jobs = await channel.declare_queue(n["jobs"], durable=True, arguments=self._jobs_args())
+            await jobs.bind(self._exchange)
+        except aiormq.exceptions.AMQPError as exc:
+            await self._reopen()
+            raise BrokerError(f"cannot declare the queues of {n['jobs']}: {exc}") from None
         if self.management is not None and any(
             c.target == f"policy {n['policy']}" for c in plan.changes
         ):
@@ -408,20 +450,30 @@ class RabbitBroker(BaseBroker):
         return plan
 
     async def _reopen(self) -> None:
+        async with self._reopening:
+            await self._reopen_now()
+
+    async def _reopen_now(self) -> None:
         with contextlib.suppress(aiormq.exceptions.AMQPError, OSError, ConnectionError):
             await self.close()  # the old connection may be gone already
         await self.connect()
 
-    async def _ensure_open(self) -> None:
-        """Reconnect when the connection dropped; deliveries it held return to the queue."""
+    def _is_open(self) -> bool:
         connection, channel = self._connection, self._channel
         alive = connection is not None and not connection.is_closed
-        if alive and channel is not None and not channel.is_closed:
+        return alive and channel is not None and not channel.is_closed
+
+    async def _ensure_open(self) -> None:
+        """Reconnect when the connection dropped; deliveries it held return to the queue."""
+        if self._is_open():
             return
-        if connection is not None:
-            log.warning("amqp: connection to %s lost; reconnecting", self.display_url)
-            self._lost_at = time.monotonic()
-        await self._reopen()
+        async with self._reopening:
+            if self._is_open():  # another task reconnected while this one waited
+                return
+            if self._connection is not None:
+                log.warning("amqp: connection to %s lost; reconnecting", self.display_url)
+                self._lost_at = time.monotonic()
+            await self._reopen_now()
         if self._lost_at is not None:
             down, self._lost_at = time.monotonic() - self._lost_at, None
             log.warning("amqp: reconnected to %s after %.1fs", self.display_url, down)
@@ -446,8 +498,28 @@ class RabbitBroker(BaseBroker):
                 raise BrokerError(
                     f"{exc.args[0] if exc.args else exc}: run schema sync (m migrate)"
                 ) from None
+            except aiormq.exceptions.ChannelAccessRefused as exc:
+                # A producer without configure permission: publish without the guarantee.
+                await self._reopen()
+                self._warn_unbound(str(exc))
+                exchange = await self.channel.get_exchange(n["exchange"])
+            except aiormq.exceptions.AMQPError as exc:
+                await self._reopen()
+                raise BrokerError(f"cannot use exchange {n['exchange']}: {exc}") from None
             self._exchange = exchange
         return self._exchange
+
+    def _warn_unbound(self, reason: str) -> None:
+        if not self._unbound_warned:
+            self._unbound_warned = True
+            log.warning(
+                "amqp: cannot bind %s to %s before publishing (%s); a job that no binding "
+                "takes would be counted as a duplicate: keep the topology in place with "
+                "`m migrate` run by a user with configure permission",
+                self.names["jobs"],
+                self.names["exchange"],
+                reason,
+            )
 
     def _prepare(self, message: JobMessage) -> JobMessage:
         dedup = message.deduplication_id
@@ -469,14 +541,16 @@ class RabbitBroker(BaseBroker):
         exchange = self._exchange or await self._exchange_ready()
         try:
             await exchange.publish(amqp_message, routing_key="", mandatory=True)
-        except DeliveryError:
+        except PublishError:  # basic.return: routed nowhere
             if dedup is None:
                 raise BrokerError(
                     f"exchange {self.names['exchange']} routed a job nowhere: is the queue "
                     "bound? run `m migrate`"
                 ) from None
             return PublishResult(job_id, duplicate=True)
-        except (aiormq.exceptions.AMQPError, ConnectionError) as exc:
+        except DeliveryError as exc:  # basic.nack: the broker did not take it
+            raise BrokerError(f"the broker refused the job (basic.nack): {exc}") from None
+        except (aiormq.exceptions.AMQPError, ConnectionError, ChannelInvalidStateError) as exc:
             raise BrokerError(f"publish failed: {exc}") from None
         return PublishResult(job_id)
 
@@ -516,26 +590,36 @@ class RabbitBroker(BaseBroker):
         name = f"{self.queue_name}.retry.{ms}"
         msg = _msg(delivery)  # first: a lost delivery comes back by itself, copying it doubles it
         if name not in self._retry_queues:
-            await self.channel.declare_queue(
-                name,
-                durable=True,
-                arguments={
-                    "x-message-ttl": ms,
-                    "x-dead-letter-exchange": "",
-                    "x-dead-letter-routing-key": self.names["jobs"],
-                },
+            arguments = {
+                "x-message-ttl": ms,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": self.names["jobs"],
+            }
+            # On a channel of its own: a refusal closes that one, not the consumer's.
+            refused = await self._probe(
+                lambda ch: ch.declare_queue(name, durable=True, arguments=arguments)
             )
+            if refused is not None:
+                raise BrokerError(f"cannot declare retry queue {name}: {refused}")
             self._retry_queues.add(name)
-        await self.channel.default_exchange.publish(
-            aio_pika.Message(
-                delivery.body,
-                headers={ATTEMPTS_HEADER: delivery.attempt},
-                message_id=msg.message_id,
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            ),
-            routing_key=name,
+        copy = aio_pika.Message(
+            delivery.body,
+            headers={ATTEMPTS_HEADER: delivery.attempt},
+            message_id=msg.message_id,
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         )
+        await self._publish_copy(copy, name)
         await msg.ack()
+
+    async def _publish_copy(self, message: aio_pika.Message, queue: str) -> None:
+        """Publish to ``queue`` (confirmed, mandatory); raise BrokerError unless it is there."""
+        try:
+            await self.channel.default_exchange.publish(message, routing_key=queue, mandatory=True)
+        except PublishError:
+            self._retry_queues.discard(queue)  # declared again on the next try
+            raise BrokerError(f"queue {queue} does not exist") from None
+        except (aiormq.exceptions.AMQPError, ConnectionError, ChannelInvalidStateError) as exc:
+            raise BrokerError(f"publish to {queue} failed: {exc}") from None
 
     async def release(self, delivery: Delivery) -> None:
         await _msg(delivery).nack(requeue=True)
@@ -545,18 +629,16 @@ class RabbitBroker(BaseBroker):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         msg = _msg(delivery)
-        await self.channel.default_exchange.publish(
-            aio_pika.Message(
-                delivery.body,
-                headers={
-                    REASON_HEADER: reason,
-                    ATTEMPTS_HEADER: delivery.attempt,
-                    DEAD_AT_HEADER: f"{time.time():.3f}",
-                },
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            ),
-            routing_key=self.names["dead"],
+        copy = aio_pika.Message(
+            delivery.body,
+            headers={
+                REASON_HEADER: reason,
+                ATTEMPTS_HEADER: delivery.attempt,
+                DEAD_AT_HEADER: f"{time.time():.3f}",
+            },
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         )
+        await self._publish_copy(copy, self.names["dead"])
         await msg.ack()
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:

@@ -22,6 +22,13 @@ from framework_m_core.errors import BrokerError, ConfigurationError
 _TIMEOUT = 5.0
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: it would carry the Authorization header elsewhere."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """A policy as the management API reads and writes it."""
@@ -60,15 +67,24 @@ class Policy:
 class ManagementAPI:
     """A minimal client of ``/api/policies``; credentials come from the amqp:// URL."""
 
-    def __init__(self, base_url: str, amqp_url: str, *, cafile: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        amqp_url: str,
+        *,
+        cafile: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        verify: bool = True,
+    ) -> None:
         base = urlsplit(base_url)
+        if "@" in base.netloc:  # checked first: no message below may echo a password
+            raise ConfigurationError(
+                "the management URL must not hold credentials: the amqp:// URL's user is used"
+            )
         if base.scheme not in ("http", "https") or not base.hostname:
             raise ConfigurationError(
                 f"management must be an http:// or https:// URL, got {base_url!r}"
-            )
-        if "@" in base.netloc:
-            raise ConfigurationError(
-                "the management URL must not hold credentials: the amqp:// URL's user is used"
             )
         amqp = urlsplit(amqp_url)
         self.base_url = base_url.rstrip("/")
@@ -76,8 +92,9 @@ class ManagementAPI:
         user, password = unquote(amqp.username or "guest"), unquote(amqp.password or "guest")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         self._auth = f"Basic {token}"
-        self._https, self._cafile = base.scheme == "https", cafile
-        self._ssl: ssl.SSLContext | None = None
+        self._https = base.scheme == "https"
+        self._tls = (cafile, certfile, keyfile, verify)
+        self._opener: urllib.request.OpenerDirector | None = None
 
     @staticmethod
     def default_url(amqp_url: str) -> str:
@@ -98,10 +115,8 @@ class ManagementAPI:
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Authorization", self._auth)
         request.add_header("Content-Type", "application/json")
-        if self._https and self._ssl is None:
-            self._ssl = ssl.create_default_context(cafile=self._cafile)
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=self._ssl) as response:
+            with self._open(request) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:
@@ -115,7 +130,32 @@ class ManagementAPI:
             raise BrokerError(
                 f"cannot reach the management API at {self.base_url}: {reason}"
             ) from None
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise BrokerError(f"management API {method} {url} answered with no JSON") from None
+
+    def _open(self, request: urllib.request.Request) -> Any:
+        if self._opener is None:
+            handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
+            if self._https:
+                cafile, certfile, keyfile, verify = self._tls
+                context = ssl.create_default_context(cafile=cafile)
+                if certfile:
+                    context.load_cert_chain(certfile, keyfile)
+                if not verify:
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                handlers.append(urllib.request.HTTPSHandler(context=context))
+            self._opener = urllib.request.build_opener(*handlers)
+        return self._opener.open(request, timeout=_TIMEOUT)
+
+    async def queue_policy(self, queue: str) -> str | None:
+        """The name of the policy in effect on ``queue`` (None: none, or no such queue)."""
+        url = f"{self.base_url}/api/queues/{quote(self.vhost, safe='')}/{quote(queue, safe='')}"
+        found = await asyncio.to_thread(self._request, "GET", url, missing_ok=True)
+        policy = found.get("policy") if isinstance(found, dict) else None
+        return str(policy) if policy else None
 
     async def get_policy(self, name: str) -> Policy | None:
         """The policy ``name`` in the URL's vhost, or None when there is none."""

@@ -42,11 +42,17 @@ def redact_url(url: str) -> str:
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = urlencode(
-            [(k, MASK if k.lower() in _SECRET_PARAMS else v) for k, v in pairs], safe="*/"
+            [(k, MASK if k.lower() in _SECRET_PARAMS else _redact_nested(v)) for k, v in pairs],
+            safe="*/:@",
         )
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_nested(value: str) -> str:
+    """A query value that is itself a URL (e.g. a management endpoint), masked the same way."""
+    return redact_url(value) if "://" in value and "@" in value else value
 
 
 def query_params(url: str, allowed: dict[str, type]) -> dict[str, object]:
