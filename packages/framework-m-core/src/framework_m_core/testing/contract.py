@@ -226,9 +226,9 @@ class BrokerContract:
     ) -> None:
         visibility = broker.visibility_timeout
         self.require_short(visibility, "visibility timeout")
-        await broker.enqueue("job")
-        [taken] = await broker.receive(10, PROMPT)
-        async with self.connected(broker_factory) as other:
+        async with self.connected(broker_factory) as other:  # before the clock starts
+            await broker.enqueue("job")
+            [taken] = await broker.receive(10, PROMPT)
             end = time.monotonic() + visibility * 2
             while time.monotonic() < end:
                 await broker.extend(taken)
