@@ -13,12 +13,12 @@ from framework_m_rabbitmq import RabbitBroker
 
 def test_defaults() -> None:
     broker = RabbitBroker.from_url("amqp://guest:guest@rabbit.example:5672/")
-    assert (broker.queue_name, broker.dedup_window, broker.cache_persistence) == (
+    assert (broker.queue_name, broker.dedup_window, broker.settings.cache_persistence) == (
         "framework_m",
         120.0,
         "disk",
     )
-    assert broker.delivery_limit == 20
+    assert broker.settings.delivery_limit == 20
     assert broker.management is not None
     assert broker.management.base_url == "http://rabbit.example:15672"
     assert broker.management.vhost == "/"
@@ -34,7 +34,7 @@ def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
         f"&certfile={tmp_path}/c.pem&keyfile={tmp_path}/c.key"
     )
     d = quote(str(tmp_path), safe="")
-    assert broker._url == (
+    assert broker.settings.connection_url == (
         f"amqps://app:s3cret@rabbit.example/jobs%2Fprod?cafile={d}%2Fca.pem&heartbeat=30"
         f"&certfile={d}%2Fc.pem&keyfile={d}%2Fc.key&name=framework-m"
     )
@@ -42,7 +42,7 @@ def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
     assert broker.management.base_url == "https://rabbit.example:15671"
     assert broker.management.vhost == "jobs/prod"
     assert "s3cret" not in broker.display_url
-    assert broker.connect_timeout == 60.0
+    assert broker.settings.connect_timeout == 60.0
 
 
 def test_management_off() -> None:
@@ -71,5 +71,5 @@ def test_bad_options_are_refused_with_a_message(query: str, message: str) -> Non
 
 def test_the_connect_timeout_is_taken_by_the_broker_not_left_in_the_url() -> None:
     broker = RabbitBroker.from_url("amqp://h/?timeout=5")
-    assert broker.connect_timeout == 5.0
-    assert "timeout" not in broker._url
+    assert broker.settings.connect_timeout == 5.0
+    assert "timeout" not in broker.settings.connection_url

@@ -24,14 +24,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Self
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
@@ -47,15 +45,14 @@ from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError, Publish
 from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
 from framework_m_core.errors import (
     BrokerError,
-    ConfigurationError,
     DeliveryLostError,
     SchemaConflictError,
 )
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaChange, SchemaPlan
-from framework_m_core.urls import query_params, redact_url
 
-from .management import ManagementAPI, Policy
+from .management import Policy
+from .settings import RabbitSettings
 
 log = logging.getLogger("framework_m.rabbitmq")
 
@@ -83,16 +80,6 @@ _RETRY_BUCKETS_MS = (
     1_800_000,
     3_600_000,
 )
-# Passed through to aio-pika's connection: TLS files, heartbeat, connect timeout, name.
-_CONNECTION_OPTIONS = (
-    "cafile",
-    "certfile",
-    "keyfile",
-    "no_verify_ssl",
-    "heartbeat",
-    "timeout",
-    "name",
-)
 _CONSUMER_TIMEOUT = 1800.0  # RabbitMQ's default consumer_timeout: the visibility timeout
 PLUGIN_HINT = (
     "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
@@ -119,69 +106,9 @@ class RabbitBroker(BaseBroker):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        parts = urlsplit(url)
-        if parts.scheme not in ("amqp", "amqps"):
-            raise ConfigurationError(f"not an amqp:// or amqps:// URL: {redact_url(url)!r}")
-        opts = query_params(
-            url,
-            {
-                "queue": str,
-                "dedup_window": float,
-                "cache_size": int,
-                "prefetch": int,
-                "delivery_limit": int,
-                "management": str,
-                "policy_priority": int,
-                "cache_persistence": str,
-                **{name: str for name in _CONNECTION_OPTIONS},
-            },
-        )
-        self.queue_name = str(opts.get("queue", "framework_m"))
-        self._window = float(opts.get("dedup_window", 120.0))  # type: ignore[arg-type]
-        self.cache_size = int(opts.get("cache_size", 1_000_000))  # type: ignore[call-overload]
-        self.prefetch = int(opts.get("prefetch", 100))  # type: ignore[call-overload]
-        self.delivery_limit = int(opts.get("delivery_limit", 20))  # type: ignore[call-overload]
-        self.policy_priority = int(opts.get("policy_priority", 10))  # type: ignore[call-overload]
-        self.cache_persistence = str(opts.get("cache_persistence", "disk"))
-        if self.cache_persistence not in ("disk", "memory"):
-            raise ConfigurationError(
-                f"cache_persistence must be 'disk' or 'memory', got {self.cache_persistence!r}"
-            )
-        if min(self._window, self.cache_size, self.prefetch, self.delivery_limit) <= 0:
-            raise ConfigurationError(
-                "dedup_window, cache_size, prefetch and delivery_limit must be positive in "
-                f"{redact_url(url)!r}"
-            )
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", self.queue_name):
-            raise ConfigurationError(
-                f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got "
-                f"{self.queue_name!r}"
-            )
-        passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
-        for flag in ("heartbeat", "timeout"):
-            if flag in passed and not passed[flag].isdigit():
-                raise ConfigurationError(f"{flag} must be whole seconds, got {passed[flag]!r}")
-        self.connect_timeout = float(passed.pop("timeout", "60"))
-        if passed.get("no_verify_ssl", "0") not in ("0", "1"):
-            raise ConfigurationError("no_verify_ssl must be 0 or 1")
-        for file in ("cafile", "certfile", "keyfile"):
-            if file in passed and not os.path.isfile(passed[file]):
-                raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
-        passed.setdefault("name", "framework-m")  # the connection's name in the management UI
-        self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), ""))
-        management = str(opts.get("management", ManagementAPI.default_url(url)))
-        self.management = (
-            None
-            if management == "off"
-            else ManagementAPI(
-                management,
-                url,
-                cafile=passed.get("cafile"),
-                certfile=passed.get("certfile"),
-                keyfile=passed.get("keyfile"),
-                verify=passed.get("no_verify_ssl", "0") == "0",
-            )
-        )
+        self.settings = RabbitSettings.from_url(url)
+        self.queue_name = self.settings.queue
+        self.management = self.settings.management
         self._policy_warned = False
         self._lost_at: float | None = None
         self._connection: AbstractConnection | None = None
@@ -199,7 +126,7 @@ class RabbitBroker(BaseBroker):
 
     @property
     def dedup_window(self) -> float:
-        return self._window
+        return self.settings.dedup_window
 
     @property
     def visibility_timeout(self) -> float:
@@ -220,8 +147,8 @@ class RabbitBroker(BaseBroker):
         """The policy holding the jobs queue's run-time settings."""
         return Policy(
             pattern=f"^{re.escape(self.names['jobs'])}$",
-            definition={"delivery-limit": self.delivery_limit},
-            priority=self.policy_priority,
+            definition={"delivery-limit": self.settings.delivery_limit},
+            priority=self.settings.policy_priority,
         )
 
     @property
@@ -238,12 +165,14 @@ class RabbitBroker(BaseBroker):
             self._channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
             )
-            await self._channel.set_qos(prefetch_count=self.prefetch)
+            await self._channel.set_qos(prefetch_count=self.settings.prefetch)
         except (aiormq.exceptions.AMQPError, OSError, ConnectionError) as exc:
             raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
 
     async def _open_connection(self) -> AbstractConnection:
-        return await aio_pika.connect(self._url, timeout=self.connect_timeout)
+        return await aio_pika.connect(
+            self.settings.connection_url, timeout=self.settings.connect_timeout
+        )
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -257,9 +186,9 @@ class RabbitBroker(BaseBroker):
 
     def _exchange_args(self) -> dict[str, Any]:
         return {
-            "x-cache-size": self.cache_size,
-            "x-cache-ttl": int(self._window * 1000),
-            "x-cache-persistence": self.cache_persistence,
+            "x-cache-size": self.settings.cache_size,
+            "x-cache-ttl": int(self.settings.dedup_window * 1000),
+            "x-cache-persistence": self.settings.cache_persistence,
         }
 
     def _jobs_args(self) -> dict[str, Any]:
@@ -301,8 +230,8 @@ class RabbitBroker(BaseBroker):
                     arguments=self._exchange_args(),
                     passive=passive,
                 ),
-                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(self._window * 1000)} ms, "
-                f"x-cache-persistence {self.cache_persistence}",
+                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(self.settings.dedup_window * 1000)} ms, "
+                f"x-cache-persistence {self.settings.cache_persistence}",
             ),
             (
                 f"queue {n['jobs']}",
@@ -374,7 +303,7 @@ class RabbitBroker(BaseBroker):
             self._warn_unmanaged(str(exc))
             return []
         if current is None:
-            detail = f"delivery-limit {self.delivery_limit} on {self.names['jobs']}"
+            detail = f"delivery-limit {self.settings.delivery_limit} on {self.names['jobs']}"
             return [SchemaChange("create", target, detail)]
         diffs = want.differences(current)
         if diffs:
@@ -446,7 +375,9 @@ class RabbitBroker(BaseBroker):
             c.target == f"policy {n['policy']}" for c in plan.changes
         ):
             await self.management.put_policy(n["policy"], self.policy)
-            log.info("amqp: policy %s set: delivery-limit %d", n["policy"], self.delivery_limit)
+            log.info(
+                "amqp: policy %s set: delivery-limit %d", n["policy"], self.settings.delivery_limit
+            )
         return plan
 
     async def _reopen(self) -> None:
@@ -649,7 +580,7 @@ class RabbitBroker(BaseBroker):
             taken: list[AbstractIncomingMessage] = []
             while (msg := await queue.get(no_ack=False, fail=False)) is not None:
                 taken.append(msg)
-            out = [_dead_letter(m, self.delivery_limit) for m in taken]
+            out = [_dead_letter(m, self.settings.delivery_limit) for m in taken]
             if taken:
                 await taken[-1].nack(multiple=True, requeue=True)
             return out[-limit:] if limit > 0 else []

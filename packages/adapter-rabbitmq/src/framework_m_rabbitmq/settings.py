@@ -1,0 +1,112 @@
+"""``amqp://`` URL parsing: topology names and sizes, the policy, TLS and connection options."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from framework_m_core.errors import ConfigurationError
+from framework_m_core.urls import query_params, redact_url
+
+from .management import ManagementAPI
+
+# Passed through to aio-pika's connection: TLS files, heartbeat, connection name.
+_CONNECTION_OPTIONS = ("cafile", "certfile", "keyfile", "no_verify_ssl", "heartbeat", "name")
+_OPTIONS: dict[str, type] = {
+    "queue": str,
+    "dedup_window": float,
+    "cache_size": int,
+    "cache_persistence": str,
+    "prefetch": int,
+    "delivery_limit": int,
+    "management": str,
+    "policy_priority": int,
+    "timeout": str,
+    **{name: str for name in _CONNECTION_OPTIONS},
+}
+_QUEUE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+@dataclass(frozen=True, slots=True)
+class RabbitSettings:
+    """Everything an ``amqp://`` URL configures, validated."""
+
+    connection_url: str  # for aio-pika: framework-m's own options removed
+    queue: str = "framework_m"
+    dedup_window: float = 120.0
+    cache_size: int = 1_000_000
+    cache_persistence: str = "disk"
+    prefetch: int = 100
+    delivery_limit: int = 20
+    policy_priority: int = 10
+    connect_timeout: float = 60.0
+    management: ManagementAPI | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> RabbitSettings:
+        parts = urlsplit(url)
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ConfigurationError(f"not an amqp:// or amqps:// URL: {redact_url(url)!r}")
+        opts = query_params(url, _OPTIONS)
+        queue = str(opts.get("queue", "framework_m"))
+        if not _QUEUE.fullmatch(queue):
+            raise ConfigurationError(
+                f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got {queue!r}"
+            )
+        persistence = str(opts.get("cache_persistence", "disk"))
+        if persistence not in ("disk", "memory"):
+            raise ConfigurationError(
+                f"cache_persistence must be 'disk' or 'memory', got {persistence!r}"
+            )
+        window = float(str(opts.get("dedup_window", 120.0)))
+        cache_size, prefetch, delivery_limit, priority = (
+            int(str(opts.get(key, default)))
+            for key, default in (
+                ("cache_size", 1_000_000),
+                ("prefetch", 100),
+                ("delivery_limit", 20),
+                ("policy_priority", 10),
+            )
+        )
+        if min(window, cache_size, prefetch, delivery_limit) <= 0:
+            raise ConfigurationError(
+                "dedup_window, cache_size, prefetch and delivery_limit must be positive in "
+                f"{redact_url(url)!r}"
+            )
+        passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
+        timeout = str(opts.get("timeout", "60"))
+        for name, value in (("heartbeat", passed.get("heartbeat", "60")), ("timeout", timeout)):
+            if not value.isdigit():
+                raise ConfigurationError(f"{name} must be whole seconds, got {value!r}")
+        if passed.get("no_verify_ssl", "0") not in ("0", "1"):
+            raise ConfigurationError("no_verify_ssl must be 0 or 1")
+        for file in ("cafile", "certfile", "keyfile"):
+            if file in passed and not os.path.isfile(passed[file]):
+                raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
+        passed.setdefault("name", "framework-m")  # the connection's name in the management UI
+        management = str(opts.get("management", ManagementAPI.default_url(url)))
+        return cls(
+            connection_url=urlunsplit(
+                (parts.scheme, parts.netloc, parts.path, urlencode(passed), "")
+            ),
+            queue=queue,
+            dedup_window=window,
+            cache_size=cache_size,
+            cache_persistence=persistence,
+            prefetch=prefetch,
+            delivery_limit=delivery_limit,
+            policy_priority=priority,
+            connect_timeout=float(timeout),
+            management=None
+            if management == "off"
+            else ManagementAPI(
+                management,
+                url,
+                cafile=passed.get("cafile"),
+                certfile=passed.get("certfile"),
+                keyfile=passed.get("keyfile"),
+                verify=passed.get("no_verify_ssl", "0") == "0",
+            ),
+        )
