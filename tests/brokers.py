@@ -293,15 +293,16 @@ class RabbitServer(ServerProcess):
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
-    def ctl(self, *args: str) -> None:
-        """Run ``rabbitmqctl`` against this node."""
-        subprocess.run(
+    def ctl(self, *args: str) -> str:
+        """Run ``rabbitmqctl`` against this node; return what it printed."""
+        return subprocess.run(
             [RABBITMQ_CTL, "-n", self.node, *args],
             env=self.env,
             check=True,
             capture_output=True,
+            text=True,
             timeout=120,
-        )
+        ).stdout
 
     def join(self, other: RabbitServer) -> None:
         """Make this running node a member of ``other``'s cluster."""

@@ -65,3 +65,10 @@ def test_a_duplicate_is_caught_on_the_other_node(
     assert ids[0] == ids[1] != ids[2] == ids[3]
     assert duplicates == [1, 1]
     assert len(bodies) == 2
+    table, copies = {
+        "disk": ("fm_dedup_cache_disk", "disc_copies"),
+        "memory": ("fm_dedup_cache", "ram_copies"),
+    }[persistence]
+    held_by = second.ctl("eval", f"lists:sort(mnesia:table_info({table}, {copies})).")
+    assert first.node in held_by
+    assert second.node in held_by
