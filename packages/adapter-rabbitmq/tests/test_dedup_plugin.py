@@ -24,11 +24,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def channel() -> AsyncIterator[AbstractChannel]:
     connection = await aio_pika.connect(AMQP_URL)
     ch = await connection.channel(publisher_confirms=True, on_return_raises=True)

@@ -20,11 +20,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def url() -> AsyncIterator[str]:
     tag = uuid.uuid4().hex[:12]
     url = isolated_url(AMQP_URL, tag, management="off")
