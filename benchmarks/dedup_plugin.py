@@ -12,43 +12,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
 
 import aio_pika
+from peers_rabbitmq import dedup_exchange
 
 
 async def measure(server: str, size: int, persistence: str) -> tuple[float, float]:
-    tag = uuid.uuid4().hex[:8]
-    connection = await aio_pika.connect(server)
-    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-    exchange = await channel.declare_exchange(
-        f"bench_dedup_{tag}",
-        "x-message-deduplication",
-        arguments={
-            "x-cache-size": size,
-            "x-cache-ttl": 600_000,
-            "x-cache-persistence": persistence,
-        },
-    )
-    queue = await channel.declare_queue(f"bench_dedup_{tag}", arguments={"x-max-length": 10})
-    await queue.bind(exchange)
-    sem = asyncio.Semaphore(100)
+    capped = {"arguments": {"x-max-length": 10}}
+    async with dedup_exchange(server, size, 600_000, persistence, **capped) as (exchange, tag):
+        sem = asyncio.Semaphore(100)
 
-    async def one(i: int) -> None:
-        async with sem:
-            message = aio_pika.Message(b"x", headers={"x-deduplication-header": f"{tag}:{i}"})
-            await exchange.publish(message, routing_key="", mandatory=True)
+        async def one(i: int) -> None:
+            async with sem:
+                message = aio_pika.Message(b"x", headers={"x-deduplication-header": f"{tag}:{i}"})
+                await exchange.publish(message, routing_key="", mandatory=True)
 
-    rates = []
-    try:
+        rates = []
         for phase in range(2):
             t0 = time.perf_counter()
             await asyncio.gather(*(one(phase * size + i) for i in range(size)))
             rates.append(size / (time.perf_counter() - t0))
-    finally:
-        await queue.delete(if_unused=False, if_empty=False)
-        await exchange.delete()
-        await connection.close()
     return rates[0], rates[1]
 
 

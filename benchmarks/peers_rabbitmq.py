@@ -3,48 +3,65 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aio_pika
+from aio_pika.abc import AbstractExchange
 from common import BODY, taskiq_drain
+
+
+@contextlib.asynccontextmanager
+async def dedup_exchange(
+    server: str, size: int, ttl_ms: int, persistence: str, **queue: Any
+) -> AsyncIterator[tuple[AbstractExchange, str]]:
+    """A confirming channel's x-message-deduplication exchange bound to one queue (declared
+    with ``queue`` keywords), and a tag for unique ids; both deleted afterwards."""
+    tag = uuid.uuid4().hex[:12]
+    connection = await aio_pika.connect(server)
+    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+    exchange = await channel.declare_exchange(
+        f"bench_dedup_{tag}",
+        "x-message-deduplication",
+        durable=True,
+        arguments={
+            "x-cache-size": size,
+            "x-cache-ttl": ttl_ms,
+            "x-cache-persistence": persistence,
+        },
+    )
+    bound = await channel.declare_queue(f"bench_dedup_{tag}", **queue)
+    await bound.bind(exchange)
+    try:
+        yield exchange, tag
+    finally:
+        await bound.delete(if_unused=False, if_empty=False)
+        await exchange.delete()
+        await connection.close()
 
 
 async def raw_publish(server: str, n: int, inflight: int, persistence: str = "disk") -> float:
     """Confirmed, persistent, mandatory publishes with unique deduplication headers through
     an x-message-deduplication exchange (framework-m's arguments) into a quorum queue."""
-    tag = uuid.uuid4().hex[:12]
-    connection = await aio_pika.connect(server)
-    channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-    exchange = await channel.declare_exchange(
-        f"bench_raw_{tag}",
-        "x-message-deduplication",
-        durable=True,
-        arguments={
-            "x-cache-size": 1_000_000,
-            "x-cache-ttl": 120_000,
-            "x-cache-persistence": persistence,
-        },
-    )
-    queue = await channel.declare_queue(
-        f"bench_raw_{tag}", durable=True, arguments={"x-queue-type": "quorum"}
-    )
-    await queue.bind(exchange)
-    sem = asyncio.Semaphore(inflight)
+    quorum = {"durable": True, "arguments": {"x-queue-type": "quorum"}}
+    async with dedup_exchange(server, 1_000_000, 120_000, persistence, **quorum) as (x, tag):
+        sem = asyncio.Semaphore(inflight)
 
-    async def one(i: int) -> None:
-        async with sem:
-            await exchange.publish(
-                aio_pika.Message(
-                    BODY,
-                    headers={"x-deduplication-header": f"{tag}:{i}"},
-                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                ),
-                routing_key="",
-                mandatory=True,
-            )
+        async def one(i: int) -> None:
+            async with sem:
+                await x.publish(
+                    aio_pika.Message(
+                        BODY,
+                        headers={"x-deduplication-header": f"{tag}:{i}"},
+                        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    ),
+                    routing_key="",
+                    mandatory=True,
+                )
 
-    try:
         t0 = time.perf_counter()
         if inflight == 1:
             for i in range(n):
@@ -52,10 +69,6 @@ async def raw_publish(server: str, n: int, inflight: int, persistence: str = "di
         else:
             await asyncio.gather(*(one(i) for i in range(n)))
         return n / (time.perf_counter() - t0)
-    finally:
-        await queue.delete(if_unused=False, if_empty=False)
-        await exchange.delete()
-        await connection.close()
 
 
 async def taskiq_aio_pika_drain(server: str, n: int) -> float:
