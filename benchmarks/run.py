@@ -33,10 +33,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.protocols import BrokerProtocol
+from framework_m_core.testing.namespaces import namespace
 from framework_m_core.urls import redact_url
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
@@ -57,34 +59,10 @@ CLEANUPS: list[Callable[[], Awaitable[None]]] = []
 
 def isolated(url: str) -> str:
     """A fresh namespace for each measurement, registered for clean-up."""
-    tag = uuid.uuid4().hex[:12]
-    if url.startswith("memory://"):
-        from framework_m_core.adapters.memory import reset
-
-        async def forget() -> None:
-            reset(f"bench-{tag}")
-
-        CLEANUPS.append(forget)
-        return f"memory://bench-{tag}"
-    sep = "&" if "?" in url else "?"
-    if url.startswith("nats://"):
-        from framework_m_nats.testing import delete_streams
-
-        CLEANUPS.append(partial(delete_streams, server_of(url), tag))
-        return f"{url}{sep}stream=fmtest_{tag}&subject_prefix=fmtest.{tag}&consumer=fmtest_{tag}"
-    if url.startswith(("redis://", "rediss://")):
-        from framework_m_redis.testing import delete_queue
-
-        CLEANUPS.append(partial(delete_queue, server_of(url), tag))
-        return f"{url}{sep}queue=fmtest_{tag}"
-    if url.startswith(("amqp://", "amqps://")):
-        from framework_m_rabbitmq.testing import delete_topology
-
-        CLEANUPS.append(partial(delete_topology, server_of(url), tag))
-        # The delivery-limit policy plays no part in throughput.
-        quiet = "" if "management=" in url else "&management=off"
-        return f"{url}{sep}queue=fmtest_{tag}{quiet}"
-    return url
+    server, _, query = url.partition("?")
+    ns = namespace(server)
+    CLEANUPS.append(ns.drop)
+    return ns.url(**dict(parse_qsl(query)))
 
 
 async def connected(url: str) -> BrokerProtocol:

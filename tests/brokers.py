@@ -9,16 +9,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
+from framework_m_core.testing.proxy import free_port
+
 NATS_SERVER = "/usr/sbin/nats-server"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _bindable(port: int) -> bool:
@@ -57,6 +52,19 @@ class ServerProcess:
     """A broker process started by a test; stopped by pid, never by name."""
 
     proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def restart(self, outage: float = 2.0) -> None:
+        """Stop the server (SIGTERM), stay down for ``outage`` seconds, start it again."""
+        self.stop()
+        time.sleep(outage)
+        self.start()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -120,33 +128,6 @@ def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
     ]
 
 
-def read_slots(path: Path) -> Counter[int]:
-    """How often each slot ran, from a slot_recorder log."""
-    if not path.exists():
-        return Counter()
-    return Counter(int(line.split()[0]) for line in path.read_text().splitlines() if line)
-
-
-def assert_each_slot_once(runs: Counter[int], first: int, last: int) -> None:
-    twice = sorted(s for s, n in runs.items() if n > 1)
-    missing = [s for s in range(first, last + 1) if runs[s] == 0]
-    assert not twice, f"slots run more than once: {twice}"
-    assert not missing, f"slots never run between {first} and {last}: {missing}"
-
-
-def wait_for_slot(path: Path, slot: int, timeout: float) -> None:
-    """Block until the slot_recorder log holds ``slot`` (or a later one)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = read_slots(path)
-        if runs and max(runs) >= slot:
-            return
-        if time.monotonic() > deadline:
-            newest = max(runs) if runs else None
-            raise AssertionError(f"slot {slot} not run within {timeout:g}s (newest: {newest})")
-        time.sleep(0.1)
-
-
 class RedisServer(ServerProcess):
     """One redis-server (optionally a cluster node) with its own directory."""
 
@@ -156,6 +137,7 @@ class RedisServer(ServerProcess):
         self.dir.mkdir(parents=True)
         self.cluster = cluster
         self.persist = persist
+        self.extra: tuple[str, ...] = ()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -163,6 +145,8 @@ class RedisServer(ServerProcess):
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, *extra: str) -> None:
+        extra = extra or self.extra
+        self.extra = extra
         args = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
         args += ["--dir", str(self.dir), "--save", ""]
         args += (

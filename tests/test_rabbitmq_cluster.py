@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from framework_m_rabbitmq import RabbitBroker
-from framework_m_rabbitmq.testing import isolated_url
+from framework_m_rabbitmq.testing import RabbitNamespace
 
 from .brokers import RabbitServer
 
@@ -44,8 +44,8 @@ def test_a_duplicate_is_caught_on_the_other_node(
     options = {"cache_persistence": persistence, "management": first.management_url}
 
     async def scenario() -> tuple[list[str], list[int], list[bytes]]:
-        on_first = RabbitBroker.from_url(isolated_url(first.url, tag, **options))
-        on_second = RabbitBroker.from_url(isolated_url(second.url, tag, **options))
+        on_first = RabbitBroker.from_url(RabbitNamespace(first.url, tag).url(**options))
+        on_second = RabbitBroker.from_url(RabbitNamespace(second.url, tag).url(**options))
         async with on_first, on_second:
             await on_first.sync_schema()
             ids = [

@@ -1,5 +1,5 @@
-"""A RabbitMQ node the tests start themselves (with the management API): policies,
-the delivery-limit backstop, and workers riding out a broker restart."""
+"""A RabbitMQ node the tests start themselves (with the management API): policies, the
+delivery-limit backstop, TLS, and what the dedup cache keeps across a restart."""
 
 from __future__ import annotations
 
@@ -8,35 +8,33 @@ import base64
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from framework_m_core.errors import BrokerError
+from framework_m_core.testing.scenarios import RECORDER_APP
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.management import ManagementAPI
-from framework_m_rabbitmq.testing import isolated_url
+from framework_m_rabbitmq.testing import RabbitNamespace
 
-from .brokers import RabbitServer, assert_each_slot_once, read_slots, wait_for_slot
-from .conftest import REPO, M, MProcess, start_replicas, stop_replicas
+from .brokers import RabbitServer
+from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
-    server = RabbitServer(tmp_path_factory.mktemp("rabbit"), tls=True)
-    server.start()
-    yield server
-    server.stop()
+@pytest.fixture
+def node(rabbit_node: RabbitServer) -> RabbitServer:
+    return rabbit_node
 
 
 def url_on(node: RabbitServer, **options: object) -> str:
-    return isolated_url(node.url, uuid.uuid4().hex[:12], management=node.management_url, **options)
+    return RabbitNamespace(node.url, management=node.management_url).url(**options)
 
 
 def management_put(node: RabbitServer, path: str, body: dict[str, object]) -> None:
@@ -179,7 +177,7 @@ def test_delivery_limit_dead_letters_a_job_that_never_gets_an_outcome(
 def test_management_api_out_of_reach_is_named_with_the_command_to_run(
     node: RabbitServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = isolated_url(node.url, uuid.uuid4().hex[:12], management="http://127.0.0.1:9")
+    url = RabbitNamespace(node.url).url(management="http://127.0.0.1:9")
 
     async def scenario() -> str:
         async with RabbitBroker.from_url(url) as broker:
@@ -216,38 +214,16 @@ def test_dedup_survives_a_broker_restart_only_on_disk(
     assert duplicates == (1 if kept else 0)
 
 
-def test_workers_ride_out_a_broker_restart(
-    run_m: Callable[..., MProcess], tmp_path: Path, node: RabbitServer
-) -> None:
-    log = tmp_path / "slots.log"
-    url = url_on(node)
-    workers = start_replicas(run_m, url, {"FM_SLOT_LOG": str(log)}, 3)
-    first = int(time.time()) + 1
-    wait_for_slot(log, first + 4, timeout=20)
-    outage_start = time.time()
-    node.stop()
-    node.start()
-    outage_end = time.time()
-    wait_for_slot(log, int(outage_end) + 6, timeout=45)
-    last = int(time.time()) - 2
-    stop_replicas(workers)
-    # The outage is shorter than the 30 s grace: slots whose publishes failed were retried
-    # until the broker was back, so every slot ran, and none twice.
-    assert outage_end - outage_start < 30
-    assert_each_slot_once(read_slots(log), first, last)
-    assert all(w.matches("reconnected") for w in workers)
-
-
 def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
     tmp_path: Path,
 ) -> None:
     bare = RabbitServer(tmp_path, plugins=())
     bare.start()
     try:
-        url = isolated_url(bare.url, uuid.uuid4().hex[:12], management="off")
+        url = RabbitNamespace(bare.url).url()
         results = [
             subprocess.run(
-                [M, *command, "--broker", url],
+                [sys.executable, "-m", "framework_m_core", *command, "--broker", url],
                 cwd=REPO,
                 env={**os.environ, "FM_SLOT_LOG": str(tmp_path / "slots.log")},
                 capture_output=True,
@@ -256,7 +232,7 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
             )
             for command in (
                 ["migrate", "--dry-run"],
-                ["worker", "--app", "tests.apps.slot_recorder"],
+                ["worker", "--app", RECORDER_APP],
             )
         ]
     finally:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
-from .conftest import REPO, M
+from .conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -22,7 +23,16 @@ from .conftest import REPO, M
 )
 def test_an_unreachable_broker_fails_fast_with_a_clear_error(url: str, message: str) -> None:
     result = subprocess.run(
-        [M, "worker", "--app", "examples.heartbeat", "--broker", url],
+        [
+            sys.executable,
+            "-m",
+            "framework_m_core",
+            "worker",
+            "--app",
+            "examples.heartbeat",
+            "--broker",
+            url,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .conftest import MProcess
+from framework_m_core.testing.scenarios import Processes
 
 pytestmark = pytest.mark.slow
 
 SLOT_LINE = r"every_second slot=(\d+) scheduled_at=(\S+ \S+)"
 
 
-def test_one_second_schedule_runs_once_per_second(run_m: Callable[..., MProcess]) -> None:
-    worker = run_m("worker", "--app", "examples.heartbeat")
+def test_one_second_schedule_runs_once_per_second(procs: Processes) -> None:
+    worker = procs.m("worker", "--app", "examples.heartbeat")
     worker.wait_for(r"worker starting: role=ticker\+worker broker=memory://default")
     found = worker.wait_for(SLOT_LINE, count=6, timeout=20)
     worker.signal(signal.SIGTERM)
@@ -31,8 +31,8 @@ def test_one_second_schedule_runs_once_per_second(run_m: Callable[..., MProcess]
     assert "worker stopped" in worker.output
 
 
-def test_no_scheduler_publishes_no_ticks(run_m: Callable[..., MProcess]) -> None:
-    worker = run_m("worker", "--app", "examples.heartbeat", "--no-scheduler")
+def test_no_scheduler_publishes_no_ticks(procs: Processes) -> None:
+    worker = procs.m("worker", "--app", "examples.heartbeat", "--no-scheduler")
     worker.wait_for(r"worker starting: role=worker broker=memory://default")
     time.sleep(2.5)  # two slot boundaries pass; a ticker would have fired
     worker.signal(signal.SIGTERM)
@@ -56,11 +56,9 @@ async def slow(ctx):
 """
 
 
-def test_sigterm_lets_the_running_job_finish(
-    run_m: Callable[..., MProcess], tmp_path: Path
-) -> None:
+def test_sigterm_lets_the_running_job_finish(procs: Processes, tmp_path: Path) -> None:
     (tmp_path / "slowapp.py").write_text(SLOW_APP)
-    worker = run_m("worker", "--app", "slowapp", "--concurrency", "1", cwd=tmp_path)
+    worker = procs.m("worker", "--app", "slowapp", "--concurrency", "1", env=on_path(tmp_path))
     [started] = worker.wait_for(r"^start (\w+)")
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
@@ -68,18 +66,15 @@ def test_sigterm_lets_the_running_job_finish(
     assert worker.matches(r"worker stopped: [1-9]\d* succeeded")
 
 
-def test_second_signal_hands_running_jobs_back_at_once(
-    run_m: Callable[..., MProcess], tmp_path: Path
-) -> None:
+def test_second_signal_hands_running_jobs_back_at_once(procs: Processes, tmp_path: Path) -> None:
     (tmp_path / "slowapp.py").write_text(SLOW_APP)
-    worker = run_m(
+    worker = procs.m(
         "worker",
         "--app",
         "slowapp",
         "--shutdown-timeout",
         "60",
-        cwd=tmp_path,
-        env={"SLOW_SECONDS": "60"},
+        env={**on_path(tmp_path), "SLOW_SECONDS": "60"},
     )
     worker.wait_for(r"^start ")
     worker.signal(signal.SIGINT)
@@ -90,3 +85,10 @@ def test_second_signal_hands_running_jobs_back_at_once(
     assert time.monotonic() - t0 < 5
     assert worker.matches(r"aborting: handing \d+ running job\(s\) back")
     assert worker.matches(r"\d+ released")
+
+
+def on_path(directory: Path) -> dict[str, str]:
+    """Environment that lets a worker import an app module written to ``directory``."""
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))
+    }

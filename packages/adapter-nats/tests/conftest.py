@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from framework_m_nats.testing import delete_streams, isolated_url
+from framework_m_nats.testing import NatsNamespace
 
 NATS_URL = os.environ.get("M_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -17,12 +16,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def nats_namespace() -> AsyncIterator[Callable[..., str]]:
-    """URLs for a stream, prefix and consumer unique to the test; streams deleted after."""
-    tag = uuid.uuid4().hex[:12]
-
-    def url(server: str = NATS_URL, **options: object) -> str:
-        return isolated_url(server, tag, **options)
-
-    yield url
-    await delete_streams(NATS_URL, tag)
+async def namespace() -> AsyncIterator[NatsNamespace]:
+    """A stream, prefix and consumer unique to the test; its streams are deleted after."""
+    ns = NatsNamespace(NATS_URL)
+    yield ns
+    await ns.drop()

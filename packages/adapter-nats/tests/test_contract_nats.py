@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from framework_m_core.testing import BrokerContract
-from framework_m_nats import NatsBroker
+from framework_m_nats.testing import NatsNamespace
 
 
 class TestNatsBroker(BrokerContract):
     @pytest.fixture
-    def broker_factory(self, nats_namespace: Callable[..., str]) -> Callable[[], NatsBroker]:
-        url = nats_namespace(dedup_window=1, max_age=60, ack_wait=1)
-        return lambda: NatsBroker.from_url(url)
+    def broker_url(self, namespace: NatsNamespace) -> str:
+        return namespace.url(dedup_window=1, max_age=60, ack_wait=1)

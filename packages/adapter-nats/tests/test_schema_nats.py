@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from framework_m_core import SchemaConflictError, decode_message
-from framework_m_core.testing.contract import receive_all
+from framework_m_core.testing import receive_all
 from framework_m_nats import NatsBroker, parse_url
+from framework_m_nats.testing import NatsNamespace
 
 from .conftest import NATS_URL
 
@@ -37,8 +38,8 @@ async def pre_existing(js: nats.js.JetStreamContext, url: str, **config: object)
     await js.add_stream(StreamConfig(**base))  # type: ignore[arg-type]
 
 
-async def test_creates_everything_then_is_idempotent(nats_namespace: Callable[..., str]) -> None:
-    async with NatsBroker.from_url(nats_namespace()) as broker:
+async def test_creates_everything_then_is_idempotent(namespace: NatsNamespace) -> None:
+    async with NatsBroker.from_url(namespace.url()) as broker:
         plan = await broker.sync_schema()
         assert [c.action for c in plan.changes] == ["create", "create", "create"]
         assert "duplicate_window 120s" in plan.describe()
@@ -46,8 +47,8 @@ async def test_creates_everything_then_is_idempotent(nats_namespace: Callable[..
         assert broker.dedup_window == 120
 
 
-async def test_concurrent_first_syncs_both_succeed(nats_namespace: Callable[..., str]) -> None:
-    url = nats_namespace()
+async def test_concurrent_first_syncs_both_succeed(namespace: NatsNamespace) -> None:
+    url = namespace.url()
     brokers = [NatsBroker.from_url(url) for _ in range(4)]
     await asyncio.gather(*(b.connect() for b in brokers))
     try:
@@ -58,13 +59,13 @@ async def test_concurrent_first_syncs_both_succeed(nats_namespace: Callable[...,
 
 
 async def test_a_30s_window_is_migrated_in_place_keeping_queued_messages(
-    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+    js: nats.js.JetStreamContext, namespace: NatsNamespace
 ) -> None:
-    url = nats_namespace(dedup_window=120, max_age=86400)
+    url = namespace.url(dedup_window=120, max_age=86400)
     await pre_existing(js, url, duplicate_window=30.0)
     async with NatsBroker.from_url(url) as broker:
         assert broker.dedup_window == 30  # read from the server, not the URL
-        await broker._publish_once(parse_url(url).jobs_subject, b"", {})  # a raw message
+        await broker.requeue(b"")  # a message that is not a job
         ids = [await broker.enqueue("job", deduplication_id=f"d{i}") for i in range(3)]
         plan = await broker.plan_schema()
         assert "update stream" in plan.describe()
@@ -82,9 +83,9 @@ async def test_a_30s_window_is_migrated_in_place_keeping_queued_messages(
 
 
 async def test_memory_storage_is_refused_with_the_manual_steps(
-    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+    js: nats.js.JetStreamContext, namespace: NatsNamespace
 ) -> None:
-    url = nats_namespace()
+    url = namespace.url()
     await pre_existing(js, url, storage=StorageType.MEMORY, duplicate_window=120.0)
     stream = parse_url(url).stream
     async with NatsBroker.from_url(url) as broker:
@@ -100,9 +101,9 @@ async def test_memory_storage_is_refused_with_the_manual_steps(
 
 
 async def test_work_queue_retention_is_refused(
-    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+    js: nats.js.JetStreamContext, namespace: NatsNamespace
 ) -> None:
-    url = nats_namespace()
+    url = namespace.url()
     await pre_existing(js, url, retention=RetentionPolicy.WORK_QUEUE)
     async with NatsBroker.from_url(url) as broker:
         with pytest.raises(SchemaConflictError, match="retention is workqueue on the server"):
@@ -110,15 +111,15 @@ async def test_work_queue_retention_is_refused(
 
 
 async def test_consumer_settings_are_updated_in_place(
-    js: nats.js.JetStreamContext, nats_namespace: Callable[..., str]
+    js: nats.js.JetStreamContext, namespace: NatsNamespace
 ) -> None:
-    async with NatsBroker.from_url(nats_namespace(ack_wait=30)) as broker:
+    async with NatsBroker.from_url(namespace.url(ack_wait=30)) as broker:
         await broker.sync_schema()
         await broker.enqueue("job")
         [taken] = await broker.receive(1, 5)
         await broker.ack(taken)
         await broker.enqueue("job")
-    async with NatsBroker.from_url(nats_namespace(ack_wait=5)) as broker:
+    async with NatsBroker.from_url(namespace.url(ack_wait=5)) as broker:
         assert broker.visibility_timeout == 30
         plan = await broker.sync_schema()
         assert "ack_wait 30s -> 5s" in plan.describe()

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Callable
-
 import pytest
 
 from framework_m_core.testing import BrokerContract
-from framework_m_rabbitmq import RabbitBroker
-from framework_m_rabbitmq.testing import delete_topology, isolated_url
-
-from .test_dedup_plugin import AMQP_URL
+from framework_m_rabbitmq.testing import RabbitNamespace
 
 
 class TestRabbitBroker(BrokerContract):
     @pytest.fixture
-    async def broker_factory(self) -> AsyncIterator[Callable[[], RabbitBroker]]:
-        tag = uuid.uuid4().hex[:12]
-        url = isolated_url(AMQP_URL, tag, dedup_window=1)
-        yield lambda: RabbitBroker.from_url(url)
-        await delete_topology(AMQP_URL, tag)
+    def broker_url(self, namespace: RabbitNamespace) -> str:
+        return namespace.url(dedup_window=1)

@@ -8,7 +8,6 @@ deletes them, leaving the broker clean.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 from aio_pika.exceptions import ChannelPreconditionFailed, DeliveryError
 
-AMQP_URL = os.environ.get("M_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+from .conftest import AMQP_URL
 
 pytestmark = pytest.mark.anyio
 

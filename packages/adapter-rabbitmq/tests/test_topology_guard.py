@@ -4,38 +4,33 @@ the first and drop a job."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
 import aio_pika
 import pytest
 
 from framework_m_core.errors import BrokerError, SchemaConflictError
 from framework_m_rabbitmq import RabbitBroker
-from framework_m_rabbitmq.testing import delete_topology, isolated_url
+from framework_m_rabbitmq.testing import RabbitNamespace
 
-from .test_dedup_plugin import AMQP_URL
+from .conftest import AMQP_URL
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def url() -> AsyncIterator[str]:
-    tag = uuid.uuid4().hex[:12]
-    url = isolated_url(AMQP_URL, tag, management="off")
+async def url(namespace: RabbitNamespace) -> str:
+    url = namespace.url()
     async with RabbitBroker.from_url(url) as broker:
         await broker.sync_schema()
-    yield url
-    await delete_topology(AMQP_URL, tag)
+    return url
 
 
 async def test_a_lost_binding_is_restored_before_the_first_publish(url: str) -> None:
     broker = RabbitBroker.from_url(url)
-    names = broker.names
+    s = broker.settings
     connection = await aio_pika.connect(AMQP_URL)
     channel = await connection.channel()
-    jobs = await channel.get_queue(names["jobs"])
-    await jobs.unbind(names["exchange"])  # the binding sync made (routing key: the name)
+    jobs = await channel.get_queue(s.jobs)
+    await jobs.unbind(s.exchange)  # the binding sync made (routing key: the name)
     await connection.close()
     async with broker:
         job_id = await broker.enqueue("kept", deduplication_id="tick:kept:1")
@@ -49,7 +44,7 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
     broker = RabbitBroker.from_url(url)
     connection = await aio_pika.connect(AMQP_URL)
     channel = await connection.channel()
-    await channel.queue_delete(broker.names["jobs"])
+    await channel.queue_delete(broker.settings.jobs)
     await connection.close()
     async with broker:
         with pytest.raises(BrokerError, match=r"m migrate"):
@@ -61,7 +56,7 @@ async def test_a_new_dedup_window_is_refused_not_ignored(url: str) -> None:
     async with RabbitBroker.from_url(url + "&dedup_window=60") as broker:
         plan = await broker.plan_schema()
         [change] = plan.refused
-        assert change.target == f"exchange {broker.names['exchange']}"
+        assert change.target == f"exchange {broker.settings.exchange}"
         assert "x-cache-ttl" in change.detail
         with pytest.raises(SchemaConflictError, match="x-cache-ttl"):
             await broker.sync_schema()
@@ -76,7 +71,7 @@ async def test_a_retry_into_a_lost_retry_queue_keeps_the_job(url: str) -> None:
         assert second.attempt == 2
         connection = await aio_pika.connect(AMQP_URL)
         channel = await connection.channel()
-        await channel.queue_delete(f"{broker.queue_name}.retry.100")
+        await channel.queue_delete(f"{broker.settings.queue}.retry.100")
         await connection.close()
         with pytest.raises(BrokerError, match="does not exist"):
             await broker.retry(second, 0.1)  # the copy had nowhere to go: not acked

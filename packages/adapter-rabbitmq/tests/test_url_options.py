@@ -13,15 +13,15 @@ from framework_m_rabbitmq import RabbitBroker
 
 def test_defaults() -> None:
     broker = RabbitBroker.from_url("amqp://guest:guest@rabbit.example:5672/")
-    assert (broker.queue_name, broker.dedup_window, broker.settings.cache_persistence) == (
+    assert (broker.settings.queue, broker.dedup_window, broker.settings.cache_persistence) == (
         "framework_m",
         120.0,
         "disk",
     )
     assert broker.settings.delivery_limit == 20
-    assert broker.management is not None
-    assert broker.management.base_url == "http://rabbit.example:15672"
-    assert broker.management.vhost == "/"
+    assert broker.settings.management is not None
+    assert broker.settings.management.base_url == "http://rabbit.example:15672"
+    assert broker.settings.management.vhost == "/"
 
 
 def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
@@ -38,15 +38,15 @@ def test_tls_options_and_the_vhost_reach_the_connection_and_the_management_api(
         f"amqps://app:s3cret@rabbit.example/jobs%2Fprod?cafile={d}%2Fca.pem&heartbeat=30"
         f"&certfile={d}%2Fc.pem&keyfile={d}%2Fc.key&name=framework-m"
     )
-    assert broker.management is not None
-    assert broker.management.base_url == "https://rabbit.example:15671"
-    assert broker.management.vhost == "jobs/prod"
+    assert broker.settings.management is not None
+    assert broker.settings.management.base_url == "https://rabbit.example:15671"
+    assert broker.settings.management.vhost == "jobs/prod"
     assert "s3cret" not in broker.display_url
     assert broker.settings.connect_timeout == 60.0
 
 
 def test_management_off() -> None:
-    assert RabbitBroker.from_url("amqp://h/?management=off").management is None
+    assert RabbitBroker.from_url("amqp://h/?management=off").settings.management is None
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from framework_m_redis.testing import delete_queue, isolated_url
+from framework_m_redis.testing import RedisNamespace
 
 REDIS_URL = os.environ.get("M_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -17,12 +16,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def redis_namespace() -> AsyncIterator[Callable[..., str]]:
-    """URLs for a queue unique to the test; its keys are deleted after."""
-    tag = uuid.uuid4().hex[:12]
-
-    def url(server: str = REDIS_URL, **options: object) -> str:
-        return isolated_url(server, tag, **options)
-
-    yield url
-    await delete_queue(REDIS_URL, tag)
+async def namespace() -> AsyncIterator[RedisNamespace]:
+    """A queue unique to the test; its keys are deleted after."""
+    ns = RedisNamespace(REDIS_URL)
+    yield ns
+    await ns.drop()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import redis.asyncio as aioredis
 
-from framework_m_core import BrokerError, ConfigurationError, SchemaConflictError
+from framework_m_core import BrokerError, ConfigurationError, Delivery, SchemaConflictError
 from framework_m_core.adapters.registry import open_broker
 from framework_m_redis import RedisBroker, parse_url
+from framework_m_redis.testing import RedisNamespace
 
 from .conftest import REDIS_URL
 
@@ -42,9 +41,9 @@ def test_invalid_urls(url: str, message: str) -> None:
 
 
 async def test_schema_sync_creates_group_and_marker_then_is_idempotent(
-    redis_namespace: Callable[..., str],
+    namespace: RedisNamespace,
 ) -> None:
-    async with RedisBroker.from_url(redis_namespace()) as broker:
+    async with RedisBroker.from_url(namespace.url()) as broker:
         plan = await broker.plan_schema()
         assert [c.action for c in plan.changes] == ["create", "create"]
         assert (await broker.sync_schema(dry_run=True)).changes == plan.changes
@@ -54,26 +53,26 @@ async def test_schema_sync_creates_group_and_marker_then_is_idempotent(
         assert await broker.client.hget(broker.settings.meta, "layout") == b"1"
 
 
-async def test_a_newer_layout_is_refused(redis_namespace: Callable[..., str]) -> None:
-    async with RedisBroker.from_url(redis_namespace()) as broker:
+async def test_a_newer_layout_is_refused(namespace: RedisNamespace) -> None:
+    async with RedisBroker.from_url(namespace.url()) as broker:
         await broker.client.hset(broker.settings.meta, "layout", 99)
         with pytest.raises(SchemaConflictError, match="key layout 99 was written by a newer"):
             await broker.sync_schema()
 
 
 async def test_receive_without_the_group_says_to_migrate(
-    redis_namespace: Callable[..., str],
+    namespace: RedisNamespace,
 ) -> None:
-    async with RedisBroker.from_url(redis_namespace()) as broker:
-        await broker.publish_raw(b"x")
+    async with RedisBroker.from_url(namespace.url()) as broker:
+        await broker.requeue(b"x")
         with pytest.raises(BrokerError, match="run schema sync"):
             await broker.receive(1, 0.1)
 
 
 async def test_a_full_queue_refuses_instead_of_dropping(
-    redis_namespace: Callable[..., str],
+    namespace: RedisNamespace,
 ) -> None:
-    async with RedisBroker.from_url(redis_namespace(max_len=2)) as broker:
+    async with RedisBroker.from_url(namespace.url(max_len=2)) as broker:
         await broker.sync_schema()
         await broker.enqueue("job")
         await broker.enqueue("job", deduplication_id="kept")
@@ -86,8 +85,8 @@ async def test_a_full_queue_refuses_instead_of_dropping(
         assert broker.stats.duplicates == 0
 
 
-async def test_dedup_key_lives_exactly_the_window(redis_namespace: Callable[..., str]) -> None:
-    async with RedisBroker.from_url(redis_namespace(dedup_window=60)) as broker:
+async def test_dedup_key_lives_exactly_the_window(namespace: RedisNamespace) -> None:
+    async with RedisBroker.from_url(namespace.url(dedup_window=60)) as broker:
         await broker.sync_schema()
         job_id = await broker.enqueue("job", deduplication_id="tick:job:1")
         client = aioredis.Redis.from_url(REDIS_URL)
@@ -97,22 +96,30 @@ async def test_dedup_key_lives_exactly_the_window(redis_namespace: Callable[...,
         await client.aclose()
 
 
-async def test_a_closing_consumer_leaves_the_group_only_when_it_holds_nothing(
-    redis_namespace: Callable[..., str],
+async def test_a_closing_consumer_hands_back_its_entries_and_leaves_the_group(
+    namespace: RedisNamespace,
 ) -> None:
-    url = redis_namespace(visibility_timeout=60)
+    url = namespace.url(visibility_timeout=60)
     async with RedisBroker.from_url(url) as admin:
         await admin.sync_schema()
-        await admin.enqueue("job")
-        idle, holding = RedisBroker.from_url(url), RedisBroker.from_url(url)
-        for broker in (idle, holding):
+        idle, holding, stuck = (RedisBroker.from_url(url) for _ in range(3))
+        for broker in (idle, holding, stuck):
             await broker.connect()
-        [taken] = await holding.receive(1, 2)
         assert await idle.receive(1, 0.05) == []  # joins the group, takes nothing
-        await idle.close()
-        await holding.close()
+        await admin.enqueue("job", n=1)
+        await admin.enqueue("job", n=2)
+        [taken] = await holding.receive(1, 2)
+        [kept] = await stuck.receive(1, 2)
+
+        async def cannot(delivery: Delivery) -> None:
+            raise BrokerError("connection lost")
+
+        stuck.release = cannot  # type: ignore[method-assign]
+        for broker in (idle, holding, stuck):
+            await broker.close()
         s = admin.settings
         names = {c["name"].decode() for c in await admin.client.xinfo_consumers(s.stream, s.group)}
-        assert holding.consumer in names  # its entry stays reclaimable
-        assert idle.consumer not in names
-        assert taken.attempt == 1
+        assert names == {stuck.consumer}  # its entry stays pending, for XAUTOCLAIM
+        [back] = await admin.receive(10, 2)
+        assert (back.body, back.attempt) == (taken.body, 1)  # handed back: not an attempt
+        assert kept.body != taken.body

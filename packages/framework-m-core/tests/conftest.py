@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from framework_m_core.adapters.memory import MemoryBroker, reset
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings, reset
 from framework_m_core.testing import synced
 
 
@@ -23,5 +23,7 @@ def queue_name() -> Iterator[str]:
 
 @pytest.fixture
 async def memory(queue_name: str) -> MemoryBroker:
-    broker = await synced(MemoryBroker(queue_name, dedup_window=120.0, visibility_timeout=5.0))
+    broker = await synced(
+        MemoryBroker(MemorySettings(queue_name, dedup_window=120.0, visibility_timeout=5.0))
+    )
     return broker

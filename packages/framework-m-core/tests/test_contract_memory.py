@@ -1,19 +1,19 @@
-"""The contract suite against the embedded memory:// broker."""
+"""The contract suite against the embedded memory:// broker (one process: the
+multi-process area is skipped, memory:// does not declare cross_process)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
-from framework_m_core.adapters.memory import MemoryBroker, reset
+from framework_m_core.adapters.memory.testing import MemoryNamespace
 from framework_m_core.testing import BrokerContract
 
 
 class TestMemoryBroker(BrokerContract):
     @pytest.fixture
-    def broker_factory(self) -> Iterator[Callable[[], MemoryBroker]]:
-        name = f"contract-{uuid.uuid4().hex}"
-        yield lambda: MemoryBroker(name, dedup_window=1.0, visibility_timeout=1.0)
-        reset(name)
+    async def broker_url(self) -> AsyncIterator[str]:
+        namespace = MemoryNamespace("memory://")
+        yield namespace.url(dedup_window=1, visibility_timeout=1)
+        await namespace.drop()

@@ -17,9 +17,8 @@ from framework_m_core import (
     PublishResult,
     decode_message,
 )
-from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.testing import synced, wait_until
-from framework_m_core.testing.contract import receive_all
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.testing import receive_all, synced, wait_until
 from framework_m_core.ticker import check_grace, default_grace
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +62,7 @@ class TestGraceCheck:
         assert default_grace(5, 4) == 0
 
     async def test_ticker_check_uses_the_brokers_window(self, queue_name: str) -> None:
-        broker = await synced(MemoryBroker(queue_name, dedup_window=10))
+        broker = await synced(MemoryBroker(MemorySettings(queue_name, dedup_window=10)))
         app = app_every(1)
         InProcessTickerAdapter(app.jobs.values(), broker, grace=4, clock_skew=5).check()
         ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=6, clock_skew=5)
@@ -161,7 +160,7 @@ class TestRunning:
                     raise BrokerError("connection lost")
                 return await super()._publish(message, body)
 
-        broker = await synced(Flaky(queue_name, dedup_window=30))
+        broker = await synced(Flaky(MemorySettings(queue_name, dedup_window=30)))
         ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=10)
         ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 1)
         task = asyncio.create_task(ticker.run())
@@ -179,7 +178,7 @@ class TestRunning:
             async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
                 raise BrokerError("no servers available")
 
-        broker = await synced(Down(queue_name, dedup_window=30))
+        broker = await synced(Down(MemorySettings(queue_name, dedup_window=30)))
         ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=0.5)
         task = asyncio.create_task(ticker.run())
         with caplog.at_level(logging.ERROR, "framework_m.ticker"):

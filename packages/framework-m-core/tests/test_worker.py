@@ -18,9 +18,8 @@ from framework_m_core import (
     JobMessage,
     Worker,
 )
-from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.testing import running_worker, synced, wait_until
-from framework_m_core.testing.contract import receive_all
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.testing import receive_all, running_worker, synced, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -158,7 +157,7 @@ async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
 
 
 async def test_heartbeat_keeps_a_long_job_from_being_delivered_twice(queue_name: str) -> None:
-    broker = await synced(MemoryBroker(queue_name, visibility_timeout=0.3))
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, visibility_timeout=0.3)))
     app = App()
     runs = 0
 
@@ -189,7 +188,7 @@ async def test_receive_errors_are_survived(queue_name: str) -> None:
                 raise BrokerError("connection reset")
             return await super().receive(max_messages, timeout)
 
-    broker = await synced(Flaky(queue_name))
+    broker = await synced(Flaky(MemorySettings(queue_name)))
     app = App()
 
     @app.job
@@ -232,7 +231,7 @@ async def test_progress_is_logged(memory: MemoryBroker, caplog: pytest.LogCaptur
 
 
 async def test_a_job_whose_workers_keep_dying_is_dead_lettered(queue_name: str) -> None:
-    broker = await synced(MemoryBroker(queue_name, visibility_timeout=0.2))
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, visibility_timeout=0.2)))
     app = App()
     calls = 0
 
@@ -262,7 +261,7 @@ async def test_an_ack_that_fails_is_retried_not_given_up(queue_name: str) -> Non
                 raise BrokerError("connection reset")
             await super().ack(delivery)
 
-    broker = await synced(Flaky(queue_name, visibility_timeout=5))
+    broker = await synced(Flaky(MemorySettings(queue_name, visibility_timeout=5)))
     app = App()
     runs = 0
 
@@ -290,7 +289,7 @@ async def test_an_ack_of_a_lost_delivery_is_given_up_at_once(queue_name: str) ->
             acks += 1
             raise DeliveryLostError("its channel is closed")
 
-    broker = await synced(Lost(queue_name, visibility_timeout=3600))
+    broker = await synced(Lost(MemorySettings(queue_name, visibility_timeout=3600)))
     app = App()
 
     @app.job

@@ -3,15 +3,21 @@
 Every publish carries a ``Nats-Msg-Id`` (the deduplication id, or ``job:<id>``
 for jobs without one), so JetStream drops duplicates inside the stream's
 ``duplicate_window`` and a publish retried after a timeout is always safe.
+
+JetStream takes an ack for a delivery whose ``ack_wait`` ran out even when the
+message went to another worker since. Each delivery therefore carries the time
+its reservation ends, counted from when it was received and conservatively
+early; a settle call after that raises :class:`DeliveryLostError` and leaves the
+redelivery alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import nats
@@ -19,64 +25,59 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import (
-    APIError,
-    NoStreamResponseError,
-    NotFoundError,
-    ServiceUnavailableError,
-)
+from nats.js.errors import APIError, NotFoundError
 
-from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
-from framework_m_core.errors import BrokerError, MessageDecodeError, SchemaConflictError
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.capabilities import Capability
+from framework_m_core.errors import BrokerError, DeliveryLostError, MessageDecodeError
 from framework_m_core.messages import JobMessage, decode_message
 from framework_m_core.schema import SchemaPlan
 
-from . import schema
+from . import schema, wire
+from .errors import TRANSIENT, describe, server_errors
 from .settings import NatsSettings, parse_url
 
 log = logging.getLogger("framework_m.nats")
 
-MSG_ID = "Nats-Msg-Id"
-REASON = "Framework-M-Reason"
-ATTEMPTS = "Framework-M-Attempts"
-ORIGIN_SEQ = "Framework-M-Stream-Seq"
-DEAD_AT = "Framework-M-Dead-At"
 # "duplicate message id is in process": a clustered stream is still storing the
 # first publish of this id (servers >= 2.11). Ask again until it answers duplicate.
 _ERR_DUPLICATE_IN_PROCESS = 10158
 _PUBLISH_TRIES = 4
 _INITIAL_CONNECT_ROUNDS = 3
 _PUBLISH_TIMEOUT = 5.0
-_TRANSIENT = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    NoStreamResponseError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-)
+# Longest wait for the rest of a batch once the first delivery is in.
+_BATCH_FILL = 0.2
+# Share of ack_wait by which a reservation is taken to end before the server ends it.
+_EXPIRY_MARGIN = 0.1
 
 
-class NatsBroker(BaseBroker):
+@dataclass(slots=True, eq=False)
+class _Reservation:
+    msg: Msg
+    until: float  # time.monotonic() by which the server may deliver the message again
+    settled: bool = False
+
+
+class NatsBroker(BaseBroker[NatsSettings]):
     """JetStream adapter; see the module docstring and the README's NATS section."""
 
     capabilities = frozenset(
         {
             Capability.DEAD_LETTER_INSPECTION,
-            Capability.RAW_PUBLISH,
             Capability.CROSS_PROCESS,
             Capability.NEW_ID_AFTER_WINDOW,
+            Capability.REDELIVER_ON_CLOSE,
         }
     )
 
     def __init__(self, settings: NatsSettings) -> None:
-        super().__init__(settings.display_url)
-        self.settings = settings
+        super().__init__(settings)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._psub: JetStreamContext.PullSubscription | None = None
         self._window: float | None = None  # read from the server
         self._ack_wait: float | None = None
+        self._held: dict[int, _Reservation] = {}
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -92,9 +93,7 @@ class NatsBroker(BaseBroker):
 
     @property
     def js(self) -> JetStreamContext:
-        if self._js is None:
-            raise BrokerError(f"{self.display_url} is not connected")
-        return self._js
+        return self._connected(self._js)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -114,86 +113,76 @@ class NatsBroker(BaseBroker):
             "error_cb": self._on_error,
             "disconnected_cb": self._on_disconnected,
             "reconnected_cb": self._on_reconnected,
+            **s.credentials(),
         }
-        if s.user is not None:
-            options.update(user=s.user, password=s.password)
-        if s.token is not None:
-            options["token"] = s.token
-        if s.creds:
-            options["user_credentials"] = s.creds
-        if s.nkey:
-            options["nkeys_seed"] = s.nkey
         tls = s.ssl_context()
         if tls is not None:
             options["tls"] = tls
         try:
-            self._nc = await nats.connect(**options)
+            nc = await nats.connect(**options)
         except Exception as exc:  # nats-py raises several unrelated types here
-            raise BrokerError(f"cannot connect to {self.display_url}: {_describe(exc)}") from None
-        self._nc.options["max_reconnect_attempts"] = -1
-        self._js = self._nc.jetstream(timeout=_PUBLISH_TIMEOUT)
-        with _server_errors("reading the stream settings"):
+            raise BrokerError(f"cannot connect to {self.display_url}: {describe(exc)}") from None
+        nc.options["max_reconnect_attempts"] = -1
+        self._nc, self._js = nc, nc.jetstream(timeout=_PUBLISH_TIMEOUT)
+        with server_errors("reading the stream settings"):
             await self._read_server_settings()
 
     async def close(self) -> None:
-        nc, psub = self._nc, self._psub
-        self._nc, self._js, self._psub = None, None, None
+        nc, psub, held = self._nc, self._psub, list(self._held.values())
+        self._nc, self._js, self._psub, self._held = None, None, None, {}
         if nc is None or nc.is_closed:
             return
         try:
+            now = time.monotonic()
+            for res in held:  # hand back what this consumer still holds
+                if not res.settled and res.until > now:
+                    await res.msg.nak()
             if psub is not None:
                 await psub.unsubscribe()
             await nc.flush(timeout=2)  # acks and naks already sent reach the server
         except Exception as exc:
-            log.debug("flush on close failed: %s", exc)
+            log.debug("hand-back on close failed: %s", exc)
         await nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats: %s", _describe(exc))
+        log.warning("nats: %s", describe(exc))
 
     async def _on_disconnected(self) -> None:
-        if self._nc is None:  # closing
-            return
-        log.warning("nats: disconnected from %s; reconnecting", self.display_url)
+        if self._nc is not None:  # not closing
+            log.warning("nats: disconnected from %s; reconnecting", self.display_url)
 
     async def _on_reconnected(self) -> None:
-        log.info("nats: reconnected to %s", self._connected_url())
-
-    def _connected_url(self) -> str:
         url = self._nc.connected_url if self._nc is not None else None
-        return f"{url.hostname}:{url.port}" if url is not None else "?"
+        log.info("nats: reconnected to %s", f"{url.hostname}:{url.port}" if url else "?")
 
     async def _read_server_settings(self) -> None:
+        s = self.settings
         try:
-            info = await self.js.stream_info(self.settings.stream)
-            self._window = info.config.duplicate_window
+            self._window = (await self.js.stream_info(s.stream)).config.duplicate_window
         except NotFoundError:
             self._window = None
         try:
-            cinfo = await self.js.consumer_info(self.settings.stream, self.settings.consumer)
-            self._ack_wait = cinfo.config.ack_wait
+            self._ack_wait = (await self.js.consumer_info(s.stream, s.consumer)).config.ack_wait
         except NotFoundError:
             self._ack_wait = None
 
     # -- schema ------------------------------------------------------------------------
 
     async def plan_schema(self) -> SchemaPlan:
-        with _server_errors("schema inspection"):
-            return schema.as_plan(await schema.plan(self.js, self.settings))
+        with server_errors("schema inspection"):
+            return await schema.plan(self.js, self.settings)
 
-    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
-        with _server_errors("schema sync"):
-            result = await schema.sync(self.js, self.settings, dry_run=dry_run)
-            if not dry_run:
-                await self._read_server_settings()
-                self._psub = None
-        return result
+    async def _apply_schema(self, plan: SchemaPlan) -> None:
+        with server_errors("schema sync"):
+            await schema.apply(self.js, self.settings, plan)
+            await self._read_server_settings()
+        self._psub = None
 
     # -- publishing --------------------------------------------------------------------
 
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-        msg_id = message.deduplication_id or f"job:{message.id}"
-        ack = await self._publish_once(self.settings.jobs_subject, body, {MSG_ID: msg_id})
+        msg_id = wire.job_msg_id(message.deduplication_id, message.id)
+        ack = await self._publish_once(self.settings.jobs_subject, body, {wire.MSG_ID: msg_id})
         if not ack.duplicate:
             return PublishResult(message.id)
         return PublishResult(await self._job_id_at(ack.seq, msg_id), duplicate=True)
@@ -203,84 +192,131 @@ class NatsBroker(BaseBroker):
         delay = 0.05
         for attempt in range(1, _PUBLISH_TRIES + 1):
             try:
+                self._require_link()  # never into nats-py's reconnect buffer
                 return await self.js.publish(
                     subject, body, headers=headers, timeout=_PUBLISH_TIMEOUT
                 )
             except APIError as exc:
-                if exc.err_code == _ERR_DUPLICATE_IN_PROCESS and attempt < _PUBLISH_TRIES:
-                    await asyncio.sleep(delay)
-                    delay *= 2
-                    continue
-                raise BrokerError(f"publish to {subject} refused: {_describe(exc)}") from None
-            except _TRANSIENT as exc:
+                if exc.err_code != _ERR_DUPLICATE_IN_PROCESS or attempt == _PUBLISH_TRIES:
+                    raise BrokerError(f"publish to {subject} refused: {describe(exc)}") from None
+            except TRANSIENT as exc:
                 if attempt == _PUBLISH_TRIES:
                     raise BrokerError(
-                        f"publish to {subject} failed after {attempt} tries: {_describe(exc)}"
+                        f"publish to {subject} failed after {attempt} tries: {describe(exc)}"
                     ) from None
-                log.debug("publish to %s failed (%s); retrying", subject, _describe(exc))
-                await asyncio.sleep(delay)
-                delay *= 2
+                log.debug("publish to %s failed (%s); retrying", subject, describe(exc))
+            await asyncio.sleep(delay)
+            delay *= 2
         raise AssertionError("unreachable")
 
     async def _job_id_at(self, seq: int, msg_id: str) -> str:
         """The id of the job stored at ``seq`` (the original of a duplicate)."""
         try:
-            raw = await self.js.get_msg(self.settings.stream, seq)
+            with server_errors("reading the original of a duplicate"):
+                raw = await self.js.get_msg(self.settings.stream, seq)
             return decode_message(raw.data or b"").id
         except (NotFoundError, MessageDecodeError) as exc:
             log.warning("original of duplicate %s (seq %d) unreadable: %s", msg_id, seq, exc)
             return f"{self.settings.stream}:{seq}"
 
-    async def publish_raw(self, body: bytes) -> None:
+    async def requeue(self, body: bytes) -> None:
         await self._publish_once(self.settings.jobs_subject, body, {})
 
     # -- consuming ---------------------------------------------------------------------
 
+    def _require_link(self) -> None:
+        """Raise a transient error while the client is reconnecting."""
+        if not self._connected(self._nc).is_connected:
+            raise nats.errors.ConnectionReconnectingError
+
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
-        if self._psub is None:
+        psub = await self._subscription()
+        if not self._connected(self._nc).is_connected:
+            raise BrokerError(f"{self.display_url} is unreachable: reconnecting")
+        with server_errors("fetch"):
             try:
+                msgs = await psub.fetch(1, timeout=max(timeout, 0.01))
+            except TimeoutError:  # nats-py's own TimeoutError derives from it
+                return []
+            if max_messages > 1:  # what else is ready, without waiting for a full batch
+                try:
+                    msgs += await psub.fetch(max_messages - 1, timeout=_BATCH_FILL)
+                except TimeoutError:
+                    pass
+                except asyncio.CancelledError:  # hand back what was taken, not to ack_wait
+                    await asyncio.shield(asyncio.gather(*(m.nak() for m in msgs)))
+                    raise
+        until = time.monotonic() + self.visibility_timeout * (1 - _EXPIRY_MARGIN)
+        out = []
+        for m in msgs:
+            res = _Reservation(m, until)
+            self._held[id(res)] = res
+            out.append(Delivery(m.data, m.metadata.num_delivered or 1, res))
+        return out
+
+    async def _subscription(self) -> JetStreamContext.PullSubscription:
+        if self._psub is None:
+            with server_errors("binding to the consumer"):
                 self._psub = await self.js.pull_subscribe_bind(
                     self.settings.consumer, self.settings.stream
                 )
-            except Exception as exc:
-                raise BrokerError(f"cannot bind to the consumer: {_describe(exc)}") from None
-        try:
-            msgs = await self._psub.fetch(max_messages, timeout=max(timeout, 0.01))
-        except nats.errors.TimeoutError:
-            return []
-        except APIError as exc:
-            raise BrokerError(f"fetch failed: {_describe(exc)}") from None
-        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-            raise BrokerError("fetch failed: connection lost") from None
-        return [Delivery(m.data, m.metadata.num_delivered or 1, m) for m in msgs]
+        return self._psub
+
+    def _reserved(self, delivery: Delivery) -> _Reservation | None:
+        """The delivery's live reservation; None once settled; DeliveryLostError once expired."""
+        res = delivery.handle
+        if not isinstance(res, _Reservation):
+            raise BrokerError("delivery was not received from this NATS broker")
+        if res.settled:
+            return None
+        if time.monotonic() >= res.until:
+            self._held.pop(id(res), None)
+            raise DeliveryLostError(
+                f"its ack_wait of {self.visibility_timeout:g}s ran out; JetStream delivers it again"
+            )
+        return res
+
+    def _settled(self, res: _Reservation) -> None:
+        res.settled = True
+        self._held.pop(id(res), None)
 
     async def ack(self, delivery: Delivery) -> None:
-        await _msg(delivery).ack()
+        if (res := self._reserved(delivery)) is not None:
+            with server_errors("ack"):
+                await res.msg.ack()
+            self._settled(res)
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
-        await _msg(delivery).nak(delay=max(0.0, delay))
+        if (res := self._reserved(delivery)) is not None:
+            with server_errors("nak"):
+                await res.msg.nak(delay=max(0.0, delay))
+            self._settled(res)
 
     async def release(self, delivery: Delivery) -> None:
-        await _msg(delivery).nak()
+        if (res := self._reserved(delivery)) is not None:
+            with server_errors("nak"):
+                await res.msg.nak()
+            self._settled(res)
 
     async def extend(self, delivery: Delivery) -> None:
-        await _msg(delivery).in_progress()
+        if (res := self._reserved(delivery)) is not None:
+            sent = time.monotonic()
+            with server_errors("in_progress"):
+                await res.msg.in_progress()
+            res.until = sent + self.visibility_timeout * (1 - _EXPIRY_MARGIN)
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
-        msg = _msg(delivery)
-        seq = msg.metadata.sequence.stream if msg.metadata.sequence else 0
-        headers = {
-            MSG_ID: f"dead:{self.settings.stream}:{seq}",
-            REASON: _header_value(reason),
-            ATTEMPTS: str(delivery.attempt),
-            ORIGIN_SEQ: str(seq),
-            DEAD_AT: f"{time.time():.3f}",
-        }
+        if (res := self._reserved(delivery)) is None:
+            return
+        seq = res.msg.metadata.sequence.stream if res.msg.metadata.sequence else 0
+        headers = wire.dead_letter_headers(self.settings.stream, seq, reason, delivery.attempt)
         await self._publish_once(self.settings.dead_subject, delivery.body, headers)
-        await msg.term()
+        with server_errors("term"):
+            await res.msg.term()
+        self._settled(res)
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
-        with _server_errors("reading dead letters"):
+        with server_errors("reading dead letters"):
             return await self._dead_letters(limit)
 
     async def _dead_letters(self, limit: int) -> Sequence[DeadLetter]:
@@ -294,51 +330,7 @@ class NatsBroker(BaseBroker):
             except NotFoundError:
                 seq -= 1
                 continue
-            headers = raw.headers or {}
-            out.append(
-                DeadLetter(
-                    body=raw.data or b"",
-                    reason=headers.get(REASON, ""),
-                    attempts=int(headers.get(ATTEMPTS, "0") or 0),
-                    dead_lettered_at=float(headers.get(DEAD_AT, "0") or 0),
-                )
-            )
+            out.append(wire.dead_letter(raw.data or b"", dict(raw.headers or {})))
             seq -= 1
         out.reverse()
         return out
-
-
-@contextlib.contextmanager
-def _server_errors(what: str) -> Iterator[None]:
-    """Turn nats-py's errors into one-line :class:`BrokerError`s."""
-    try:
-        yield
-    except (BrokerError, SchemaConflictError):
-        raise
-    except (TimeoutError, nats.errors.Error) as exc:
-        hint = ""
-        if isinstance(exc, nats.errors.NoRespondersError | NoStreamResponseError):
-            hint = " (is JetStream enabled on the server? start nats-server with -js)"
-        raise BrokerError(f"{what} failed: {_describe(exc)}{hint}") from None
-
-
-def _msg(delivery: Delivery) -> Msg:
-    handle = delivery.handle
-    if not isinstance(handle, Msg):
-        raise BrokerError("delivery was not received from this NATS broker")
-    return handle
-
-
-def _header_value(text: str) -> str:
-    """Header values may not hold line breaks; keep them bounded."""
-    return " ".join(text.split())[:2000]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, APIError):
-        if exc.code == 503 or isinstance(exc, ServiceUnavailableError):
-            return "JetStream is not available on the server (start nats-server with -js)"
-        text = exc.description or type(exc).__name__
-        return f"{text} (code {exc.code}, err_code {exc.err_code})"
-    text = str(exc) or type(exc).__name__
-    return text

@@ -25,8 +25,8 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, NotFoundError
 
-from framework_m_core.errors import BrokerError, SchemaConflictError
-from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.errors import BrokerError
+from framework_m_core.schema import SchemaChange, SchemaPlan, SchemaRaceError
 
 from .settings import NatsSettings
 
@@ -76,11 +76,10 @@ def consumer(s: NatsSettings) -> ConsumerConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Step:
-    change: SchemaChange
     kind: str  # "stream" | "consumer"
-    config: Any  # the config to apply: full StreamConfig/ConsumerConfig
+    config: Any  # the full StreamConfig/ConsumerConfig to apply
     create: bool
 
 
@@ -102,12 +101,12 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-async def _plan_stream(js: JetStreamContext, want: StreamConfig) -> list[_Step]:
+async def _plan_stream(js: JetStreamContext, want: StreamConfig) -> list[SchemaChange]:
     target = f"stream {want.name}"
     try:
         info = await js.stream_info(want.name or "")
     except NotFoundError:
-        return [_Step(SchemaChange("create", target, _describe_stream(want)), "stream", want, True)]
+        return [SchemaChange("create", target, _describe_stream(want), _Step("stream", want, True))]
     have = info.config
     if have.storage != want.storage:
         return [_refuse(target, "storage", have.storage, want.storage, info.state.messages)]
@@ -121,17 +120,17 @@ async def _plan_stream(js: JetStreamContext, want: StreamConfig) -> list[_Step]:
     if not diffs:
         return []
     merged = dataclasses.replace(have, **{name: getattr(want, name) for name in _STREAM_FIELDS})
-    return [_Step(SchemaChange("update", target, ", ".join(diffs)), "stream", merged, False)]
+    return [SchemaChange("update", target, ", ".join(diffs), _Step("stream", merged, False))]
 
 
-def _refuse(target: str, field: str, have: Any, want: Any, messages: int) -> _Step:
+def _refuse(target: str, field: str, have: Any, want: Any, messages: int) -> SchemaChange:
     detail = (
         f"{field} is {_show(have)} on the server, framework-m needs {_show(want)}; JetStream "
         f"cannot change {field} in place. Manual steps: stop all workers; move the "
         f"{messages} stored message(s) aside if you need them (e.g. `nats stream backup`); "
         f"delete the stream (`nats stream rm {target.split()[-1]}`); run `m migrate`"
     )
-    return _Step(SchemaChange("refuse", target, detail), "stream", None, False)
+    return SchemaChange("refuse", target, detail)
 
 
 def _describe_stream(c: StreamConfig) -> str:
@@ -142,13 +141,15 @@ def _describe_stream(c: StreamConfig) -> str:
     )
 
 
-async def _plan_consumer(js: JetStreamContext, stream: str, want: ConsumerConfig) -> list[_Step]:
+async def _plan_consumer(
+    js: JetStreamContext, stream: str, want: ConsumerConfig
+) -> list[SchemaChange]:
     target = f"consumer {stream}/{want.durable_name}"
     try:
         info = await js.consumer_info(stream, want.durable_name or "")
     except NotFoundError:
         detail = f"durable pull consumer, explicit ack, ack_wait {_show(want.ack_wait)}"
-        return [_Step(SchemaChange("create", target, detail), "consumer", want, True)]
+        return [SchemaChange("create", target, detail, _Step("consumer", want, True))]
     have = info.config
     for name in _CONSUMER_FIXED:
         if not _same(getattr(have, name), getattr(want, name)):
@@ -158,7 +159,7 @@ async def _plan_consumer(js: JetStreamContext, stream: str, want: ConsumerConfig
                 f"all workers, delete the consumer (`nats consumer rm {stream} "
                 f"{want.durable_name}`) and run `m migrate`; unacked messages are delivered again"
             )
-            return [_Step(SchemaChange("refuse", target, detail), "consumer", None, False)]
+            return [SchemaChange("refuse", target, detail)]
     diffs = [
         f"{name} {_show(getattr(have, name))} -> {_show(getattr(want, name))}"
         for name in _CONSUMER_FIELDS
@@ -167,54 +168,30 @@ async def _plan_consumer(js: JetStreamContext, stream: str, want: ConsumerConfig
     if not diffs:
         return []
     merged = dataclasses.replace(have, **{name: getattr(want, name) for name in _CONSUMER_FIELDS})
-    return [_Step(SchemaChange("update", target, ", ".join(diffs)), "consumer", merged, False)]
+    return [SchemaChange("update", target, ", ".join(diffs), _Step("consumer", merged, False))]
 
 
-async def plan(js: JetStreamContext, s: NatsSettings) -> list[_Step]:
-    """Every step needed, in order; refusals included."""
-    job_steps = await _plan_stream(js, job_stream(s))
-    steps = job_steps + await _plan_stream(js, dead_letter_stream(s))
-    if not any(st.change.action == "refuse" for st in job_steps):
-        steps += await _plan_consumer(js, s.stream, consumer(s))
-    return steps
+async def plan(js: JetStreamContext, s: NatsSettings) -> SchemaPlan:
+    """Every change needed, in order; refusals included."""
+    job_changes = await _plan_stream(js, job_stream(s))
+    changes = job_changes + await _plan_stream(js, dead_letter_stream(s))
+    if not any(c.action == "refuse" for c in job_changes):
+        changes += await _plan_consumer(js, s.stream, consumer(s))
+    return SchemaPlan(tuple(changes))
 
 
-def as_plan(steps: list[_Step]) -> SchemaPlan:
-    return SchemaPlan(tuple(st.change for st in steps))
-
-
-async def apply(js: JetStreamContext, s: NatsSettings, steps: list[_Step]) -> None:
-    """Apply a plan that has no refusals."""
-    refused = [st.change for st in steps if st.change.action == "refuse"]
-    if refused:
-        raise SchemaConflictError("; ".join(str(c) for c in refused))
-    for st in steps:
+async def apply(js: JetStreamContext, s: NatsSettings, plan: SchemaPlan) -> None:
+    """Carry out a plan without refusals."""
+    for change in plan.changes:
+        step: _Step = change.step
         try:
-            if st.kind == "stream" and st.create:
-                await js.add_stream(st.config)
-            elif st.kind == "stream":
-                await js.update_stream(st.config)
+            if step.kind == "stream" and step.create:
+                await js.add_stream(step.config)
+            elif step.kind == "stream":
+                await js.update_stream(step.config)
             else:
-                await js.add_consumer(s.stream, st.config)
+                await js.add_consumer(s.stream, step.config)
         except APIError as exc:
             if exc.err_code == 10058:  # created concurrently by another replica
-                raise _Retry from None
-            raise BrokerError(f"{st.change}: the server refused: {exc.description}") from None
-
-
-class _Retry(Exception):
-    """Another replica changed the schema at the same moment: plan again."""
-
-
-async def sync(js: JetStreamContext, s: NatsSettings, *, dry_run: bool) -> SchemaPlan:
-    """Plan, and unless ``dry_run`` apply; re-plan once if another replica raced us."""
-    for _ in range(3):
-        steps = await plan(js, s)
-        if dry_run or not steps:
-            return as_plan(steps)
-        try:
-            await apply(js, s, steps)
-            return as_plan(steps)
-        except _Retry:
-            continue
-    raise BrokerError("schema sync kept racing with other replicas; try again")
+                raise SchemaRaceError(str(change)) from None
+            raise BrokerError(f"{change}: the server refused: {exc.description}") from None

@@ -80,6 +80,12 @@ class NatsSettings:
     def dead_subject(self) -> str:
         return f"{self.subject_prefix}.dead"
 
+    def credentials(self) -> dict[str, str]:
+        """nats-py connect options for the URL's credentials."""
+        out = {"user": self.user, "password": self.password, "token": self.token}
+        out |= {"user_credentials": self.creds, "nkeys_seed": self.nkey}
+        return {k: v for k, v in out.items() if v}
+
     def ssl_context(self) -> ssl.SSLContext | None:
         if not (self.use_tls or self.tls_ca or self.tls_cert):
             return None

@@ -1,41 +1,41 @@
-"""Helpers for tests that run framework-m against a real NATS server."""
+"""``nats://`` namespaces for tests and benchmarks: a stream, subjects and consumer of their own."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import nats
 from nats.js.errors import NotFoundError
 
-
-def isolated_url(server: str, tag: str, **options: object) -> str:
-    """A URL whose stream, subjects and consumer belong to one test (``tag``)."""
-    opts = {
-        "stream": f"fmtest_{tag}",
-        "subject_prefix": f"fmtest.{tag}",
-        "consumer": f"fmtest_{tag}_workers",
-        **options,
-    }
-    return server + "?" + "&".join(f"{k}={v}" for k, v in opts.items())
+from framework_m_core.testing.namespaces import Namespace, with_options
 
 
-async def delete_streams(server: str, tag: str) -> None:
-    """Delete the job and dead-letter streams of :func:`isolated_url`'s ``tag``."""
-    nc = await nats.connect(server)
-    try:
-        js = nc.jetstream()
-        for name in (f"fmtest_{tag}", f"fmtest_{tag}_dead"):
-            with contextlib.suppress(NotFoundError):
-                await js.delete_stream(name)
-    finally:
-        await nc.close()
+class NatsNamespace(Namespace):
+    """Streams ``fmtest_<tag>`` and ``fmtest_<tag>_dead`` on ``server`` (a plain nats:// URL)."""
 
+    def url(self, **options: Any) -> str:
+        own = {
+            "stream": self.name,
+            "subject_prefix": f"fmtest.{self.tag}",
+            "consumer": f"{self.name}_workers",
+        }
+        return with_options(self.server, **own, **options)
 
-async def stream_messages(server: str, stream: str) -> int:
-    """How many messages ``stream`` holds."""
-    nc = await nats.connect(server)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-        return int(info.state.messages)
-    finally:
-        await nc.close()
+    async def drop(self) -> None:
+        nc = await nats.connect(self.server)
+        try:
+            js = nc.jetstream()
+            for name in (self.name, f"{self.name}_dead"):
+                with contextlib.suppress(NotFoundError):
+                    await js.delete_stream(name)
+        finally:
+            await nc.close()
+
+    async def stored(self) -> int:
+        """How many messages the job stream holds."""
+        nc = await nats.connect(self.server)
+        try:
+            return int((await nc.jetstream().stream_info(self.name)).state.messages)
+        finally:
+            await nc.close()

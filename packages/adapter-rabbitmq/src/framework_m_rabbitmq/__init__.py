@@ -1,6 +1,7 @@
 """RabbitMQ broker adapter of framework-m (``amqp://`` and ``amqps://``)."""
 
-from .broker import RabbitBroker, dedup_job_id
-from .settings import RabbitSettings
+from .broker import RabbitBroker
+from .settings import RabbitSettings, parse_url
+from .wire import dedup_job_id
 
-__all__ = ["RabbitBroker", "RabbitSettings", "dedup_job_id"]
+__all__ = ["RabbitBroker", "RabbitSettings", "dedup_job_id", "parse_url"]

@@ -1,16 +1,23 @@
-"""``amqp://`` URL parsing: topology names and sizes, the policy, TLS and connection options."""
+"""``amqp://`` URL parsing and the names it derives: exchange, queues, policy, arguments."""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.urls import query_params, redact_url
 
-from .management import ManagementAPI
+from .management import ManagementAPI, Policy
+
+EXCHANGE_TYPE = "x-message-deduplication"
+# Retry delays are rounded up to one of these (ms); each has its own TTL queue,
+# so a long delay never holds back a short one.
+RETRY_BUCKETS_MS: tuple[int, ...] = (100, 250, 500, 1000, 2000, 5000, 10_000, 30_000)
+RETRY_BUCKETS_MS += (60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000)
 
 # Passed through to aio-pika's connection: TLS files, heartbeat, connection name.
 _CONNECTION_OPTIONS = ("cafile", "certfile", "keyfile", "no_verify_ssl", "heartbeat", "name")
@@ -31,9 +38,10 @@ _QUEUE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 @dataclass(frozen=True, slots=True)
 class RabbitSettings:
-    """Everything an ``amqp://`` URL configures, validated."""
+    """Everything an ``amqp://`` URL configures, validated, and the names derived from it."""
 
-    connection_url: str  # for aio-pika: framework-m's own options removed
+    display_url: str
+    connection_url: str = field(repr=False)  # for aio-pika: framework-m's own options removed
     queue: str = "framework_m"
     dedup_window: float = 120.0
     cache_size: int = 1_000_000
@@ -42,71 +50,124 @@ class RabbitSettings:
     delivery_limit: int = 20
     policy_priority: int = 10
     connect_timeout: float = 60.0
-    management: ManagementAPI | None = None
+    management: ManagementAPI | None = field(default=None, repr=False)
 
-    @classmethod
-    def from_url(cls, url: str) -> RabbitSettings:
-        parts = urlsplit(url)
-        if parts.scheme not in ("amqp", "amqps"):
-            raise ConfigurationError(f"not an amqp:// or amqps:// URL: {redact_url(url)!r}")
-        opts = query_params(url, _OPTIONS)
-        queue = str(opts.get("queue", "framework_m"))
-        if not _QUEUE.fullmatch(queue):
-            raise ConfigurationError(
-                f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got {queue!r}"
-            )
-        persistence = str(opts.get("cache_persistence", "disk"))
-        if persistence not in ("disk", "memory"):
-            raise ConfigurationError(
-                f"cache_persistence must be 'disk' or 'memory', got {persistence!r}"
-            )
-        window = float(str(opts.get("dedup_window", 120.0)))
-        cache_size, prefetch, delivery_limit, priority = (
-            int(str(opts.get(key, default)))
-            for key, default in (
-                ("cache_size", 1_000_000),
-                ("prefetch", 100),
-                ("delivery_limit", 20),
-                ("policy_priority", 10),
-            )
+    @property
+    def exchange(self) -> str:
+        return f"{self.queue}.dedup"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.queue}.jobs"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.queue}.dead"
+
+    @property
+    def policy_name(self) -> str:
+        return f"framework-m.{self.queue}"
+
+    def retry_queue(self, delay: float) -> tuple[str, int]:
+        """The retry queue for ``delay`` seconds (rounded up to a bucket) and its TTL in ms."""
+        ms = next((b for b in RETRY_BUCKETS_MS if b >= delay * 1000), RETRY_BUCKETS_MS[-1])
+        return f"{self.queue}.retry.{ms}", ms
+
+    @property
+    def exchange_args(self) -> dict[str, Any]:
+        return {
+            "x-cache-size": self.cache_size,
+            "x-cache-ttl": int(self.dedup_window * 1000),
+            "x-cache-persistence": self.cache_persistence,
+        }
+
+    @property
+    def jobs_args(self) -> dict[str, Any]:
+        return {
+            "x-queue-type": "quorum",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": self.dead,
+        }
+
+    def retry_args(self, ttl_ms: int) -> dict[str, Any]:
+        return {
+            "x-message-ttl": ttl_ms,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": self.jobs,
+        }
+
+    @property
+    def policy(self) -> Policy:
+        """The policy holding the jobs queue's run-time settings."""
+        return Policy(
+            pattern=f"^{re.escape(self.jobs)}$",
+            definition={"delivery-limit": self.delivery_limit},
+            priority=self.policy_priority,
         )
-        if min(window, cache_size, prefetch, delivery_limit) <= 0:
-            raise ConfigurationError(
-                "dedup_window, cache_size, prefetch and delivery_limit must be positive in "
-                f"{redact_url(url)!r}"
-            )
-        passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
-        timeout = str(opts.get("timeout", "60"))
-        for name, value in (("heartbeat", passed.get("heartbeat", "60")), ("timeout", timeout)):
-            if not value.isdigit():
-                raise ConfigurationError(f"{name} must be whole seconds, got {value!r}")
-        if passed.get("no_verify_ssl", "0") not in ("0", "1"):
-            raise ConfigurationError("no_verify_ssl must be 0 or 1")
-        for file in ("cafile", "certfile", "keyfile"):
-            if file in passed and not os.path.isfile(passed[file]):
-                raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
-        passed.setdefault("name", "framework-m")  # the connection's name in the management UI
-        management = str(opts.get("management", ManagementAPI.default_url(url)))
-        return cls(
-            connection_url=urlunsplit(
-                (parts.scheme, parts.netloc, parts.path, urlencode(passed), "")
-            ),
-            queue=queue,
-            dedup_window=window,
-            cache_size=cache_size,
-            cache_persistence=persistence,
-            prefetch=prefetch,
-            delivery_limit=delivery_limit,
-            policy_priority=priority,
-            connect_timeout=float(timeout),
-            management=None
-            if management == "off"
-            else ManagementAPI(
-                management,
-                url,
-                cafile=passed.get("cafile"),
-                certfile=passed.get("certfile"),
-                keyfile=passed.get("keyfile"),
-                verify=passed.get("no_verify_ssl", "0") == "0",
-            ),
+
+
+def parse_url(url: str) -> RabbitSettings:
+    """Parse and validate; raise :class:`ConfigurationError` naming the problem."""
+    shown = redact_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in ("amqp", "amqps"):
+        raise ConfigurationError(f"not an amqp:// or amqps:// URL: {shown!r}")
+    opts = query_params(url, _OPTIONS)
+    queue = str(opts.get("queue", "framework_m"))
+    if not _QUEUE.fullmatch(queue):
+        raise ConfigurationError(
+            f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got {queue!r}"
         )
+    persistence = str(opts.get("cache_persistence", "disk"))
+    if persistence not in ("disk", "memory"):
+        raise ConfigurationError(
+            f"cache_persistence must be 'disk' or 'memory', got {persistence!r}"
+        )
+    window = float(str(opts.get("dedup_window", 120.0)))
+    cache_size, prefetch, delivery_limit, priority = (
+        int(str(opts.get(key, default)))
+        for key, default in (
+            ("cache_size", 1_000_000),
+            ("prefetch", 100),
+            ("delivery_limit", 20),
+            ("policy_priority", 10),
+        )
+    )
+    if min(window, cache_size, prefetch, delivery_limit) <= 0:
+        raise ConfigurationError(
+            f"dedup_window, cache_size, prefetch and delivery_limit must be positive in {shown!r}"
+        )
+    passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
+    timeout = str(opts.get("timeout", "60"))
+    for name, value in (("heartbeat", passed.get("heartbeat", "60")), ("timeout", timeout)):
+        if not value.isdigit():
+            raise ConfigurationError(f"{name} must be whole seconds, got {value!r}")
+    if passed.get("no_verify_ssl", "0") not in ("0", "1"):
+        raise ConfigurationError("no_verify_ssl must be 0 or 1")
+    for file in ("cafile", "certfile", "keyfile"):
+        if file in passed and not os.path.isfile(passed[file]):
+            raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
+    passed.setdefault("name", "framework-m")  # the connection's name in the management UI
+    management = str(opts.get("management", ManagementAPI.default_url(url)))
+    return RabbitSettings(
+        display_url=shown,
+        connection_url=urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), "")),
+        queue=queue,
+        dedup_window=window,
+        cache_size=cache_size,
+        cache_persistence=persistence,
+        prefetch=prefetch,
+        delivery_limit=delivery_limit,
+        policy_priority=priority,
+        connect_timeout=float(timeout),
+        management=None
+        if management == "off"
+        else ManagementAPI(
+            management,
+            url,
+            cafile=passed.get("cafile"),
+            certfile=passed.get("certfile"),
+            keyfile=passed.get("keyfile"),
+            verify=passed.get("no_verify_ssl", "0") == "0",
+        ),
+    )

@@ -1,37 +1,46 @@
-"""Helpers for tests that run framework-m against a real RabbitMQ."""
+"""``amqp://`` namespaces for tests and benchmarks: an exchange, queues and policy of their own."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import aio_pika
 
 from framework_m_core.errors import BrokerError
+from framework_m_core.testing.namespaces import Namespace, with_options
 
-from .broker import _RETRY_BUCKETS_MS
 from .management import ManagementAPI
+from .settings import RETRY_BUCKETS_MS
 
 
-def isolated_url(server: str, tag: str, **options: object) -> str:
-    """A URL whose exchange and queues belong to one test (``tag``)."""
-    opts = {"queue": f"fmtest_{tag}", **options}
-    return server + "?" + "&".join(f"{k}={v}" for k, v in opts.items())
+class RabbitNamespace(Namespace):
+    """The topology of queue ``fmtest_<tag>`` on ``server`` (a plain amqp:// URL).
 
+    ``management`` is the API the namespace's URLs name (none: the policy is left out).
+    """
 
-async def delete_topology(server: str, tag: str, management: str | None = None) -> None:
-    """Delete the exchange, every queue and the policy of :func:`isolated_url`'s ``tag``."""
-    queue = f"fmtest_{tag}"
-    api = ManagementAPI(management or ManagementAPI.default_url(server), server)
-    try:
-        await api.delete_policy(f"framework-m.{queue}")
-    except BrokerError:
-        if management is not None:
-            raise  # a broker without the management API has no policies to delete
-    connection = await aio_pika.connect(server)
-    try:
-        channel = await connection.channel()
-        names = [f"{queue}.jobs", f"{queue}.dead"]
-        names += [f"{queue}.retry.{ms}" for ms in _RETRY_BUCKETS_MS]
-        for name in names:
-            await channel.queue_delete(name)
-        await channel.exchange_delete(f"{queue}.dedup")
-    finally:
-        await connection.close()
+    def __init__(self, server: str, tag: str | None = None, management: str | None = None):
+        super().__init__(server, tag)
+        self.management = management
+
+    def url(self, **options: Any) -> str:
+        options.setdefault("management", self.management or "off")
+        return with_options(self.server, queue=self.name, **options)
+
+    async def drop(self) -> None:
+        if self.management is not None:
+            await ManagementAPI(self.management, self.server).delete_policy(
+                f"framework-m.{self.name}"
+            )
+        connection = await aio_pika.connect(self.server)
+        try:
+            channel = await connection.channel()
+            names = [f"{self.name}.jobs", f"{self.name}.dead"]
+            names += [f"{self.name}.retry.{ms}" for ms in RETRY_BUCKETS_MS]
+            for name in names:
+                await channel.queue_delete(name)
+            await channel.exchange_delete(f"{self.name}.dedup")
+        except aio_pika.exceptions.AMQPException as exc:
+            raise BrokerError(f"cannot drop namespace {self.name}: {exc}") from None
+        finally:
+            await connection.close()

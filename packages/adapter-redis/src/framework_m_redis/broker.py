@@ -6,6 +6,8 @@ without its job or a job without its key. Workers read through one consumer
 group; an ack is ``XACK`` + ``XDEL`` in one step; a crashed consumer's entries
 are reclaimed with ``XAUTOCLAIM`` after the visibility timeout, which running
 jobs extend; retries wait in a sorted set that any replica moves back when due.
+Every settle script first checks that the entry is still pending for this
+consumer and delivery, so a late settle never touches a reclaimed job.
 """
 
 from __future__ import annotations
@@ -15,46 +17,57 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.broker import BaseBroker, Capability, DeadLetter, Delivery, PublishResult
-from framework_m_core.errors import BrokerError
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.capabilities import Capability
+from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
-from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.schema import SchemaPlan
 
-from . import scripts
+from . import schema, scripts
+from .schema import text
 from .settings import RedisSettings, parse_url
 
 log = logging.getLogger("framework_m.redis")
 
-LAYOUT = 1  # the key layout this code writes; bump with a migration when it changes
 _PROMOTE_BATCH = 500
 # Longest a blocked read waits before looking for due retries and silent consumers' jobs.
 _RECLAIM_SCAN = 1.0
 
 
-class RedisBroker(BaseBroker):
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A delivery's handle: the stream entry and how often the group had delivered it."""
+
+    id: str
+    times: int
+
+
+class RedisBroker(BaseBroker[RedisSettings]):
     """Redis Streams adapter; see the module docstring and the README's Redis section."""
 
     capabilities = frozenset(
         {
             Capability.DEAD_LETTER_INSPECTION,
-            Capability.RAW_PUBLISH,
             Capability.CROSS_PROCESS,
             Capability.NEW_ID_AFTER_WINDOW,
+            Capability.REDELIVER_ON_CLOSE,
+            Capability.UNCOUNTED_RELEASE,
         }
     )
 
     def __init__(self, settings: RedisSettings) -> None:
-        super().__init__(settings.display_url)
-        self.settings = settings
+        super().__init__(settings)
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
+        self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -70,9 +83,7 @@ class RedisBroker(BaseBroker):
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            raise BrokerError(f"{self.display_url} is not connected")
-        return self._client
+        return self._connected(self._client)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -95,17 +106,20 @@ class RedisBroker(BaseBroker):
             raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
         self._client = client
         self._scripts = {
-            name: client.register_script(getattr(scripts, name))
-            for name in ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "PROMOTE")
+            name: client.register_script(getattr(scripts, name)) for name in scripts.NAMES
         }
         await self._warn_on_eviction()
 
     async def close(self) -> None:
-        client = self._client
-        if client is None:
+        if self._client is None:
             return
+        for delivery in list(self._held.values()):  # hand back what this consumer holds
+            try:
+                await self.release(delivery)
+            except BrokerError as exc:
+                log.debug("could not hand back %s on close: %s", delivery.handle, exc)
         await self._forget_consumer()
-        self._client = None
+        client, self._client = self._client, None
         await client.aclose()
 
     async def _forget_consumer(self) -> None:
@@ -117,7 +131,7 @@ class RedisBroker(BaseBroker):
         s = self.settings
         try:
             consumers = await self.client.xinfo_consumers(s.stream, s.group)
-            mine = [c for c in consumers if _text(c["name"]) == self.consumer]
+            mine = [c for c in consumers if text(c["name"]) == self.consumer]
             if mine and int(mine[0]["pending"]) == 0:
                 await self.client.xgroup_delconsumer(s.stream, s.group, self.consumer)
         except (RedisError, OSError) as exc:
@@ -133,8 +147,7 @@ class RedisBroker(BaseBroker):
                 exc,
             )
             return
-        policies = set(reply.values()) if isinstance(reply, dict) else set()
-        bad = {p for p in policies if p != "noeviction"}
+        bad = {p for p in (reply.values() if isinstance(reply, dict) else ()) if p != "noeviction"}
         if bad:
             log.warning(
                 "maxmemory-policy is %s: Redis may evict dedup keys and jobs under memory "
@@ -143,6 +156,7 @@ class RedisBroker(BaseBroker):
             )
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        self._connected(self._client)
         try:
             return await self._scripts[name](keys=keys, args=args)
         except ResponseError as exc:
@@ -158,55 +172,10 @@ class RedisBroker(BaseBroker):
     # -- schema ------------------------------------------------------------------------
 
     async def plan_schema(self) -> SchemaPlan:
-        s = self.settings
-        target = f"queue {s.queue}"
-        try:
-            layout = await self.client.hget(s.meta, "layout")
-            groups = await self._groups()
-        except RedisError as exc:
-            raise BrokerError(f"cannot inspect {target}: {exc}") from None
-        if layout is not None and int(layout) > LAYOUT:
-            detail = (
-                f"key layout {int(layout)} was written by a newer framework-m-redis "
-                f"(this one writes {LAYOUT}); upgrade this worker"
-            )
-            return SchemaPlan((SchemaChange("refuse", target, detail),))
-        changes = []
-        if s.group not in groups:
-            changes.append(
-                SchemaChange(
-                    "create",
-                    f"consumer group {s.group} on {s.stream}",
-                    "reads from the start of the stream",
-                )
-            )
-        if layout is None:
-            changes.append(SchemaChange("create", f"layout marker {s.meta}", f"layout {LAYOUT}"))
-        return SchemaPlan(tuple(changes))
+        return await schema.plan(self.client, self.settings)
 
-    async def _groups(self) -> set[str]:
-        try:
-            infos = await self.client.xinfo_groups(self.settings.stream)
-        except ResponseError:  # no such key
-            return set()
-        return {_text(i["name"]) for i in infos}
-
-    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
-        plan = await self.plan_schema()
-        if dry_run or plan.in_sync:
-            return plan
-        if plan.refused:
-            from framework_m_core.errors import SchemaConflictError
-
-            raise SchemaConflictError("; ".join(str(c) for c in plan.refused))
-        s = self.settings
-        try:
-            await self.client.xgroup_create(s.stream, s.group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise BrokerError(f"cannot create consumer group {s.group}: {exc}") from None
-        await self.client.hsetnx(s.meta, "layout", LAYOUT)
-        return plan
+    async def _apply_schema(self, plan: SchemaPlan) -> None:
+        await schema.apply(self.client, self.settings)
 
     # -- publishing --------------------------------------------------------------------
 
@@ -218,9 +187,9 @@ class RedisBroker(BaseBroker):
             [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream],
             [message.id, body, int(s.dedup_window * 1000), s.max_len, "1" if dedup else "0"],
         )
-        return PublishResult(_text(job_id), duplicate=not stored)
+        return PublishResult(text(job_id), duplicate=not stored)
 
-    async def publish_raw(self, body: bytes) -> None:
+    async def requeue(self, body: bytes) -> None:
         try:
             await self.client.xadd(self.settings.stream, {"b": body, "a": "0"})
         except RedisError as exc:
@@ -235,9 +204,8 @@ class RedisBroker(BaseBroker):
             while True:
                 await self._run("PROMOTE", [s.delayed, s.stream], [_now_ms(), _PROMOTE_BATCH])
                 out = await self._reclaim(max_messages)
-                left = deadline - time.monotonic()
                 if len(out) < max_messages:
-                    block = 1 if out else await self._block_ms(left)
+                    block = 1 if out else await self._block_ms(deadline - time.monotonic())
                     reply = await self.client.xreadgroup(
                         s.group,
                         self.consumer,
@@ -246,7 +214,7 @@ class RedisBroker(BaseBroker):
                         block=block,
                     )
                     for _, entries in reply or []:
-                        out.extend(_delivery(eid, fields, 1) for eid, fields in entries if fields)
+                        out.extend(self._hold(eid, f, 1) for eid, f in entries if f)
                 if out or time.monotonic() >= deadline:
                     return out
         except ResponseError as exc:
@@ -257,6 +225,13 @@ class RedisBroker(BaseBroker):
             raise BrokerError(f"redis receive failed: {exc}") from None
         except (RedisError, OSError) as exc:
             raise BrokerError(f"redis receive failed: {exc}") from None
+
+    def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int) -> Delivery:
+        before = int(fields.get(b"a", b"0") or 0)
+        entry = _Entry(text(eid), times)
+        delivery = Delivery(fields.get(b"b", b""), before + times, entry)
+        self._held[entry] = delivery
+        return delivery
 
     async def _block_ms(self, left: float) -> int:
         """How long to block: until the deadline, the next due retry, or the next reclaim scan."""
@@ -273,63 +248,65 @@ class RedisBroker(BaseBroker):
         reply = await self.client.xautoclaim(
             s.stream, s.group, self.consumer, min_idle_time=idle, start_id="0-0", count=limit
         )
-        entries = [(eid, fields) for eid, fields in reply[1] if fields]
         out = []
-        for eid, fields in entries:
+        for eid, fields in reply[1]:
+            if not fields:
+                continue
             pending = await self.client.xpending_range(s.stream, s.group, min=eid, max=eid, count=1)
-            times = pending[0]["times_delivered"] if pending else 1
-            out.append(_delivery(eid, fields, times))
+            out.append(self._hold(eid, fields, pending[0]["times_delivered"] if pending else 1))
         if out:
             log.info("reclaimed %d job(s) from silent consumers", len(out))
         return out
 
-    async def ack(self, delivery: Delivery) -> None:
+    async def _settle(self, name: str, delivery: Delivery, keys: list[str], *args: Any) -> None:
+        """Run a guarded settle script; see ``scripts._HELD``."""
+        entry = delivery.handle
+        if not isinstance(entry, _Entry):
+            raise BrokerError("delivery was not received from this Redis broker")
         s = self.settings
-        await self._run("ACK", [s.stream], [s.group, _eid(delivery)])
+        done = await self._run(
+            name, [s.stream, *keys], [s.group, entry.id, self.consumer, entry.times, *args]
+        )
+        if done == -1:
+            self._held.pop(entry, None)
+            raise DeliveryLostError(
+                f"its visibility timeout of {s.visibility_timeout:g}s ran out and another "
+                "consumer reclaimed it"
+            )
+        if name != "EXTEND":
+            self._held.pop(entry, None)
+
+    async def ack(self, delivery: Delivery) -> None:
+        await self._settle("ACK", delivery, [])
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
-        s = self.settings
         due = _now_ms() + int(max(0.0, delay) * 1000)
-        await self._run(
-            "RETRY",
-            [s.stream, s.delayed],
-            [s.group, _eid(delivery), due, delivery.attempt, delivery.body],
+        await self._settle(
+            "RETRY", delivery, [self.settings.delayed], due, delivery.attempt, delivery.body
         )
 
     async def release(self, delivery: Delivery) -> None:
-        s = self.settings
-        await self._run(
-            "RELEASE",
-            [s.stream],
-            [s.group, _eid(delivery), delivery.attempt - 1, delivery.body],
-        )
+        await self._settle("RELEASE", delivery, [], delivery.attempt - 1, delivery.body)
 
     async def extend(self, delivery: Delivery) -> None:
-        s = self.settings
-        try:
-            await self.client.xclaim(
-                s.stream, s.group, self.consumer, 0, [_eid(delivery)], justid=True
-            )
-        except RedisError as exc:
-            raise BrokerError(f"redis xclaim failed: {exc}") from None
+        await self._settle("EXTEND", delivery, [])
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         s = self.settings
-        await self._run(
+        await self._settle(
             "DEAD_LETTER",
-            [s.stream, s.dead],
-            [
-                s.group,
-                _eid(delivery),
-                delivery.body,
-                reason,
-                delivery.attempt,
-                f"{time.time():.3f}",
-                s.dead_letter_max_len,
-            ],
+            delivery,
+            [s.dead],
+            delivery.body,
+            reason,
+            delivery.attempt,
+            f"{time.time():.3f}",
+            s.dead_letter_max_len,
         )
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
+        if limit < 1:
+            return []
         try:
             entries = await self.client.xrevrange(self.settings.dead, count=limit)
         except RedisError as exc:
@@ -337,7 +314,7 @@ class RedisBroker(BaseBroker):
         out = [
             DeadLetter(
                 body=fields.get(b"b", b""),
-                reason=_text(fields.get(b"r", b"")),
+                reason=text(fields.get(b"r", b"")),
                 attempts=int(fields.get(b"n", 0)),
                 dead_lettered_at=float(fields.get(b"t", 0)),
             )
@@ -345,21 +322,6 @@ class RedisBroker(BaseBroker):
         ]
         out.reverse()
         return out
-
-
-def _delivery(eid: Any, fields: dict[bytes, bytes], times_delivered: int) -> Delivery:
-    before = int(fields.get(b"a", b"0") or 0)
-    return Delivery(fields.get(b"b", b""), before + times_delivered, _text(eid))
-
-
-def _eid(delivery: Delivery) -> str:
-    if not isinstance(delivery.handle, str):
-        raise BrokerError("delivery was not received from this Redis broker")
-    return delivery.handle
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _now_ms() -> int:

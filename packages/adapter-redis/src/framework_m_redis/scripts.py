@@ -16,33 +16,68 @@ redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
 return {1, ARGV[1]}
 """
 
-# KEYS: stream. ARGV: group, entry id.
-ACK = """
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return redis.call('XDEL', KEYS[1], ARGV[2])
+# Every script that settles or extends a delivery starts with this guard.
+# KEYS[1]: stream. ARGV: group, entry id, consumer, times delivered when received.
+# Returns 0 when the entry is no longer pending (settled already: nothing to do) and -1
+# when its reservation passed to another delivery (reclaimed since): leave it alone.
+_HELD = """
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if #held == 0 then return 0 end
+if held[1][2] ~= ARGV[3] or tostring(held[1][4]) ~= ARGV[4] then return -1 end
 """
 
-# KEYS: stream, delayed set. ARGV: group, entry id, due ms, attempts so far, body.
-RETRY = """
+# ARGV[5..]: none.
+ACK = (
+    _HELD
+    + """
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-return redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4] .. '\\n' .. ARGV[5])
+return 1
 """
+)
 
-# KEYS: stream. ARGV: group, entry id, attempts that count so far, body.
-RELEASE = """
+# KEYS: stream, delayed set. ARGV[5..]: due ms, attempts so far, body.
+RETRY = (
+    _HELD
+    + """
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-return redis.call('XADD', KEYS[1], '*', 'b', ARGV[4], 'a', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6] .. '\\n' .. ARGV[7])
+return 1
 """
+)
 
-# KEYS: stream, dead stream. ARGV: group, entry id, body, reason, attempts, unix time, max len.
-DEAD_LETTER = """
+# ARGV[5..]: attempts that count so far, body.
+RELEASE = (
+    _HELD
+    + """
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*',
-                  'b', ARGV[3], 'r', ARGV[4], 'n', ARGV[5], 't', ARGV[6])
+redis.call('XADD', KEYS[1], '*', 'b', ARGV[6], 'a', ARGV[5])
+return 1
 """
+)
+
+# KEYS: stream, dead stream. ARGV[5..]: body, reason, attempts, unix time, max len.
+DEAD_LETTER = (
+    _HELD
+    + """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*',
+           'b', ARGV[5], 'r', ARGV[6], 'n', ARGV[7], 't', ARGV[8])
+return 1
+"""
+)
+
+# Restarts the entry's idle time (JUSTID: the delivery count stays).
+EXTEND = (
+    _HELD
+    + """
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'JUSTID')
+return 1
+"""
+)
 
 # KEYS: delayed set, stream. ARGV: now ms, most to move.
 # Moves due retries back to the stream; any replica may run it, each member moves once.
@@ -56,3 +91,5 @@ for _, member in ipairs(due) do
 end
 return #due
 """
+
+NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from framework_m_core.errors import ConfigurationError
@@ -49,7 +49,7 @@ _REDIS_PY = frozenset(
 class RedisSettings:
     """Everything a ``redis://`` or ``rediss://`` URL can say."""
 
-    client_url: str  # what redis-py gets: the URL minus our options
+    client_url: str = field(repr=False)  # what redis-py gets: the URL minus our options
     display_url: str
     queue: str = DEFAULT_QUEUE
     group: str = DEFAULT_GROUP

@@ -1,23 +1,26 @@
-"""Helpers for tests that run framework-m against a real Redis."""
+"""``redis://`` namespaces for tests and benchmarks: a queue (and so a key prefix) of their own."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
-
-def isolated_url(server: str, tag: str, **options: object) -> str:
-    """A URL whose queue (and so every key) belongs to one test (``tag``)."""
-    opts = {"queue": f"fmtest_{tag}", **options}
-    sep = "&" if "?" in server else "?"
-    return server + sep + "&".join(f"{k}={v}" for k, v in opts.items())
+from framework_m_core.testing.namespaces import Namespace, with_options
 
 
-async def delete_queue(server: str, tag: str) -> None:
-    """Delete every key of :func:`isolated_url`'s queue on a single Redis server."""
-    client = aioredis.Redis.from_url(server)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"fm:{{fmtest_{tag}}}:*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+class RedisNamespace(Namespace):
+    """The keys ``fm:{fmtest_<tag>}:*`` on ``server`` (a plain redis:// URL)."""
+
+    def url(self, **options: Any) -> str:
+        return with_options(self.server, queue=self.name, **options)
+
+    async def drop(self) -> None:
+        """Delete every key of the queue (on a single server: what the tests start)."""
+        client = aioredis.Redis.from_url(self.server)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"fm:{{{self.name}}}:*", count=1000)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()

@@ -6,7 +6,8 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 """
 
 from .app import App, load_app
-from .broker import BaseBroker, BrokerStats, Capability, DeadLetter, Delivery, PublishResult
+from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult
+from .capabilities import Capability
 from .errors import (
     AppLoadError,
     BrokerError,
@@ -30,7 +31,7 @@ from .protocols import (
     TickerProtocol,
 )
 from .schedules import Cron, Every, Schedule, cron, every
-from .schema import SchemaChange, SchemaPlan
+from .schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .ticker import InProcessTickerAdapter
 from .worker import Worker
 
@@ -64,6 +65,7 @@ __all__ = [
     "SchemaChange",
     "SchemaConflictError",
     "SchemaPlan",
+    "SchemaRaceError",
     "SchemaSyncProtocol",
     "TickerProtocol",
     "UnknownBrokerError",

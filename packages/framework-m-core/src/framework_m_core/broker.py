@@ -4,32 +4,22 @@ from __future__ import annotations
 
 import logging
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
 
+from .capabilities import Capability, as_capabilities
+from .errors import BrokerError, SchemaConflictError
 from .messages import JobMessage, validate_deduplication_id, validate_job_name
-from .schema import SchemaPlan
+from .protocols import BrokerProtocol
+from .schema import SchemaPlan, SchemaRaceError
 
 log = logging.getLogger("framework_m.broker")
 
-
-class Capability:
-    """Names of optional adapter features the contract suite checks when declared."""
-
-    #: ``dead_letters()`` returns what ``dead_letter()`` stored.
-    DEAD_LETTER_INSPECTION = "dead_letter_inspection"
-    #: ``publish_raw()`` puts arbitrary bytes on the work queue (garbage-message tests).
-    RAW_PUBLISH = "raw_publish"
-    #: A delivery reserved by a consumer that closes without acking is delivered again.
-    REDELIVER_ON_CLOSE = "redeliver_on_close"
-    #: The broker is shared between processes (``m enqueue`` from another process works).
-    CROSS_PROCESS = "cross_process"
-    #: A deduplication id reused after the window gets a new job id. Brokers that cannot
-    #: say which message they kept derive the id from the deduplication id instead.
-    NEW_ID_AFTER_WINDOW = "new_id_after_window"
+T = TypeVar("T")
+S = TypeVar("S", bound="BrokerSettings")
+_SCHEMA_ROUNDS = 3
 
 
 class PublishResult(NamedTuple):
@@ -66,37 +56,50 @@ class BrokerStats:
     duplicates: int = 0
 
 
-class BaseBroker(ABC):
-    """Validation, encoding and counting shared by adapters; subclasses do the I/O.
+class BrokerSettings(Protocol):
+    """What :class:`BaseBroker` needs of an adapter's settings (parsed from the URL)."""
 
-    Subclasses implement :meth:`from_url`, :meth:`_publish` and the consuming,
-    schema and lifecycle methods of :class:`~.protocols.BrokerProtocol`.
+    @property
+    def display_url(self) -> str: ...
+
+
+class BaseBroker(BrokerProtocol, Generic[S]):
+    """The shared half of an adapter: validation, encoding, counting, the schema-sync
+    template and the connected guard. Subclasses do the I/O.
+
+    An adapter is built from its settings (``settings.py``: the URL parsed and
+    validated) and implements :meth:`from_url`, :meth:`_publish`,
+    :meth:`_apply_schema` and the abstract methods of
+    :class:`~.protocols.BrokerProtocol` that are left.
     """
 
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
-    def __init__(self, url: str) -> None:
-        from .urls import redact_url
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.capabilities = as_capabilities(cls.capabilities, cls.__qualname__)
 
-        self._display_url = redact_url(url)
+    def __init__(self, settings: S) -> None:
+        self.settings = settings
         self.stats = BrokerStats()
 
-    @classmethod
-    @abstractmethod
-    def from_url(cls, url: str) -> Self:
-        """Build an unconnected broker from its URL; raise ConfigurationError for bad options."""
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.display_url}>"
 
     @property
     def display_url(self) -> str:
-        return self._display_url
+        return self.settings.display_url
 
-    @property
-    @abstractmethod
-    def dedup_window(self) -> float: ...
+    def _connected(self, handle: T | None) -> T:
+        """``handle`` (a client, connection or queue) while connected; else BrokerError."""
+        if handle is None:
+            raise self._not_connected()
+        return handle
 
-    @property
-    @abstractmethod
-    def visibility_timeout(self) -> float: ...
+    def _not_connected(self) -> BrokerError:
+        return BrokerError(f"{self.display_url} is not connected")
+
+    # -- enqueueing ----------------------------------------------------------------------
 
     async def enqueue(
         self, job_name: str, /, deduplication_id: str | None = None, **kwargs: Any
@@ -137,7 +140,39 @@ class BaseBroker(ABC):
 
     @abstractmethod
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-        """Store ``body`` unless ``message.deduplication_id`` was seen inside the window."""
+        """Store ``body`` unless ``message.deduplication_id`` was seen inside the window.
+
+        Returns the stored job's id and ``duplicate=False``, or the original's id
+        and ``duplicate=True``. Raises :class:`~.errors.BrokerError` on failure.
+        """
+
+    # -- schema sync ---------------------------------------------------------------------
+
+    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
+        for _ in range(_SCHEMA_ROUNDS):
+            plan = await self.plan_schema()
+            if dry_run or plan.in_sync:
+                return plan
+            if plan.refused:
+                raise SchemaConflictError("; ".join(str(c) for c in plan.refused))
+            try:
+                await self._apply_schema(plan)
+            except SchemaRaceError:
+                continue  # another replica changed the schema meanwhile: plan again
+            return plan
+        raise BrokerError(
+            f"schema sync of {self.display_url} kept racing with other replicas; try again"
+        )
+
+    @abstractmethod
+    async def _apply_schema(self, plan: SchemaPlan) -> None:
+        """Carry out a plan without refusals (each change's ``step`` is the adapter's own).
+
+        Raise :class:`~.schema.SchemaRaceError` when another replica changed the
+        schema meanwhile: :meth:`sync_schema` then plans again.
+        """
+
+    # -- lifecycle -----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -150,39 +185,3 @@ class BaseBroker(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    @abstractmethod
-    async def connect(self) -> None: ...
-
-    @abstractmethod
-    async def close(self) -> None: ...
-
-    @abstractmethod
-    async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]: ...
-
-    @abstractmethod
-    async def ack(self, delivery: Delivery) -> None: ...
-
-    @abstractmethod
-    async def retry(self, delivery: Delivery, delay: float) -> None: ...
-
-    @abstractmethod
-    async def release(self, delivery: Delivery) -> None: ...
-
-    @abstractmethod
-    async def extend(self, delivery: Delivery) -> None: ...
-
-    @abstractmethod
-    async def dead_letter(self, delivery: Delivery, reason: str) -> None: ...
-
-    @abstractmethod
-    async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]: ...
-
-    @abstractmethod
-    async def publish_raw(self, body: bytes) -> None: ...
-
-    @abstractmethod
-    async def plan_schema(self) -> SchemaPlan: ...
-
-    @abstractmethod
-    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan: ...

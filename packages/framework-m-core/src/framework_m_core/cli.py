@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from .adapters.registry import open_broker
 from .app import App, load_app
-from .broker import Capability
+from .capabilities import Capability
 from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
 from .messages import loads_strict, tick_deduplication_id
 from .protocols import BrokerProtocol

@@ -24,7 +24,7 @@ from .errors import InvalidJobError, MessageDecodeError
 WIRE_VERSION = 1
 MAX_NAME_LENGTH = 200
 # Names travel in dedup ids, subjects and keys: keep them to a safe alphabet.
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _DEDUP_ID_MAX = 512
 _VALID_NAMES: set[str] = set()
 
@@ -40,7 +40,7 @@ def validate_job_name(name: object) -> str:
         return name
     if not isinstance(name, str) or not name:
         raise InvalidJobError(f"job name must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
+    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.fullmatch(name):
         raise InvalidJobError(
             f"invalid job name {name!r}: use letters, digits, '_', '.', '-' "
             f"(starting with a letter or '_'), at most {MAX_NAME_LENGTH} characters"
@@ -60,6 +60,8 @@ def validate_deduplication_id(dedup_id: object) -> str | None:
         raise InvalidJobError(
             f"deduplication_id must be printable and at most {_DEDUP_ID_MAX} characters"
         )
+    if dedup_id != dedup_id.strip():  # some brokers strip header values: ids would merge
+        raise InvalidJobError("deduplication_id must not start or end with whitespace")
     return dedup_id
 
 

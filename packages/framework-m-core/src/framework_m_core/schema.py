@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 Action = Literal["create", "update", "refuse"]
 
@@ -15,6 +15,8 @@ class SchemaChange:
     action: Action
     target: str  # e.g. "stream framework_m_jobs"
     detail: str  # e.g. "duplicate_window 30s -> 120s", or the reason and manual steps
+    #: What the adapter needs to carry the change out (its own type); not shown.
+    step: Any = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.action} {self.target}: {self.detail}"
@@ -38,3 +40,8 @@ class SchemaPlan:
         if self.in_sync:
             return "schema in sync: nothing to do"
         return "\n".join(str(c) for c in self.changes)
+
+
+class SchemaRaceError(Exception):
+    """Raised by an adapter's schema step when another replica changed the schema at the
+    same moment (e.g. created the stream first): schema sync plans again."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
 
+from ..capabilities import as_capabilities
 from ..errors import ConfigurationError, UnknownBrokerError
 from ..protocols import BrokerProtocol
 from ..urls import redact_url, scheme_of
@@ -47,7 +48,10 @@ def open_broker(url: str) -> BrokerProtocol:
         raise UnknownBrokerError(
             f"adapter for {scheme}:// ({ep.value}) failed to import: {exc}"
         ) from exc
+    if not callable(getattr(factory, "from_url", None)):
+        raise ConfigurationError(f"adapter {ep.value} has no from_url(url) classmethod")
     broker = factory.from_url(url)
     if not isinstance(broker, BrokerProtocol):
         raise ConfigurationError(f"adapter {ep.value} does not implement BrokerProtocol")
+    as_capabilities(broker.capabilities, ep.value)  # an unknown one is an error
     return broker

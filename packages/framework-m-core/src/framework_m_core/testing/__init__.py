@@ -1,13 +1,62 @@
 """The adapter contract suite, shipped for third-party adapters.
 
-Subclass :class:`BrokerContract` in a class whose name starts with ``Test`` and
-provide one fixture, ``broker_factory``: a callable returning a new, unconnected
-broker bound to a namespace (stream, queue, key prefix) that is unique to the
-test, every call reaching the same namespace. Keep the dedup window and the
-visibility timeout short (1-2 s) so expiry tests run; tests that need a
-capability the adapter does not declare are skipped with the reason.
+The whole hook-up is a test class and one fixture returning a URL that any
+process on the machine can open, to a namespace of its own for each test::
+
+    class TestMyBroker(BrokerContract):
+        @pytest.fixture
+        def broker_url(self, tmp_path) -> str:
+            return f"my://127.0.0.1/{uuid4().hex}?dedup_window=1&visibility_timeout=1"
+
+The suite opens brokers through the entry-point registry, in the test process
+and in the worker processes it starts. It is split by area into mixins
+(:class:`EnqueueContract`, :class:`ConsumeContract`, :class:`ConnectionContract`,
+:class:`SchemaContract`, :class:`WorkerContract`, :class:`ProcessContract`) so
+that one area can be run or marked xfail on its own; :class:`BrokerContract` is
+their union. Tests state
+what they need with :func:`requires` and are skipped with the reason when the
+adapter lacks it. Requires pytest and anyio (``framework-m-core[testing]``).
 """
 
-from .contract import BrokerContract, running_worker, synced, wait_until
+from __future__ import annotations
 
-__all__ = ["BrokerContract", "running_worker", "synced", "wait_until"]
+from typing import Any
+
+from .namespaces import Namespace, namespace, with_options
+
+_LAZY = {
+    "BrokerContract": ".contract",
+    "EnqueueContract": ".enqueue",
+    "ConsumeContract": ".consume",
+    "ConnectionContract": ".connection",
+    "SchemaContract": ".schema_sync",
+    "WorkerContract": ".runtime",
+    "ProcessContract": ".processes",
+    "PROMPT": ".helpers",
+    "connected": ".helpers",
+    "many": ".helpers",
+    "receive_all": ".helpers",
+    "running_worker": ".helpers",
+    "synced": ".helpers",
+    "wait_until": ".helpers",
+    "requires": ".requirements",
+    "any_of": ".requirements",
+    "Requirement": ".requirements",
+    "SHORT_DEDUP_WINDOW": ".requirements",
+    "SHORT_VISIBILITY": ".requirements",
+    "DEDUP_WINDOW_IN_URL": ".requirements",
+    "SINGLE_HOST": ".requirements",
+}
+
+__all__ = ["Namespace", "namespace", "with_options", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """The suite's names, imported on first use (they need pytest; namespaces do not)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value

@@ -1,10 +1,16 @@
-"""Test app: ``record`` every second appends ``slot pid attempt`` to $FM_SLOT_LOG;
-``slow`` appends ``start``/``end`` lines to $FM_SLOW_LOG around a sleep."""
+"""The app the multi-process tests run in ``m worker`` processes.
+
+``record`` runs every second and appends ``slot pid attempt`` to $FM_SLOT_LOG;
+``slow`` appends ``start``/``end`` lines around a sleep to $FM_SLOW_LOG.
+"""
+
+from __future__ import annotations
 
 import asyncio
 import os
 
-from framework_m_core import App, JobContext
+from ..app import App
+from ..jobs import JobContext
 
 app = App()
 

@@ -1,0 +1,168 @@
+"""One AMQP connection with its publisher-confirm channel, reopened when it drops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractConnection
+from aio_pika.exceptions import ChannelInvalidStateError
+
+from framework_m_core.errors import BrokerError
+
+from .settings import EXCHANGE_TYPE, RabbitSettings
+
+log = logging.getLogger("framework_m.rabbitmq")
+
+# What aio-pika and aiormq raise when a connection or channel is gone or refused.
+AMQP_ERRORS = (aiormq.exceptions.AMQPError, ConnectionError, ChannelInvalidStateError)
+
+
+class Link:
+    """The connection and channel an adapter instance works on.
+
+    ``on_reset`` runs whenever the connection is closed or replaced: whatever the
+    adapter cached for it (declared queues, a consumer) is gone with it.
+    """
+
+    def __init__(self, settings: RabbitSettings, on_reset: Callable[[], None]) -> None:
+        self.settings = settings
+        self._on_reset = on_reset
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._reopening = asyncio.Lock()  # one reconnect at a time, whoever notices first
+        self._lost_at: float | None = None
+        self._wanted = False  # between open() and close(): keep a connection up
+
+    def channel(self) -> AbstractChannel:
+        if self._channel is None:
+            raise BrokerError(f"{self.settings.display_url} is not connected")
+        return self._channel
+
+    async def _connect(self) -> AbstractConnection:
+        try:
+            return await aio_pika.connect(
+                self.settings.connection_url, timeout=self.settings.connect_timeout
+            )
+        except (*AMQP_ERRORS, OSError) as exc:
+            raise BrokerError(f"cannot connect to {self.settings.display_url}: {exc}") from None
+
+    async def open(self) -> None:
+        self._wanted = True
+        if self._connection is not None:
+            return
+        connection = await self._connect()
+        try:
+            channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+            await channel.set_qos(prefetch_count=self.settings.prefetch)
+        except AMQP_ERRORS as exc:
+            await connection.close()
+            raise BrokerError(
+                f"cannot open a channel on {self.settings.display_url}: {exc}"
+            ) from None
+        self._connection, self._channel = connection, channel
+
+    async def close(self) -> None:
+        self._wanted = False
+        await self._drop()
+
+    async def _drop(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        self._on_reset()
+        if connection is not None:
+            await connection.close()  # unacked deliveries return to the queue
+
+    async def reopen(self) -> None:
+        """Replace the connection (after the broker closed the channel on an error)."""
+        async with self._reopening:
+            await self._reopen_now()
+
+    async def _reopen_now(self) -> None:
+        with contextlib.suppress(*AMQP_ERRORS, OSError):
+            await self._drop()  # the old connection may be gone already
+        await self.open()
+
+    def _is_open(self) -> bool:
+        connection, channel = self._connection, self._channel
+        alive = connection is not None and not connection.is_closed
+        return alive and channel is not None and not channel.is_closed
+
+    async def ensure_open(self) -> None:
+        """Reconnect when the connection dropped; deliveries it held return to the queue."""
+        if self._is_open():
+            return
+        if not self._wanted:
+            raise BrokerError(f"{self.settings.display_url} is not connected")
+        async with self._reopening:
+            if self._is_open():  # another task reconnected while this one waited
+                return
+            if self._lost_at is None:
+                log.warning("amqp: connection to %s lost; reconnecting", self.settings.display_url)
+                self._lost_at = time.monotonic()
+            await self._reopen_now()
+        if self._lost_at is not None:
+            down, self._lost_at = time.monotonic() - self._lost_at, None
+            log.warning("amqp: reconnected to %s after %.1fs", self.settings.display_url, down)
+
+    async def side_channel(self) -> AbstractChannel:
+        """A channel of its own, so that a refusal on it closes that one only."""
+        if self._connection is None:
+            raise BrokerError(f"{self.settings.display_url} is not connected")
+        try:
+            return await self._connection.channel()
+        except AMQP_ERRORS as exc:
+            raise BrokerError(
+                f"cannot open a channel on {self.settings.display_url}: {exc}"
+            ) from None
+
+    async def probe(self, declare: Callable[[AbstractChannel], Awaitable[Any]]) -> str | None:
+        """Run a declaration on a side channel; return the server's refusal, if any."""
+        channel = await self.side_channel()
+        try:
+            await declare(channel)
+            return None
+        except aiormq.exceptions.ChannelClosed as exc:
+            return str(exc)
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    async def exchange_type_known(self) -> bool:
+        """Declare and delete a probe exchange of the dedup type on a connection of its own:
+        RabbitMQ answers an unknown type by closing the whole connection."""
+        probe = f"{self.settings.exchange}.probe-{uuid.uuid4().hex[:8]}"
+        connection = await self._connect()
+        try:
+            with _quiet("aiormq.connection"):  # it logs the expected close as an error
+                channel = await connection.channel()
+                exchange = await channel.declare_exchange(
+                    probe, EXCHANGE_TYPE, auto_delete=True, arguments={"x-cache-size": 1}
+                )
+                await exchange.delete()
+            return True
+        except AMQP_ERRORS as exc:
+            if "exchange type" in str(exc):
+                return False
+            raise BrokerError(f"cannot probe exchange type {EXCHANGE_TYPE!r}: {exc}") from None
+        finally:
+            with contextlib.suppress(*AMQP_ERRORS, OSError):
+                await connection.close()
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Drop the records of ``logger`` while the block runs."""
+    target = logging.getLogger(logger)
+    drop = logging.Filter("\0")  # matches no logger name: every record is dropped
+    target.addFilter(drop)
+    try:
+        yield
+    finally:
+        target.removeFilter(drop)

@@ -1,0 +1,158 @@
+"""RabbitMQ schema sync: the dedup exchange, the jobs and dead queues, the delivery-limit policy.
+
+Exchange and queue arguments cannot change in place: a differing one is
+refused with RabbitMQ's own words. The delivery limit, the one setting
+RabbitMQ lets change at run time, lives in a policy set through the
+management HTTP API, so a new limit is an update in place.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiormq
+
+from framework_m_core.errors import BrokerError
+from framework_m_core.schema import SchemaChange, SchemaPlan
+
+from .connection import Link
+from .settings import EXCHANGE_TYPE
+
+log = logging.getLogger("framework_m.rabbitmq")
+
+PLUGIN_HINT = (
+    "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
+    "(packages/adapter-rabbitmq/plugin/build.sh)"
+)
+
+Declare = Callable[..., Awaitable[Any]]  # (channel, passive=...)
+
+
+class RabbitSchema:
+    """Plans and applies the topology of one queue over a :class:`Link`."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.s = link.settings
+        self._policy_warned = False
+
+    def _declarations(self) -> list[tuple[str, Declare, str]]:
+        s = self.s
+        return [
+            (
+                f"exchange {s.exchange}",
+                lambda ch, passive: ch.declare_exchange(
+                    s.exchange,
+                    EXCHANGE_TYPE,
+                    durable=True,
+                    arguments=s.exchange_args,
+                    passive=passive,
+                ),
+                f"type {EXCHANGE_TYPE}, x-cache-ttl {int(s.dedup_window * 1000)} ms, "
+                f"x-cache-persistence {s.cache_persistence}",
+            ),
+            (
+                f"queue {s.jobs}",
+                lambda ch, passive: ch.declare_queue(
+                    s.jobs, durable=True, arguments=s.jobs_args, passive=passive
+                ),
+                f"durable quorum queue, bound to the exchange, dead-lettering to {s.dead}",
+            ),
+            (
+                f"queue {s.dead}",
+                lambda ch, passive: ch.declare_queue(s.dead, durable=True, passive=passive),
+                "durable dead-letter queue",
+            ),
+        ]
+
+    async def plan(self) -> SchemaPlan:
+        self.link.channel()  # the connected guard
+        changes: list[SchemaChange] = []
+        for target, declare, detail in self._declarations():
+            missing = await self.link.probe(functools.partial(declare, passive=True))
+            if missing is not None:
+                if target.startswith("exchange") and not await self.link.exchange_type_known():
+                    detail = f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
+                    changes.append(SchemaChange("refuse", target, detail))
+                else:
+                    changes.append(SchemaChange("create", target, detail))
+                continue
+            refused = await self.link.probe(functools.partial(declare, passive=False))
+            if refused is not None:
+                detail = (
+                    f"exists with other arguments ({refused}); delete it (after moving its "
+                    "messages) and run `m migrate`"
+                )
+                changes.append(SchemaChange("refuse", target, detail))
+        return SchemaPlan(tuple(changes + await self._plan_policy()))
+
+    async def _plan_policy(self) -> list[SchemaChange]:
+        s, api = self.s, self.s.management
+        if api is None:
+            return []
+        target = f"policy {s.policy_name}"
+        try:
+            current = await api.get_policy(s.policy_name)
+            if current is None:
+                detail = f"delivery-limit {s.delivery_limit} on {s.jobs}"
+                return [SchemaChange("create", target, detail, "policy")]
+            if diffs := s.policy.differences(current):
+                return [SchemaChange("update", target, ", ".join(diffs), "policy")]
+            in_effect = await api.queue_policy(s.jobs)
+        except BrokerError as exc:
+            self._warn_unmanaged(str(exc))
+            return []
+        if in_effect not in (None, s.policy_name):
+            log.warning(
+                "amqp: policy %s, not %s, is in effect on %s (RabbitMQ applies the one with "
+                "the highest priority): the delivery limit is whatever %s says; raise "
+                "policy_priority or fold delivery-limit into it",
+                in_effect,
+                s.policy_name,
+                s.jobs,
+                in_effect,
+            )
+        return []
+
+    def _warn_unmanaged(self, reason: str) -> None:
+        if self._policy_warned:
+            return
+        self._policy_warned = True
+        s, p = self.s, self.s.policy
+        log.warning(
+            "amqp: %s; the delivery-limit backstop of %s is not managed. Set it yourself: "
+            "rabbitmqctl set_policy -p %s --apply-to queues --priority %d %s '%s' '%s' "
+            "(or pass ?management=URL, or ?management=off to silence this)",
+            reason,
+            s.jobs,
+            s.management.vhost if s.management else "/",
+            p.priority,
+            s.policy_name,
+            p.pattern,
+            json.dumps(p.definition),
+        )
+
+    async def apply(self, plan: SchemaPlan) -> None:
+        """Declare everything (idempotent), then set the policy when the plan changes it."""
+        s, channel = self.s, self.link.channel()
+        try:
+            exchange = await channel.declare_exchange(
+                s.exchange, EXCHANGE_TYPE, durable=True, arguments=s.exchange_args
+            )
+            await channel.declare_queue(s.dead, durable=True)
+            jobs = await channel.declare_queue(s.jobs, durable=True, arguments=s.jobs_args)
+            await jobs.bind(exchange)
+        except aiormq.exceptions.AMQPError as exc:
+            await self.link.reopen()
+            if "exchange type" in str(exc):
+                raise BrokerError(
+                    f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
+                ) from None
+            raise BrokerError(f"cannot declare the topology of {s.jobs}: {exc}") from None
+        if s.management is not None and any(c.step == "policy" for c in plan.changes):
+            await s.management.put_policy(s.policy_name, s.policy)
+            log.info("amqp: policy %s set: delivery-limit %d", s.policy_name, s.delivery_limit)

@@ -1,0 +1,123 @@
+"""What framework-m puts in AMQP messages and headers, and what it reads back from them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage
+
+from framework_m_core.broker import DeadLetter, Delivery
+from framework_m_core.messages import JobMessage
+
+DEDUP_HEADER = "x-deduplication-header"
+ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
+REASON_HEADER = "x-fm-reason"
+DEAD_AT_HEADER = "x-fm-dead-at"
+_ID_NAMESPACE = uuid.UUID("6f1c1a52-6c1e-4d39-9a52-2f7b8f3c5e10")
+
+
+def dedup_job_id(deduplication_id: str) -> str:
+    """The job id of a job enqueued with ``deduplication_id`` (the same on every replica)."""
+    return uuid.uuid5(_ID_NAMESPACE, deduplication_id).hex
+
+
+def with_derived_id(message: JobMessage) -> JobMessage:
+    """``message`` with the job id its deduplication id gives (RabbitMQ does not say which
+    message it kept, so every replica must name the job alike)."""
+    if message.deduplication_id is None:
+        return message
+    return JobMessage(
+        job_name=message.job_name,
+        kwargs=message.kwargs,
+        id=dedup_job_id(message.deduplication_id),
+        deduplication_id=message.deduplication_id,
+        enqueued_at=message.enqueued_at,
+        scheduled_at=message.scheduled_at,
+    )
+
+
+def job(message: JobMessage, body: bytes) -> aio_pika.Message:
+    """A persistent job message; the exchange drops it when its dedup header was seen."""
+    dedup = message.deduplication_id
+    return aio_pika.Message(
+        body,
+        headers={DEDUP_HEADER: dedup} if dedup is not None else {},
+        message_id=message.id,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        content_type="application/json",
+    )
+
+
+def retry_copy(delivery: Delivery, message_id: str | None) -> aio_pika.Message:
+    """The copy a retry waits in a retry queue as, counting the attempts so far."""
+    return aio_pika.Message(
+        delivery.body,
+        headers={ATTEMPTS_HEADER: delivery.attempt},
+        message_id=message_id,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    )
+
+
+def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
+    return aio_pika.Message(
+        delivery.body,
+        headers={
+            REASON_HEADER: reason,
+            ATTEMPTS_HEADER: delivery.attempt,
+            DEAD_AT_HEADER: f"{time.time():.3f}",
+        },
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    )
+
+
+def attempt(msg: AbstractIncomingMessage) -> int:
+    """Attempts before the copy (a retry's header) plus the quorum queue's redeliveries."""
+    headers = msg.headers or {}
+    return _int(headers.get(ATTEMPTS_HEADER)) + _int(headers.get("x-delivery-count")) + 1
+
+
+def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter:
+    """A message of the dead queue: put there by a worker, or by the queue's delivery limit
+    (after ``delivery_limit`` returns, so one delivery more than that)."""
+    headers = msg.headers or {}
+    if REASON_HEADER in headers:
+        return DeadLetter(
+            body=msg.body,
+            reason=str(headers[REASON_HEADER]),
+            attempts=_int(headers.get(ATTEMPTS_HEADER)),
+            dead_lettered_at=_float(headers.get(DEAD_AT_HEADER)),
+        )
+    deaths = headers.get("x-death")
+    death: dict[str, Any] = deaths[0] if isinstance(deaths, list) and deaths else {}  # type: ignore[assignment]
+    why = str(death.get("reason", "unknown"))
+    before = _int(headers.get(ATTEMPTS_HEADER))
+    if why == "delivery_limit":
+        reason = (
+            "RabbitMQ dead-lettered it: returned to the queue more often than its "
+            "delivery-limit without an outcome (did the job kill its worker?)"
+        )
+        attempts = before + delivery_limit + 1
+    else:
+        reason, attempts = f"RabbitMQ dead-lettered it: {why}", before
+    at = death.get("time")
+    return DeadLetter(
+        body=msg.body,
+        reason=reason,
+        attempts=attempts,
+        dead_lettered_at=at.timestamp() if isinstance(at, datetime) else 0.0,
+    )
+
+
+def _int(value: object) -> int:
+    return int(_float(value))
+
+
+def _float(value: object) -> float:
+    try:
+        return float(value) if isinstance(value, int | float | str | bytes) else 0.0
+    except ValueError:
+        return 0.0

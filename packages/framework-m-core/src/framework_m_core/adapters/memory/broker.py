@@ -1,0 +1,188 @@
+"""``memory://``: the embedded default broker and the reference implementation of every port.
+
+Everything lives in this process: one ``m worker`` on ``memory://`` ticks and
+works with nothing else running. Brokers with the same name in one process
+share one queue (:mod:`.server`), so several instances behave like several
+connections to one server. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Self
+
+from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from ...capabilities import Capability
+from ...errors import BrokerError, DeliveryLostError
+from ...messages import JobMessage
+from ...schema import SchemaPlan
+from . import schema, server
+from .settings import MemorySettings, parse_url
+
+# Settled tokens remembered per broker, so that a repeated settle call is a no-op.
+_SETTLED_MEMORY = 10_000
+
+
+class MemoryBroker(BaseBroker[MemorySettings]):
+    """In-process broker; see the module docstring."""
+
+    capabilities = frozenset(
+        {
+            Capability.DEAD_LETTER_INSPECTION,
+            Capability.REDELIVER_ON_CLOSE,
+            Capability.NEW_ID_AFTER_WINDOW,
+            Capability.UNCOUNTED_RELEASE,
+        }
+    )
+
+    def __init__(self, settings: MemorySettings) -> None:
+        super().__init__(settings)
+        self._open = False
+        self._mine: set[int] = set()  # tokens reserved through this instance
+        self._settled: dict[int, None] = {}  # tokens this instance settled, oldest first
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        return cls(parse_url(url))
+
+    @property
+    def dedup_window(self) -> float:
+        queue = server.find(self.settings.name)
+        return queue.dedup_window if queue is not None else self.settings.dedup_window
+
+    @property
+    def visibility_timeout(self) -> float:
+        queue = server.find(self.settings.name)
+        return queue.visibility_timeout if queue is not None else self.settings.visibility_timeout
+
+    @property
+    def _q(self) -> server.Queue:
+        if not self._open:
+            raise self._not_connected()
+        queue = server.find(self.settings.name)
+        if queue is None:
+            raise BrokerError(
+                f"queue {self.display_url} does not exist: run schema sync first "
+                "(a worker does at start; or m migrate)"
+            )
+        return queue
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        queue = server.find(self.settings.name)
+        for tok in self._mine:
+            held = queue.reserved.pop(tok, None) if queue is not None else None
+            if held is not None and queue is not None:
+                held[0].deliveries -= 1  # not worked on: not an attempt
+                queue.put(held[0], first=True)
+        self._mine.clear()
+
+    # -- schema ------------------------------------------------------------------------
+
+    async def plan_schema(self) -> SchemaPlan:
+        if not self._open:
+            raise self._not_connected()
+        return schema.plan(self.settings)
+
+    async def _apply_schema(self, plan: SchemaPlan) -> None:
+        schema.apply(self.settings)
+
+    # -- publishing --------------------------------------------------------------------
+
+    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+        q = self._q
+        if message.deduplication_id is not None:
+            now = time.monotonic()
+            original = q.seen(message.deduplication_id, now)
+            if original is not None:
+                return PublishResult(original, duplicate=True)
+            q.remember(message.deduplication_id, message.id, now)
+        q.put(server.Entry(body))
+        return PublishResult(message.id)
+
+    async def requeue(self, body: bytes) -> None:
+        self._q.put(server.Entry(bytes(body)))
+
+    # -- consuming ---------------------------------------------------------------------
+
+    async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+        q = self._q
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            next_due = q.promote(now)
+            if q.ready:
+                out: list[Delivery] = []
+                while q.ready and len(out) < max_messages:
+                    entry = q.ready.popleft()
+                    entry.deliveries += 1
+                    tok = next(q.seq)
+                    q.reserved[tok] = (entry, now + q.visibility_timeout)
+                    self._mine.add(tok)
+                    out.append(Delivery(entry.body, entry.deliveries, tok))
+                return out
+            if now >= deadline:
+                return []
+            wake_at = deadline if next_due is None else min(deadline, next_due)
+            fut = asyncio.get_running_loop().create_future()
+            q.waiters.add(fut)
+            try:
+                async with asyncio.timeout(max(0.0, wake_at - now)):
+                    await fut
+            except TimeoutError:
+                pass
+            finally:
+                q.waiters.discard(fut)
+
+    def _settle(self, delivery: Delivery) -> server.Entry | None:
+        """Take the delivery's entry off its reservation; None when it was settled already."""
+        q, tok = self._q, delivery.handle
+        held = q.reserved.pop(tok, None)
+        if held is None:
+            if tok in self._settled:
+                return None
+            raise DeliveryLostError("its reservation expired and the message was delivered again")
+        self._mine.discard(tok)
+        self._settled[tok] = None
+        if len(self._settled) > _SETTLED_MEMORY:
+            del self._settled[next(iter(self._settled))]
+        return held[0]
+
+    async def ack(self, delivery: Delivery) -> None:
+        self._settle(delivery)
+
+    async def retry(self, delivery: Delivery, delay: float) -> None:
+        entry = self._settle(delivery)
+        if entry is not None:
+            self._q.put_later(entry, time.monotonic() + max(0.0, delay))
+
+    async def release(self, delivery: Delivery) -> None:
+        entry = self._settle(delivery)
+        if entry is not None:
+            entry.deliveries -= 1
+            self._q.put(entry, first=True)
+
+    async def extend(self, delivery: Delivery) -> None:
+        q = self._q
+        held = q.reserved.get(delivery.handle)
+        if held is None:
+            raise DeliveryLostError("its reservation expired and the message was delivered again")
+        q.reserved[delivery.handle] = (held[0], time.monotonic() + q.visibility_timeout)
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        entry = self._settle(delivery)
+        if entry is not None:
+            self._q.dead.append(DeadLetter(entry.body, reason, delivery.attempt, time.time()))
+
+    async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
+        dead = list(self._q.dead)
+        return dead[-limit:] if limit > 0 else []

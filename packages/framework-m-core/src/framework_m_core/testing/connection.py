@@ -1,0 +1,134 @@
+"""Contract tests of the broker's lifecycle: connecting, closing, outages, credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from ..adapters.registry import open_broker
+from ..errors import BrokerError, FrameworkMError
+from ..messages import decode_message
+from ..protocols import BrokerProtocol
+from .base import ContractBase
+from .helpers import PROMPT, BrokerFactory, connected, receive_all, wait_until
+from .proxy import Proxy, free_port
+from .requirements import SINGLE_HOST, requires
+
+# Longest an operation on an unreachable broker may take to fail.
+GIVE_UP = 30.0
+
+
+def _with_netloc(url: str, netloc: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(netloc=netloc))
+
+
+async def _receive_until_it_fails(broker: BrokerProtocol) -> None:
+    """Receive (a buffered consumer may answer from its buffer first) until it raises."""
+    for _ in range(10):
+        await broker.receive(10, 0.2)
+
+
+class ConnectionContract(ContractBase):
+    """Connect and close, unreachable and vanishing servers, and what never shows."""
+
+    async def test_connect_and_close_are_idempotent(self, broker_factory: BrokerFactory) -> None:
+        broker = broker_factory()
+        await broker.close()  # never connected
+        await broker.connect()
+        await broker.connect()
+        await broker.sync_schema()
+        job_id = await broker.enqueue("job")
+        await broker.close()
+        await broker.close()
+        async with connected(broker_factory) as again:
+            [delivery] = await again.receive(10, PROMPT)
+            assert decode_message(delivery.body).id == job_id
+
+    async def test_io_without_a_connection_raises_broker_error(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        broker = broker_factory()
+        with pytest.raises(BrokerError):
+            await broker.enqueue("job")
+        await broker.connect()
+        await broker.sync_schema()
+        await broker.close()
+        for call in (
+            lambda: broker.enqueue("job"),
+            lambda: broker.receive(1, 0.1),
+            lambda: broker.plan_schema(),
+            lambda: broker.requeue(b"x"),
+        ):
+            async with asyncio.timeout(PROMPT):
+                with pytest.raises(BrokerError):
+                    await call()
+
+    @requires(SINGLE_HOST)
+    async def test_an_unreachable_server_is_a_broker_error(self, broker_url: str) -> None:
+        parts = urlsplit(broker_url)
+        userinfo, _, _ = parts.netloc.rpartition("@")
+        address = f"127.0.0.1:{free_port()}"  # nothing listens there
+        broker = open_broker(
+            _with_netloc(broker_url, f"{userinfo}@{address}" if userinfo else address)
+        )
+        async with asyncio.timeout(GIVE_UP):
+            with pytest.raises(BrokerError):
+                await broker.connect()
+        await broker.close()
+
+    @requires(SINGLE_HOST)
+    async def test_a_lost_server_is_a_broker_error_until_it_is_back(self, broker_url: str) -> None:
+        proxy = Proxy(broker_url)
+        await proxy.start()
+        broker = open_broker(proxy.url)
+        try:
+            await broker.connect()
+            await broker.sync_schema()
+            first = await broker.enqueue("job", deduplication_id="tick:job:1")
+            await proxy.cut()
+            async with asyncio.timeout(GIVE_UP):
+                with pytest.raises(BrokerError):
+                    await broker.enqueue("job", deduplication_id="tick:job:2")
+                with pytest.raises(BrokerError):
+                    await _receive_until_it_fails(broker)
+            await proxy.start()
+
+            async def enqueued_again() -> bool:
+                try:
+                    await broker.enqueue("job", deduplication_id="tick:job:2")
+                except BrokerError:
+                    return False
+                return True
+
+            await wait_until(enqueued_again, timeout=GIVE_UP, interval=0.5, what="reconnection")
+            ids = [decode_message(d.body).id for d in await receive_all(broker)]
+            assert first in ids
+            assert len(ids) >= 2
+        finally:
+            await broker.close()
+            await proxy.cut()
+
+    @requires(SINGLE_HOST)
+    async def test_credentials_show_in_no_log_repr_or_error(
+        self, broker_url: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        secret = f"pw-{uuid.uuid4().hex}"
+        host = urlsplit(broker_url).netloc.rpartition("@")[2]
+        broker: BrokerProtocol = open_broker(_with_netloc(broker_url, f"fmuser:{secret}@{host}"))
+        shown = [broker.display_url, repr(broker), repr(getattr(broker, "settings", None))]
+        with caplog.at_level(logging.DEBUG):
+            try:
+                async with asyncio.timeout(GIVE_UP):
+                    await broker.connect()
+                    await broker.sync_schema()
+                    await broker.enqueue("job")
+            except FrameworkMError as exc:
+                shown.append(str(exc))
+            finally:
+                await broker.close()
+        shown += [caplog.text]
+        assert not [text for text in shown if secret in text]

@@ -1,0 +1,128 @@
+"""Helpers for tests against a broker: polling with a deadline, draining, running a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from ..app import App
+from ..broker import Delivery
+from ..protocols import BrokerProtocol
+from ..worker import Worker
+
+# Longest a test waits for something the broker should do promptly.
+PROMPT = 5.0
+
+BrokerFactory = Callable[[], BrokerProtocol]
+B = TypeVar("B", bound=BrokerProtocol)
+
+
+class DeadlineError(AssertionError):
+    """A condition a test waited for did not hold in time."""
+
+
+async def wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float = PROMPT,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if time.monotonic() >= deadline:
+            raise DeadlineError(f"{what} not met within {timeout:g}s")
+        await asyncio.sleep(interval)
+
+
+async def synced(broker: B) -> B:
+    """``broker`` connected and with its schema synced, ready for enqueue and receive."""
+    await broker.connect()
+    await broker.sync_schema()
+    return broker
+
+
+async def receive_all(
+    broker: BrokerProtocol, *, quiet: float = 0.5, limit: int = 10_000, timeout: float = 30.0
+) -> list[Delivery]:
+    """Receive (and keep reserved) until nothing arrives for ``quiet`` seconds.
+
+    ``quiet`` is capped at half the visibility timeout: waiting longer, the first
+    deliveries would expire and come back.
+    """
+    quiet = min(quiet, broker.visibility_timeout / 2)
+    deadline = time.monotonic() + timeout
+    out: list[Delivery] = []
+    while len(out) < limit:
+        batch = await broker.receive(100, quiet)
+        if not batch:
+            return out
+        out.extend(batch)
+        if time.monotonic() > deadline:
+            raise DeadlineError(f"deliveries kept coming for {timeout:g}s ({len(out)} so far)")
+    return out
+
+
+async def received_by_any(
+    consumers: Sequence[BrokerProtocol], timeout: float, poll: float = 0.5
+) -> list[tuple[BrokerProtocol, Delivery]]:
+    """What the first round of receives in which any of ``consumers`` got something
+    brought in, with who got each delivery; empty after ``timeout``.
+
+    A broker that pushes messages to its consumers (RabbitMQ) may hand a message back to
+    any of them, the one that released it included, so all receive at once. No receive
+    is cancelled: each round waits for all of them.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = max(0.01, min(poll, deadline - time.monotonic()))
+        rounds = await asyncio.gather(*(c.receive(10, wait) for c in consumers))
+        got = [(c, d) for c, batch in zip(consumers, rounds, strict=True) for d in batch]
+        if got or time.monotonic() >= deadline:
+            return got
+
+
+@asynccontextmanager
+async def connected(factory: BrokerFactory) -> AsyncIterator[BrokerProtocol]:
+    """A new broker from ``factory``, connected and synced; closed on exit."""
+    broker = factory()
+    await broker.connect()
+    try:
+        await broker.sync_schema()
+        yield broker
+    finally:
+        await broker.close()
+
+
+@asynccontextmanager
+async def many(factory: BrokerFactory, n: int) -> AsyncIterator[Sequence[BrokerProtocol]]:
+    """``n`` connected brokers from ``factory`` (one schema sync); all closed on exit."""
+    brokers = [factory() for _ in range(n)]
+    await asyncio.gather(*(b.connect() for b in brokers))
+    try:
+        await brokers[0].sync_schema()
+        yield brokers
+    finally:
+        await asyncio.gather(*(b.close() for b in brokers), return_exceptions=True)
+
+
+@asynccontextmanager
+async def running_worker(app: App, broker: BrokerProtocol, **options: Any) -> AsyncIterator[Worker]:
+    """A :class:`Worker` running in the background; stopped gracefully on exit."""
+    options = {"concurrency": 4, "shutdown_timeout": 5.0, "fetch_timeout": 0.2, **options}
+    worker = Worker(app, broker, **options)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        async with asyncio.timeout(15 + worker.shutdown_timeout):
+            await task

@@ -1,0 +1,45 @@
+"""The mutation run's catalogue stays applicable: every edit still finds its text once, and
+every test it names exists in the contract suite (the run itself: ``hatch run mutate``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from types import ModuleType
+
+import pytest
+
+from framework_m_core.testing import BrokerContract
+
+from .conftest import REPO
+
+
+def _catalogue() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mutants", REPO / "mutation" / "mutants.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mutants"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+CATALOGUE = _catalogue()
+TESTS = {name for name, _ in inspect.getmembers(BrokerContract) if name.startswith("test_")}
+
+
+@pytest.mark.parametrize("mutant", CATALOGUE.MUTANTS, ids=lambda m: m.id)
+def test_each_mutant_applies_and_names_suite_tests(mutant: object) -> None:
+    text = (REPO / mutant.file).read_text()  # type: ignore[attr-defined]
+    for old, new in mutant.edits:  # type: ignore[attr-defined]
+        assert text.count(old) == 1, f"{old!r} is not in {mutant.file} exactly once"  # type: ignore[attr-defined]
+        assert old != new
+    for selector in mutant.tests:  # type: ignore[attr-defined]
+        assert any(selector in name for name in TESTS), f"no contract test matches {selector!r}"
+    assert mutant.adapter in CATALOGUE.SUITES  # type: ignore[attr-defined]
+
+
+def test_mutant_ids_are_unique() -> None:
+    ids = [m.id for m in CATALOGUE.MUTANTS]
+    assert len(ids) == len(set(ids))
