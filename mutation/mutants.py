@@ -317,9 +317,10 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "memory-close-twice",
         "memory",
-        "close is idempotent",
+        "close is idempotent, also without connect",
         f"{MEMORY}/broker.py",
         "        if not self._open:\n            return\n        self._open = False\n",
+        "        if not self._open:\n            raise BrokerError('not connected')\n"
         "        self._open = False\n",
         "test_connect_and_close_are_idempotent",
     ),
@@ -342,14 +343,17 @@ MUTANTS: tuple[Mutant, ...] = (
             (
                 "        dedup = message.deduplication_id\n        stored, job_id",
                 "        dedup = message.deduplication_id\n"
-                "        if dedup in _SEEN:\n"
-                "            return PublishResult(_SEEN[dedup], duplicate=True)\n"
+                "        if dedup is not None and _SEEN.get(dedup, ('', 0.0))[1] > time.time():\n"
+                "            return PublishResult(_SEEN[dedup][0], duplicate=True)\n"
                 "        if dedup is not None:\n"
-                "            _SEEN[dedup] = message.id\n"
+                "            _SEEN[dedup] = (message.id, time.time() + s.dedup_window)\n"
                 "        stored, job_id",
             ),
             ('"1" if dedup else "0"', '"0"'),
-            ("_PROMOTE_BATCH = 500\n", "_PROMOTE_BATCH = 500\n_SEEN: dict[str, str] = {}\n"),
+            (
+                "_PROMOTE_BATCH = 500\n",
+                "_PROMOTE_BATCH = 500\n_SEEN: dict[str, tuple[str, float]] = {}\n",
+            ),
         ),
         ("test_processes_publishing_the_same_ids", "test_worker_processes_run_each_slot"),
     ),
@@ -476,13 +480,16 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             (
                 "            if dedup is not None:\n                db.execute(\n",
-                "            if dedup in _SEEN:\n"
-                "                return PublishResult(_SEEN[dedup], duplicate=True)\n"
+                "            if dedup is not None and _SEEN.get(dedup, ('', 0.0))[1] > now:\n"
+                "                return PublishResult(_SEEN[dedup][0], duplicate=True)\n"
                 "            if dedup is not None:\n"
-                "                _SEEN[dedup] = message.id\n"
+                "                _SEEN[dedup] = (message.id, now + self.dedup_window)\n"
                 "            if False:\n                db.execute(\n",
             ),
-            ('T = TypeVar("T")\n', 'T = TypeVar("T")\n_SEEN: dict[str, str] = {}\n'),
+            (
+                'T = TypeVar("T")\n',
+                'T = TypeVar("T")\n_SEEN: dict[str, tuple[str, float]] = {}\n',
+            ),
         ),
         ("test_processes_publishing_the_same_ids", "test_worker_processes_run_each_slot"),
     ),

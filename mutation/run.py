@@ -75,7 +75,7 @@ def run_tests(adapter: str, tests: tuple[str, ...], pythonpath: str) -> tuple[in
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT
     )
     failed = re.findall(r"^FAILED \S+::(\w+)", done.stdout, re.MULTILINE)
-    if re.search(r"^ERROR ", done.stdout, re.MULTILINE):  # set-up broke: not a kill
+    if re.search(r"^ERROR \S+::", done.stdout, re.MULTILINE):  # set-up broke: not a kill
         return 3, failed, done.stdout[-3000:]
     return done.returncode, failed, done.stdout[-3000:]
 

@@ -16,10 +16,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Self, TypeVar
+from typing import TypeVar
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
-from framework_m_core.capabilities import Capability
+from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
@@ -45,15 +45,10 @@ def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 class SqliteBroker(BaseBroker[SqliteSettings]):
     """SQLite adapter; see the module docstring."""
 
-    capabilities = frozenset(
-        {
-            Capability.DEAD_LETTER_INSPECTION,
-            Capability.CROSS_PROCESS,
-            Capability.NEW_ID_AFTER_WINDOW,
-            Capability.REDELIVER_ON_CLOSE,
-            Capability.UNCOUNTED_RELEASE,
-        }
-    )
+    # Every optional promise but REDELIVER_ON_DISCONNECT: a killed process's rows
+    # stay reserved until their visibility timeout.
+    capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT}
+    parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: SqliteSettings) -> None:
         super().__init__(settings)
@@ -62,10 +57,6 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
         self._stored: dict[str, float] = {}
         self._held: dict[tuple[int, str], Delivery] = {}
         self._settled: set[tuple[int, str]] = set()
-
-    @classmethod
-    def from_url(cls, url: str) -> Self:
-        return cls(parse_url(url))
 
     @property
     def dedup_window(self) -> float:

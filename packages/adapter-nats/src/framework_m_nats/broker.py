@@ -4,11 +4,7 @@ Every publish carries a ``Nats-Msg-Id`` (the deduplication id, or ``job:<id>``
 for jobs without one), so JetStream drops duplicates inside the stream's
 ``duplicate_window`` and a publish retried after a timeout is always safe.
 
-JetStream takes an ack for a delivery whose ``ack_wait`` ran out even when the
-message went to another worker since. Each delivery therefore carries the time
-its reservation ends, counted from when it was received and conservatively
-early; a settle call after that raises :class:`DeliveryLostError` and leaves the
-redelivery alone.
+Settle calls first check that the delivery is still reserved (:mod:`.reservations`).
 """
 
 from __future__ import annotations
@@ -17,24 +13,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 import nats
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
-from framework_m_core.capabilities import Capability
-from framework_m_core.errors import BrokerError, DeliveryLostError, MessageDecodeError
+from framework_m_core.capabilities import Capability as C
+from framework_m_core.errors import BrokerError, MessageDecodeError
 from framework_m_core.messages import JobMessage, decode_message
 from framework_m_core.schema import SchemaPlan
 
 from . import schema, wire
 from .errors import TRANSIENT, describe, server_errors
+from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
 
 log = logging.getLogger("framework_m.nats")
@@ -47,28 +42,15 @@ _INITIAL_CONNECT_ROUNDS = 3
 _PUBLISH_TIMEOUT = 5.0
 # Longest wait for the rest of a batch once the first delivery is in.
 _BATCH_FILL = 0.2
-# Share of ack_wait by which a reservation is taken to end before the server ends it.
-_EXPIRY_MARGIN = 0.1
-
-
-@dataclass(slots=True, eq=False)
-class _Reservation:
-    msg: Msg
-    until: float  # time.monotonic() by which the server may deliver the message again
-    settled: bool = False
 
 
 class NatsBroker(BaseBroker[NatsSettings]):
     """JetStream adapter; see the module docstring and the README's NATS section."""
 
     capabilities = frozenset(
-        {
-            Capability.DEAD_LETTER_INSPECTION,
-            Capability.CROSS_PROCESS,
-            Capability.NEW_ID_AFTER_WINDOW,
-            Capability.REDELIVER_ON_CLOSE,
-        }
+        {C.DEAD_LETTER_INSPECTION, C.CROSS_PROCESS, C.NEW_ID_AFTER_WINDOW, C.REDELIVER_ON_CLOSE}
     )
+    parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: NatsSettings) -> None:
         super().__init__(settings)
@@ -77,11 +59,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._psub: JetStreamContext.PullSubscription | None = None
         self._window: float | None = None  # read from the server
         self._ack_wait: float | None = None
-        self._held: dict[int, _Reservation] = {}
-
-    @classmethod
-    def from_url(cls, url: str) -> Self:
-        return cls(parse_url(url))
+        self._held: dict[int, Reservation] = {}
 
     @property
     def dedup_window(self) -> float:
@@ -100,24 +78,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def connect(self) -> None:
         if self._nc is not None:
             return
-        s = self.settings
-        options: dict[str, Any] = {
-            "servers": s.servers,
-            "name": s.name,
-            "connect_timeout": s.connect_timeout,
-            # Give up on a first connection after a few rounds (a clear error beats a
-            # silent loop); once connected, reconnect forever (set below).
-            "max_reconnect_attempts": _INITIAL_CONNECT_ROUNDS,
-            "reconnect_time_wait": 0.5,
-            "allow_reconnect": True,
-            "error_cb": self._on_error,
-            "disconnected_cb": self._on_disconnected,
-            "reconnected_cb": self._on_reconnected,
-            **s.credentials(),
-        }
-        tls = s.ssl_context()
-        if tls is not None:
-            options["tls"] = tls
+        # Give up on a first connection after a few rounds (a clear error beats a silent
+        # loop); once connected, reconnect forever (set below).
+        options = self.settings.connect_options(_INITIAL_CONNECT_ROUNDS)
+        callbacks = (self._on_error, self._on_disconnected, self._on_reconnected)
+        options |= dict(
+            zip(("error_cb", "disconnected_cb", "reconnected_cb"), callbacks, strict=True)
+        )
         try:
             nc = await nats.connect(**options)
         except Exception as exc:  # nats-py raises several unrelated types here
@@ -246,10 +213,10 @@ class NatsBroker(BaseBroker[NatsSettings]):
                 except asyncio.CancelledError:  # hand back what was taken, not to ack_wait
                     await asyncio.shield(asyncio.gather(*(m.nak() for m in msgs)))
                     raise
-        until = time.monotonic() + self.visibility_timeout * (1 - _EXPIRY_MARGIN)
+        until = reserved_until(self.visibility_timeout)
         out = []
         for m in msgs:
-            res = _Reservation(m, until)
+            res = Reservation(m, until)
             self._held[id(res)] = res
             out.append(Delivery(m.data, m.metadata.num_delivered or 1, res))
         return out
@@ -262,21 +229,16 @@ class NatsBroker(BaseBroker[NatsSettings]):
                 )
         return self._psub
 
-    def _reserved(self, delivery: Delivery) -> _Reservation | None:
+    def _reserved(self, delivery: Delivery) -> Reservation | None:
         """The delivery's live reservation; None once settled; DeliveryLostError once expired."""
         res = delivery.handle
-        if not isinstance(res, _Reservation):
+        if not isinstance(res, Reservation):
             raise BrokerError("delivery was not received from this NATS broker")
-        if res.settled:
-            return None
-        if time.monotonic() >= res.until:
+        if res.expired():
             self._held.pop(id(res), None)
-            raise DeliveryLostError(
-                f"its ack_wait of {self.visibility_timeout:g}s ran out; JetStream delivers it again"
-            )
-        return res
+        return res.live(self.visibility_timeout)
 
-    def _settled(self, res: _Reservation) -> None:
+    def _settled(self, res: Reservation) -> None:
         res.settled = True
         self._held.pop(id(res), None)
 
@@ -300,10 +262,10 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def extend(self, delivery: Delivery) -> None:
         if (res := self._reserved(delivery)) is not None:
-            sent = time.monotonic()
+            until = reserved_until(self.visibility_timeout)
             with server_errors("in_progress"):
                 await res.msg.in_progress()
-            res.until = sent + self.visibility_timeout * (1 - _EXPIRY_MARGIN)
+            res.until = until
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         if (res := self._reserved(delivery)) is None:

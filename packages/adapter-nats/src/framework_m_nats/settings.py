@@ -6,10 +6,11 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import query_params, redact_url
+from framework_m_core.urls import options_of, query_params, redact_url
 
 DEFAULT_STREAM = "framework_m_jobs"
 DEFAULT_PREFIX = "framework_m"
@@ -21,27 +22,6 @@ DEFAULT_ACK_WAIT = 30.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
-
-_OPTIONS: dict[str, type] = {
-    "stream": str,
-    "subject_prefix": str,
-    "consumer": str,
-    "dead_letter_stream": str,
-    "dedup_window": float,
-    "max_age": float,
-    "dead_letter_max_age": float,
-    "replicas": int,
-    "ack_wait": float,
-    "max_ack_pending": int,
-    "token": str,
-    "creds": str,
-    "nkey": str,
-    "tls_ca": str,
-    "tls_cert": str,
-    "tls_key": str,
-    "connect_timeout": float,
-    "name": str,
-}
 
 
 @dataclass(frozen=True)
@@ -80,11 +60,17 @@ class NatsSettings:
     def dead_subject(self) -> str:
         return f"{self.subject_prefix}.dead"
 
-    def credentials(self) -> dict[str, str]:
-        """nats-py connect options for the URL's credentials."""
-        out = {"user": self.user, "password": self.password, "token": self.token}
-        out |= {"user_credentials": self.creds, "nkeys_seed": self.nkey}
-        return {k: v for k, v in out.items() if v}
+    def connect_options(self, first_rounds: int) -> dict[str, Any]:
+        """nats-py's ``connect`` options: servers, credentials, TLS, reconnect rounds."""
+        secrets = {"user": self.user, "password": self.password, "token": self.token}
+        secrets |= {"user_credentials": self.creds, "nkeys_seed": self.nkey}
+        options: dict[str, Any] = {k: v for k, v in secrets.items() if v}
+        options |= {"servers": self.servers, "name": self.name, "allow_reconnect": True}
+        options |= {"connect_timeout": self.connect_timeout, "reconnect_time_wait": 0.5}
+        options["max_reconnect_attempts"] = first_rounds
+        if (tls := self.ssl_context()) is not None:
+            options["tls"] = tls
+        return options
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not (self.use_tls or self.tls_ca or self.tls_cert):
@@ -93,6 +79,12 @@ class NatsSettings:
         if self.tls_cert:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
         return ctx
+
+
+# Every field is an option, but for what the URL's other parts say.
+_OPTIONS = options_of(
+    NatsSettings, exclude=("servers", "display_url", "user", "password", "use_tls")
+)
 
 
 def parse_url(url: str) -> NatsSettings:

@@ -1,14 +1,10 @@
 """``amqp://``: framework-m on RabbitMQ with a message-deduplication exchange.
 
-Topology (names from ``queue``, default ``framework_m``; see :mod:`.schema`): an
-exchange ``<queue>.dedup`` of type ``x-message-deduplication`` (the community
-plugin or framework-m's own; ``x-cache-ttl`` = the dedup window,
-``x-cache-persistence`` ``disk`` by default so that the window survives a
-broker restart) feeding the durable quorum queue ``<queue>.jobs``; retries
-wait in ``<queue>.retry.<ms>`` queues whose TTL dead-letters them back to the
-jobs queue; dead letters go to ``<queue>.dead``: the worker's (with the reason)
-and, as a backstop, the queue's own once a message was delivered
-``delivery_limit`` times without an outcome.
+Topology (see :mod:`.schema`): an exchange ``<queue>.dedup`` of type
+``x-message-deduplication`` (``x-cache-ttl`` = the dedup window) feeding the
+quorum queue ``<queue>.jobs``; retries wait in ``<queue>.retry.<ms>`` queues
+whose TTL dead-letters them back; dead letters go to ``<queue>.dead``: the
+worker's (with the reason) and the queue's own past ``delivery_limit``.
 
 The exchange routes a duplicate nowhere, so a ``mandatory`` publish comes back
 as basic.return. RabbitMQ does not say which message it kept, so a job with a
@@ -21,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Self
 
 import aio_pika
 import aiormq
@@ -29,7 +24,7 @@ from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueu
 from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError, PublishError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
-from framework_m_core.capabilities import Capability
+from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
@@ -48,13 +43,9 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     """RabbitMQ adapter; see the module docstring."""
 
     capabilities = frozenset(
-        {
-            Capability.DEAD_LETTER_INSPECTION,
-            Capability.REDELIVER_ON_CLOSE,
-            Capability.REDELIVER_ON_DISCONNECT,
-            Capability.CROSS_PROCESS,
-        }
+        {C.DEAD_LETTER_INSPECTION, C.REDELIVER_ON_CLOSE, C.REDELIVER_ON_DISCONNECT, C.CROSS_PROCESS}
     )
+    parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: RabbitSettings) -> None:
         super().__init__(settings)
@@ -69,14 +60,6 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         # Publishes of one deduplication id on this connection go one at a time: a return
         # is matched to its publish by message id, which the id's publishes share.
         self._same_id: dict[str, tuple[asyncio.Lock, list[None]]] = {}
-
-    @classmethod
-    def from_url(cls, url: str) -> Self:
-        return cls(parse_url(url))
-
-    @property
-    def dedup_window(self) -> float:
-        return self.settings.dedup_window
 
     @property
     def visibility_timeout(self) -> float:

@@ -18,19 +18,17 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
-from framework_m_core.capabilities import Capability
+from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import schema, scripts
+from . import connection, schema, scripts
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -54,13 +52,14 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     capabilities = frozenset(
         {
-            Capability.DEAD_LETTER_INSPECTION,
-            Capability.CROSS_PROCESS,
-            Capability.NEW_ID_AFTER_WINDOW,
-            Capability.REDELIVER_ON_CLOSE,
-            Capability.UNCOUNTED_RELEASE,
+            C.DEAD_LETTER_INSPECTION,
+            C.CROSS_PROCESS,
+            C.NEW_ID_AFTER_WINDOW,
+            C.REDELIVER_ON_CLOSE,
+            C.UNCOUNTED_RELEASE,
         }
     )
+    parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: RedisSettings) -> None:
         super().__init__(settings)
@@ -68,14 +67,6 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
-
-    @classmethod
-    def from_url(cls, url: str) -> Self:
-        return cls(parse_url(url))
-
-    @property
-    def dedup_window(self) -> float:
-        return self.settings.dedup_window
 
     @property
     def visibility_timeout(self) -> float:
@@ -90,25 +81,12 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def connect(self) -> None:
         if self._client is not None:
             return
-        s = self.settings
-        try:
-            if s.cluster:
-                client: Any = RedisCluster.from_url(s.client_url, max_connections=s.max_connections)
-                await client.initialize()
-            else:
-                # Callers beyond max_connections wait for a connection instead of failing.
-                pool = aioredis.BlockingConnectionPool.from_url(
-                    s.client_url, max_connections=s.max_connections, timeout=None
-                )
-                client = aioredis.Redis(connection_pool=pool)
-                await client.ping()
-        except (RedisError, OSError) as exc:
-            raise BrokerError(f"cannot connect to {self.display_url}: {exc}") from None
+        client = await connection.open_client(self.settings)
         self._client = client
         self._scripts = {
             name: client.register_script(getattr(scripts, name)) for name in scripts.NAMES
         }
-        await self._warn_on_eviction()
+        await connection.warn_on_eviction(client)
 
     async def close(self) -> None:
         if self._client is None:
@@ -118,42 +96,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 await self.release(delivery)
             except BrokerError as exc:
                 log.debug("could not hand back %s on close: %s", delivery.handle, exc)
-        await self._forget_consumer()
+        await connection.forget_consumer(self._client, self.settings, self.consumer)
         client, self._client = self._client, None
         await client.aclose()
-
-    async def _forget_consumer(self) -> None:
-        """Remove this consumer from the group when it holds nothing, so names do not pile up.
-
-        A consumer that still holds entries stays: deleting it would drop them from the
-        pending list, and no one could reclaim them.
-        """
-        s = self.settings
-        try:
-            consumers = await self.client.xinfo_consumers(s.stream, s.group)
-            mine = [c for c in consumers if text(c["name"]) == self.consumer]
-            if mine and int(mine[0]["pending"]) == 0:
-                await self.client.xgroup_delconsumer(s.stream, s.group, self.consumer)
-        except (RedisError, OSError) as exc:
-            log.debug("could not remove consumer %s: %s", self.consumer, exc)
-
-    async def _warn_on_eviction(self) -> None:
-        try:
-            reply = await self.client.config_get("maxmemory-policy")
-        except RedisError as exc:
-            log.warning(
-                "cannot read maxmemory-policy (%s): make sure it is 'noeviction'; "
-                "an evicted dedup key lets a slot run twice",
-                exc,
-            )
-            return
-        bad = {p for p in (reply.values() if isinstance(reply, dict) else ()) if p != "noeviction"}
-        if bad:
-            log.warning(
-                "maxmemory-policy is %s: Redis may evict dedup keys and jobs under memory "
-                "pressure, and an evicted dedup key lets a slot run twice; set noeviction",
-                ", ".join(sorted(bad)),
-            )
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)

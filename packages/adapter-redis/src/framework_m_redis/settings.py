@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import redact_url
+from framework_m_core.urls import options_of, query_params, redact_url
 
 DEFAULT_QUEUE = "framework_m"
 DEFAULT_GROUP = "workers"
@@ -17,17 +17,6 @@ DEFAULT_MAX_LEN = 1_000_000
 DEFAULT_DEAD_MAX_LEN = 100_000
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
-# Our options; every other query parameter is passed to redis-py untouched.
-_OURS: dict[str, type] = {
-    "queue": str,
-    "group": str,
-    "dedup_window": float,
-    "visibility_timeout": float,
-    "max_len": int,
-    "dead_letter_max_len": int,
-    "cluster": int,
-    "max_connections": int,
-}
 _REDIS_PY = frozenset(
     {
         "ssl_cert_reqs",
@@ -84,6 +73,10 @@ class RedisSettings:
         return self.key(f"dedup:{dedup_id}")
 
 
+# Our options (the settings' fields); the redis-py ones above go to redis-py untouched.
+_OURS = options_of(RedisSettings, exclude=("client_url", "display_url"))
+
+
 def parse_url(url: str) -> RedisSettings:
     """Parse and validate; raise :class:`ConfigurationError` naming the problem."""
     shown = redact_url(url)
@@ -92,28 +85,12 @@ def parse_url(url: str) -> RedisSettings:
         raise ConfigurationError(f"not a redis:// or rediss:// URL: {shown!r}")
     if not parts.hostname:
         raise ConfigurationError(f"broker URL {shown!r} names no host")
-    ours: dict[str, object] = {}
-    passed: list[tuple[str, str]] = []
-    for key, raw in parse_qsl(parts.query, keep_blank_values=True):
-        kind = _OURS.get(key)
-        if kind is None:
-            if key not in _REDIS_PY:
-                allowed = ", ".join(sorted([*_OURS, *_REDIS_PY]))
-                raise ConfigurationError(
-                    f"unknown option {key!r} in broker URL {shown!r} (allowed: {allowed})"
-                )
-            passed.append((key, raw))
-            continue
-        try:
-            ours[key] = kind(raw)
-        except ValueError:
-            raise ConfigurationError(
-                f"option {key!r} in broker URL {shown!r} must be a {kind.__name__}, got {raw!r}"
-            ) from None
+    given = query_params(url, {**_OURS, **dict.fromkeys(_REDIS_PY, str)})
+    ours = {k: v for k, v in given.items() if k in _OURS}
+    passed = [(k, str(v)) for k, v in given.items() if k in _REDIS_PY]
     client_url = urlunsplit(
         (parts.scheme, parts.netloc, parts.path, urlencode(passed), parts.fragment)
     )
-    ours["cluster"] = bool(ours.get("cluster", 0))
     settings = RedisSettings(client_url=client_url, display_url=shown, **ours)  # type: ignore[arg-type]
     _validate(settings, shown)
     return settings

@@ -62,13 +62,16 @@ class BrokerSettings(Protocol):
     @property
     def display_url(self) -> str: ...
 
+    @property
+    def dedup_window(self) -> float: ...
+
 
 class BaseBroker(BrokerProtocol, Generic[S]):
     """The shared half of an adapter: validation, encoding, counting, the schema-sync
     template and the connected guard. Subclasses do the I/O.
 
     An adapter is built from its settings (``settings.py``: the URL parsed and
-    validated) and implements :meth:`from_url`, :meth:`_publish`,
+    validated, set as :attr:`parse_url`) and implements :meth:`_publish`,
     :meth:`_apply_schema` and the abstract methods of
     :class:`~.protocols.BrokerProtocol` that are left.
     """
@@ -86,9 +89,23 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url}>"
 
+    @staticmethod
+    @abstractmethod
+    def parse_url(url: str) -> S:
+        """The adapter's settings for ``url``; ConfigurationError naming what is wrong."""
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        return cls(cls.parse_url(url))
+
     @property
     def display_url(self) -> str:
         return self.settings.display_url
+
+    @property
+    def dedup_window(self) -> float:
+        """The URL's window; adapters that read the broker's own override this."""
+        return self.settings.dedup_window
 
     def _connected(self, handle: T | None) -> T:
         """``handle`` (a client, connection or queue) while connected; else BrokerError."""

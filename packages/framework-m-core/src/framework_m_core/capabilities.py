@@ -35,6 +35,23 @@ class Capability(StrEnum):
     #: not counted as an attempt.
     UNCOUNTED_RELEASE = "uncounted_release"
 
+    @property
+    def promise(self) -> str:
+        """The promise, in one sentence."""
+        return _PROMISES[self]
+
+
+_PROMISES = {
+    Capability.DEAD_LETTER_INSPECTION: "dead_letters() reads back what dead_letter() stored",
+    Capability.REDELIVER_ON_CLOSE: "a consumer that closes hands its deliveries back at once",
+    Capability.REDELIVER_ON_DISCONNECT: (
+        "deliveries of a connection that drops (a killed process) come back at once"
+    ),
+    Capability.CROSS_PROCESS: "every process that opens the URL reaches the same queue",
+    Capability.NEW_ID_AFTER_WINDOW: "an id reused after the window gets a new job id",
+    Capability.UNCOUNTED_RELEASE: "a release is not counted as an attempt",
+}
+
 
 def as_capabilities(declared: Iterable[object], owner: str) -> frozenset[Capability]:
     """``declared`` as capabilities; an unknown one is a :class:`ConfigurationError`."""

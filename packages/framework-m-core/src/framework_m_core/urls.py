@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
+from typing import get_args, get_type_hints
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import ConfigurationError
@@ -55,6 +58,28 @@ def _redact_nested(value: str) -> str:
     return redact_url(value) if "://" in value and "@" in value else value
 
 
+def options_of(settings: type, *, exclude: Iterable[str] = ()) -> dict[str, type]:
+    """The URL options a settings dataclass takes: its ``str``, ``int``, ``float`` and
+    ``bool`` fields (optional ones included), by name, but for ``exclude``."""
+    hints = get_type_hints(settings)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(settings):
+        if f.name in exclude:
+            continue
+        kinds = [k for k in get_args(hints[f.name]) or (hints[f.name],) if k is not type(None)]
+        if len(kinds) == 1 and kinds[0] in (str, int, float, bool):
+            out[f.name] = kinds[0]
+    return out
+
+
+def _flag(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
 def query_params(url: str, allowed: dict[str, type]) -> dict[str, object]:
     """Parse the URL's query into typed values; unknown or malformed parameters are errors."""
     parts = urlsplit(url)
@@ -67,7 +92,7 @@ def query_params(url: str, allowed: dict[str, type]) -> dict[str, object]:
                 f"unknown option {key!r} in broker URL {redact_url(url)!r} (allowed: {names})"
             )
         try:
-            out[key] = kind(raw)
+            out[key] = _flag(raw) if kind is bool else kind(raw)
         except ValueError:
             raise ConfigurationError(
                 f"option {key!r} in broker URL {redact_url(url)!r} must be a {kind.__name__}, "

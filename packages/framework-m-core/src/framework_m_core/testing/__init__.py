@@ -32,6 +32,7 @@ _LAZY = {
     "SchemaContract": ".schema_sync",
     "WorkerContract": ".runtime",
     "ProcessContract": ".processes",
+    "namespace_fixture": ".base",
     "PROMPT": ".helpers",
     "connected": ".helpers",
     "many": ".helpers",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,8 @@ from ..adapters.registry import open_broker
 from ..capabilities import as_capabilities
 from ..protocols import BrokerProtocol
 from .helpers import BrokerFactory, connected
+from .namespaces import Namespace
+from .namespaces import namespace as make_namespace
 from .requirements import requirements_of
 
 
@@ -60,3 +63,19 @@ class ContractBase:
         """A broker connected to the test's namespace, its schema synced."""
         async with connected(broker_factory) as b:
             yield b
+
+
+def namespace_fixture(server: str) -> Any:
+    """A pytest fixture giving each test a fresh :class:`Namespace` on ``server`` (through
+    the adapter registered for its scheme), dropped after the test::
+
+        namespace = namespace_fixture(os.environ.get("M_TEST_MY_URL", "my://127.0.0.1"))
+    """
+
+    @pytest.fixture
+    async def namespace() -> AsyncIterator[Namespace]:
+        ns = make_namespace(server)
+        yield ns
+        await ns.drop()
+
+    return namespace

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..app import App
@@ -71,21 +72,36 @@ async def receive_all(
     return out
 
 
+@dataclass(frozen=True)
+class Received:
+    """A delivery, the consumer that received it, and when (``time.monotonic()``)."""
+
+    consumer: BrokerProtocol
+    delivery: Delivery
+    at: float
+
+
 async def received_by_any(
     consumers: Sequence[BrokerProtocol], timeout: float, poll: float = 0.5
-) -> list[tuple[BrokerProtocol, Delivery]]:
+) -> list[Received]:
     """What the first round of receives in which any of ``consumers`` got something
-    brought in, with who got each delivery; empty after ``timeout``.
+    brought in; empty after ``timeout``.
 
     A broker that pushes messages to its consumers (RabbitMQ) may hand a message back to
     any of them, the one that released it included, so all receive at once. No receive
     is cancelled: each round waits for all of them.
     """
+
+    async def take(consumer: BrokerProtocol, wait: float) -> list[Received]:
+        batch = await consumer.receive(10, wait)
+        at = time.monotonic()
+        return [Received(consumer, d, at) for d in batch]
+
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.01, min(poll, deadline - time.monotonic()))
-        rounds = await asyncio.gather(*(c.receive(10, wait) for c in consumers))
-        got = [(c, d) for c, batch in zip(consumers, rounds, strict=True) for d in batch]
+        rounds = await asyncio.gather(*(take(c, wait) for c in consumers))
+        got = [r for batch in rounds for r in batch]
         if got or time.monotonic() >= deadline:
             return got
 

@@ -173,9 +173,9 @@ class WorkerContract(ContractBase):
             await task
         assert worker.stats.released == 1
         async with connected(broker_factory) as other:
-            [(taker, again)] = await received_by_any([other, broker], PROMPT)
-            assert decode_message(again.body).id == job_id
-            await taker.ack(again)
+            [again] = await received_by_any([other, broker], PROMPT)
+            assert decode_message(again.delivery.body).id == job_id
+            await again.consumer.ack(again.delivery)
 
     async def test_three_tickers_enqueue_each_slot_once(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory

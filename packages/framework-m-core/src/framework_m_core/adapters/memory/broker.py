@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Self
 
 from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult
-from ...capabilities import Capability
+from ...capabilities import Capability as C
 from ...errors import BrokerError, DeliveryLostError
 from ...messages import JobMessage
 from ...schema import SchemaPlan
@@ -29,23 +28,15 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     """In-process broker; see the module docstring."""
 
     capabilities = frozenset(
-        {
-            Capability.DEAD_LETTER_INSPECTION,
-            Capability.REDELIVER_ON_CLOSE,
-            Capability.NEW_ID_AFTER_WINDOW,
-            Capability.UNCOUNTED_RELEASE,
-        }
+        {C.DEAD_LETTER_INSPECTION, C.REDELIVER_ON_CLOSE, C.NEW_ID_AFTER_WINDOW, C.UNCOUNTED_RELEASE}
     )
+    parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: MemorySettings) -> None:
         super().__init__(settings)
         self._open = False
         self._mine: set[int] = set()  # tokens reserved through this instance
         self._settled: dict[int, None] = {}  # tokens this instance settled, oldest first
-
-    @classmethod
-    def from_url(cls, url: str) -> Self:
-        return cls(parse_url(url))
 
     @property
     def dedup_window(self) -> float:

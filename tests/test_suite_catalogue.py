@@ -1,5 +1,6 @@
-"""The mutation run's catalogue stays applicable: every edit still finds its text once, and
-every test it names exists in the contract suite (the run itself: ``hatch run mutate``)."""
+"""What describes the contract suite stays current: every mutant of the mutation run
+(``hatch run mutate``) still applies and names existing tests, and the core README shows
+the requirement table the suite has."""
 
 from __future__ import annotations
 
@@ -43,3 +44,13 @@ def test_each_mutant_applies_and_names_suite_tests(mutant: object) -> None:
 def test_mutant_ids_are_unique() -> None:
     ids = [m.id for m in CATALOGUE.MUTANTS]
     assert len(ids) == len(set(ids))
+
+
+def test_the_core_readme_shows_the_current_requirement_table() -> None:
+    from framework_m_core.testing.catalogue import requirement_table
+
+    readme = (REPO / "packages" / "framework-m-core" / "README.md").read_text()
+    shown = readme.split("<!-- requirement-table -->\n")[1].split("\n<!-- /requirement-table -->")[
+        0
+    ]
+    assert shown == requirement_table(), "regenerate the table with catalogue.requirement_table()"
