@@ -10,11 +10,12 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from ..adapters.registry import open_broker
-from ..errors import BrokerError, FrameworkMError
+from ..errors import BrokerError, ConfigurationError, FrameworkMError
 from ..messages import decode_message
 from ..protocols import BrokerProtocol
 from .base import ContractBase
 from .helpers import PROMPT, BrokerFactory, connected, receive_all, wait_until
+from .namespaces import with_option
 from .proxy import Proxy, free_port
 from .requirements import SINGLE_HOST, requires
 
@@ -66,6 +67,15 @@ class ConnectionContract(ContractBase):
             async with asyncio.timeout(PROMPT):
                 with pytest.raises(BrokerError):
                     await call()
+
+    async def test_a_bad_url_is_a_configuration_error_naming_it(
+        self, broker_factory: BrokerFactory, broker_url: str
+    ) -> None:
+        adapter = type(broker_factory())
+        with pytest.raises(ConfigurationError, match="no_such_option"):
+            adapter.from_url(with_option(broker_url, "no_such_option", "1"))
+        with pytest.raises(ConfigurationError):
+            adapter.from_url("no-such-scheme://127.0.0.1/x")
 
     @requires(SINGLE_HOST)
     async def test_an_unreachable_server_is_a_broker_error(self, broker_url: str) -> None:
