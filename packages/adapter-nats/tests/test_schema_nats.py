@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import nats
@@ -45,17 +44,6 @@ async def test_creates_everything_then_is_idempotent(namespace: NatsNamespace) -
         assert "duplicate_window 120s" in plan.describe()
         assert (await broker.sync_schema()).in_sync
         assert broker.dedup_window == 120
-
-
-async def test_concurrent_first_syncs_both_succeed(namespace: NatsNamespace) -> None:
-    url = namespace.url()
-    brokers = [NatsBroker.from_url(url) for _ in range(4)]
-    await asyncio.gather(*(b.connect() for b in brokers))
-    try:
-        await asyncio.gather(*(b.sync_schema() for b in brokers))
-        assert (await brokers[0].plan_schema()).in_sync
-    finally:
-        await asyncio.gather(*(b.close() for b in brokers))
 
 
 async def test_a_30s_window_is_migrated_in_place_keeping_queued_messages(

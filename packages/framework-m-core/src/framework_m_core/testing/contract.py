@@ -21,11 +21,4 @@ class BrokerContract(
     """The whole contract suite; see :mod:`framework_m_core.testing`."""
 
 
-AREAS = (
-    EnqueueContract,
-    ConsumeContract,
-    ConnectionContract,
-    SchemaContract,
-    WorkerContract,
-    ProcessContract,
-)
+AREAS = BrokerContract.__bases__
