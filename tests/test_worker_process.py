@@ -92,3 +92,38 @@ def on_path(directory: Path) -> dict[str, str]:
     return {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))
     }
+
+
+CRASHING_APP = """
+import time
+from framework_m_core import App, Every
+
+BREAKS_AT = time.monotonic() + 2.5
+
+class Crashing(Every):
+    def next_after(self, t):
+        if time.monotonic() > BREAKS_AT:
+            raise RuntimeError("injected: the schedule broke")
+        return super().next_after(t)
+
+app = App()
+
+@app.job(schedule=Crashing(1))
+async def tick(ctx):
+    print(f"tick {int(ctx.scheduled_at.timestamp())}", flush=True)
+"""
+
+
+def test_a_worker_whose_ticker_dies_exits_non_zero_at_once_saying_why(
+    procs: Processes, tmp_path: Path
+) -> None:
+    (tmp_path / "crashing.py").write_text(CRASHING_APP)
+    worker = procs.m("worker", "--app", "crashing", env=on_path(tmp_path))
+    worker.wait_for(r"^tick \d+", timeout=20)  # it ran before it broke
+    worker.wait_for(r"the ticker died; stopping the worker", timeout=20)
+    died = time.monotonic()
+    assert worker.wait(timeout=10) != 0
+    assert time.monotonic() - died < 1.0
+    assert "RuntimeError: injected: the schedule broke" in worker.output
+    assert "Traceback" in worker.output
+    assert worker.matches(r"m: error: the ticker died: RuntimeError: injected")

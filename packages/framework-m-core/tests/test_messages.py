@@ -81,3 +81,27 @@ def test_decode_rejects_garbage(body: bytes, message: str) -> None:
 def test_credentials_are_masked(url: str, shown: str) -> None:
     assert redact_url(url) == shown
     assert "s3cret" not in redact_url(url)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1e999}', "unix time"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":' + b"9" * 400 + b"}", "unix time"),
+        (
+            b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"scheduled_at":'
+            + b"9" * 30
+            + b"}",
+            "scheduled_at",
+        ),
+        (b'{"v":1,"id":"a\\nforged log line","job":"j","kwargs":{},"enqueued_at":1}', "'id'"),
+        (b'{"v":1,"id":"' + b"x" * 5000 + b'","job":"j","kwargs":{},"enqueued_at":1}', "'id'"),
+        (b'{"v":1,"id":"a","job":"j\\n","kwargs":{},"enqueued_at":1}', "invalid job name"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":-5}', "unix time"),
+    ],
+)
+def test_hostile_bodies_are_refused_with_a_reason_and_nothing_else(body: bytes, says: str) -> None:
+    with pytest.raises(MessageDecodeError, match=says) as raised:
+        decode_message(body)
+    assert len(str(raised.value)) < 500

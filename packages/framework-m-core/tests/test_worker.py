@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import anyio
 import pytest
 
 from framework_m_core import (
@@ -17,6 +18,7 @@ from framework_m_core import (
     JobContext,
     JobMessage,
     Worker,
+    WorkerFailedError,
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.testing import receive_all, running_worker, synced, wait_until
@@ -302,3 +304,99 @@ async def test_an_ack_of_a_lost_delivery_is_given_up_at_once(queue_name: str) ->
         await wait_until(lambda: not worker._inflight, timeout=2)  # not held for retries
     assert acks == 1
     assert worker.stats.succeeded == 0
+
+
+class _CrashingTicker:
+    """A ticker whose task dies after ``after`` seconds."""
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self.stopped = asyncio.Event()
+
+    def check(self) -> None: ...
+
+    async def run(self) -> None:
+        await asyncio.sleep(self.after)
+        raise RuntimeError("injected ticker failure")
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+async def test_a_ticker_that_dies_stops_the_worker_at_once_and_says_why(
+    memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = Worker(App(), memory, ticker=_CrashingTicker(0.3), fetch_timeout=30)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailedError, match="the ticker died: RuntimeError: injected"):
+        async with asyncio.timeout(10):
+            await worker.run()
+    assert time.monotonic() - started < 0.3 + 1.0  # the 30 s receive was cut short
+    [record] = [r for r in caplog.records if "ticker died" in r.getMessage()]
+    assert record.exc_info is not None
+    assert "injected ticker failure" in caplog.text
+
+
+async def _cancelled_mid_job(memory: MemoryBroker, cancel: str) -> tuple[list[str], Delivery]:
+    """Run a worker on one endless job, cancel ``run()`` (from asyncio or anyio); return what
+    the handler saw and the job's next delivery."""
+    app = App()
+    seen: list[str] = []
+    started = asyncio.Event()
+
+    @app.job
+    async def endless(ctx: JobContext) -> None:
+        seen.append("started")
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    await memory.enqueue("endless")
+    worker = Worker(app, memory, shutdown_timeout=60, fetch_timeout=0.1)
+    if cancel == "asyncio":
+        task = asyncio.create_task(worker.run())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                await started.wait()
+                scope.cancel()
+    [again] = await memory.receive(10, 1)
+    return seen, again
+
+
+@pytest.mark.parametrize("cancel", ["asyncio", "anyio"])
+async def test_cancelling_run_cancels_handlers_and_hands_their_jobs_back(
+    memory: MemoryBroker, cancel: str
+) -> None:
+    seen, again = await _cancelled_mid_job(memory, cancel)
+    assert seen == ["started", "cancelled"]
+    assert again.attempt == 1  # handed back, not left to expire
+
+
+async def test_a_failed_attempt_logs_its_traceback_once_and_the_last_one_at_error(
+    memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = App(backoff=0.05)
+
+    @app.job(max_attempts=2)
+    async def broken(ctx: JobContext) -> None:
+        {}["missing"]
+
+    job_id = await memory.enqueue("broken")
+    async with running_worker(app, memory) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 1)
+    failures = [r for r in caplog.records if r.name == "framework_m.job" and r.exc_info]
+    assert [(r.levelname, job_id in r.getMessage()) for r in failures] == [
+        ("WARNING", True),
+        ("ERROR", True),
+    ]
+    assert all("KeyError: 'missing'" in r.getMessage() for r in failures)
+    assert caplog.text.count('{}["missing"]') == 2  # the traceback, once per attempt

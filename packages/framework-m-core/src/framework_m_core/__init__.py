@@ -20,6 +20,7 @@ from .errors import (
     ScheduleError,
     SchemaConflictError,
     UnknownBrokerError,
+    WorkerFailedError,
 )
 from .jobs import JobContext, JobSpec
 from .messages import JobMessage, decode_message, tick_deduplication_id
@@ -70,6 +71,7 @@ __all__ = [
     "TickerProtocol",
     "UnknownBrokerError",
     "Worker",
+    "WorkerFailedError",
     "cron",
     "decode_message",
     "every",

@@ -48,3 +48,7 @@ class DeliveryLostError(BrokerError):
 
     Raised by ``ack``/``retry``/``dead_letter``/``release`` when retrying cannot help.
     """
+
+
+class WorkerFailedError(FrameworkMError):
+    """A part of the worker (the ticker, the consumer) died; the worker stopped because of it."""

@@ -26,6 +26,10 @@ MAX_NAME_LENGTH = 200
 # Names travel in dedup ids, subjects and keys: keep them to a safe alphabet.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _DEDUP_ID_MAX = 512
+MAX_ID_LENGTH = 200
+# Job ids travel in logs and headers: printable, no spaces, bounded.
+_ID_RE = re.compile(rf"[!-~]{{1,{MAX_ID_LENGTH}}}")
+_LATEST = 253402300800  # 10000-01-01T00:00:00Z
 _VALID_NAMES: set[str] = set()
 
 
@@ -131,18 +135,25 @@ class JobMessage:
 
 
 def decode_message(body: bytes) -> JobMessage:
-    """Parse and validate a wire message; raise :class:`MessageDecodeError` saying what is wrong."""
+    """Parse and validate a wire message; raise :class:`MessageDecodeError` saying what is wrong.
+
+    Whatever ``body`` holds, this returns a message or raises that error: nothing else.
+    """
     try:
         data = loads_strict(body)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise MessageDecodeError(f"body is not JSON: {exc}") from None
+        raise MessageDecodeError(f"body is not JSON: {_short(exc)}") from None
+    except RecursionError:
+        raise MessageDecodeError("body is JSON nested too deeply to read") from None
     if not isinstance(data, dict):
         raise MessageDecodeError(f"body is JSON {type(data).__name__}, not an object")
     if data.get("v") != WIRE_VERSION:
         raise MessageDecodeError(f"unsupported message version {data.get('v')!r}")
     job_id = data.get("id")
-    if not isinstance(job_id, str) or not job_id:
-        raise MessageDecodeError("field 'id' must be a non-empty string")
+    if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id):
+        raise MessageDecodeError(
+            f"field 'id' must be 1-{MAX_ID_LENGTH} printable characters without spaces"
+        )
     try:
         job_name = validate_job_name(data.get("job"))
         dedup_id = validate_deduplication_id(data.get("dedup_id"))
@@ -152,13 +163,13 @@ def decode_message(body: bytes) -> JobMessage:
     if not isinstance(kwargs, dict):
         raise MessageDecodeError("field 'kwargs' must be an object")
     enqueued_at = data.get("enqueued_at")
-    if not _is_number(enqueued_at):
-        raise MessageDecodeError("field 'enqueued_at' must be a number")
+    if not _is_time(enqueued_at):
+        raise MessageDecodeError("field 'enqueued_at' must be a unix time in seconds")
     scheduled_at = data.get("scheduled_at")
     if scheduled_at is not None and (
-        isinstance(scheduled_at, bool) or not isinstance(scheduled_at, int)
+        not isinstance(scheduled_at, int) or not _is_time(scheduled_at)
     ):
-        raise MessageDecodeError("field 'scheduled_at' must be an integer or null")
+        raise MessageDecodeError("field 'scheduled_at' must be a whole unix time or null")
     return JobMessage(
         job_name=job_name,
         kwargs=kwargs,
@@ -169,8 +180,16 @@ def decode_message(body: bytes) -> JobMessage:
     )
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _is_time(value: object) -> bool:
+    """A unix time a datetime can hold (years 1970 to 9999)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return 0 <= value < _LATEST  # false for NaN; no float() of a huge int
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def tick_deduplication_id(job_name: str, slot: int) -> str:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .errors import ConfigurationError, FrameworkMError, InvalidJobError
+from .errors import ConfigurationError, InvalidJobError
 from .jobs import JobSpec
 from .messages import JobMessage, tick_deduplication_id
 from .protocols import BrokerProtocol
@@ -167,7 +167,8 @@ class InProcessTickerAdapter:
             if delay <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), min(delay, _MAX_SLEEP))
+                async with asyncio.timeout(min(delay, _MAX_SLEEP)):
+                    await self._stop.wait()
 
     def _fire(self, spec: JobSpec, slot: int) -> None:
         task = asyncio.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
@@ -190,7 +191,7 @@ class InProcessTickerAdapter:
                 self.stats.failed += 1
                 log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
                 return
-            except (FrameworkMError, OSError, TimeoutError) as exc:
+            except Exception as exc:  # whatever the adapter raises: retried within grace
                 late = self._clock() - slot
                 if late + delay > self.grace or self._stop.is_set():
                     self.stats.failed += 1

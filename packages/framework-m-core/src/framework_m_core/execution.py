@@ -1,0 +1,219 @@
+"""One delivery from start to verdict: decode, run the handler, then ack, retry or dead-letter.
+
+Whatever a delivery holds, :meth:`Execution.run` reaches a verdict and raises
+nothing but ``CancelledError`` (after handing the delivery back): the worker's
+task tree relies on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .app import App
+from .broker import Delivery
+from .errors import DeliveryLostError, MessageDecodeError
+from .jobs import JobContext, JobSpec
+from .messages import JobMessage, decode_message
+from .protocols import BrokerProtocol
+
+log = logging.getLogger("framework_m.worker")
+job_log = logging.getLogger("framework_m.job")
+
+# Longest reason stored with a dead letter: brokers bound header and frame sizes.
+MAX_REASON = 2000
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one worker."""
+
+    received: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: str
+    error: BaseException | None = None  # the handler's exception, for its traceback
+
+
+def bounded(reason: str) -> str:
+    """``reason`` cut to :data:`MAX_REASON` characters, saying so."""
+    if len(reason) <= MAX_REASON:
+        return reason
+    return reason[: MAX_REASON - 20] + f"... ({len(reason)} chars)"
+
+
+class Execution:
+    """Runs deliveries of ``app``'s jobs on ``broker``; counts into ``stats``."""
+
+    def __init__(self, app: App, broker: BrokerProtocol, stats: WorkerStats) -> None:
+        self.app = app
+        self.broker = broker
+        self.stats = stats
+
+    async def run(self, delivery: Delivery) -> None:
+        try:
+            await self._run(delivery)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.release(delivery))
+            raise
+        except Exception:  # a bug must not cost the worker its task tree, or the job
+            log.exception("processing a delivery failed; handing it back")
+            await self.release(delivery)
+
+    async def release(self, delivery: Delivery) -> None:
+        """Hand ``delivery`` back; a failure is logged (the broker redelivers it anyway)."""
+        try:
+            await self.broker.release(delivery)
+            self.stats.released += 1
+        except Exception as exc:
+            log.error("release failed (%s): the broker redelivers after its timeout", exc)
+
+    async def _run(self, delivery: Delivery) -> None:
+        try:
+            message = decode_message(delivery.body)
+        except MessageDecodeError as exc:
+            await self._dead_letter(delivery, f"undecodable message: {exc}", None)
+            return
+        spec = self.app.jobs.get(message.job_name)
+        if spec is None:
+            reason = f"unknown job {message.job_name!r}: not registered in this app"
+            await self._dead_letter(delivery, reason, message)
+            return
+        if delivery.attempt > spec.max_attempts:
+            # Earlier deliveries ended without a verdict: the worker died or lost the job.
+            reason = (
+                f"delivered {delivery.attempt} times, more than max_attempts="
+                f"{spec.max_attempts} (earlier attempts ended without a result)"
+            )
+            await self._dead_letter(delivery, reason, message)
+            return
+        try:
+            inspect.signature(spec.handler).bind(None, **message.kwargs)
+        except TypeError as exc:
+            reason = f"kwargs do not match handler of {spec.name!r}: {exc}"
+            await self._dead_letter(delivery, reason, message)
+            return
+        failure = await self._run_handler(spec, message, delivery)
+        label = f"{spec.name}[{message.id}]"
+        if failure is None:
+            if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+                self.stats.succeeded += 1
+        elif delivery.attempt >= spec.max_attempts:
+            reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
+            await self._dead_letter(delivery, reason, message, failure.error)
+        else:
+            delay = spec.retry_delay(delivery.attempt)
+            if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
+                self.stats.retried += 1
+                job_log.warning(
+                    "%s attempt %d/%d failed: %s; retrying in %.1fs",
+                    label,
+                    delivery.attempt,
+                    spec.max_attempts,
+                    bounded(failure.reason),
+                    delay,
+                    exc_info=failure.error,
+                )
+
+    async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
+        """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.
+
+        The job has run: giving up early would make the broker deliver it again. The
+        calls are idempotent, so retrying is safe; past the visibility timeout the
+        broker redelivers anyway, and we stop trying.
+        """
+        deadline = time.monotonic() + max(5.0, self.broker.visibility_timeout)
+        delay = 0.1
+        while True:
+            try:
+                await call()
+                return True
+            except DeliveryLostError as exc:
+                log.warning("%s: %s not possible (%s)", label, what, exc)
+                return False
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    log.error(
+                        "%s: %s failed (%s); the broker will deliver it again", label, what, exc
+                    )
+                    return False
+                log.warning("%s: %s failed (%s); retrying in %.1fs", label, what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _run_handler(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery
+    ) -> _Failure | None:
+        """Run the handler; return None on success, else what went wrong."""
+        heartbeat = asyncio.create_task(self._heartbeat(delivery))
+        started = time.perf_counter()
+        deadline: asyncio.Timeout | None = None
+        try:
+            ctx = JobContext(
+                job_id=message.id,
+                job_name=spec.name,
+                attempt=delivery.attempt,
+                max_attempts=spec.max_attempts,
+                scheduled_at=(
+                    datetime.fromtimestamp(message.scheduled_at, UTC)
+                    if message.scheduled_at is not None
+                    else None
+                ),
+                enqueued_at=datetime.fromtimestamp(message.enqueued_at, UTC),
+                deduplication_id=message.deduplication_id,
+                queue=self.broker,
+                log=job_log,
+            )
+            async with asyncio.timeout(spec.timeout) as deadline:
+                await spec.handler(ctx, **message.kwargs)
+        except TimeoutError as exc:
+            if deadline is not None and deadline.expired():
+                return _Failure(f"timed out after {spec.timeout:g}s")
+            return _Failure("TimeoutError raised by the handler", exc)
+        except Exception as exc:
+            return _Failure(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            heartbeat.cancel()
+        job_log.info(
+            "%s[%s] succeeded in %.3fs (attempt %d)",
+            spec.name,
+            message.id,
+            time.perf_counter() - started,
+            delivery.attempt,
+        )
+        return None
+
+    async def _heartbeat(self, delivery: Delivery) -> None:
+        interval = max(0.05, self.broker.visibility_timeout / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.broker.extend(delivery)
+            except Exception as exc:
+                log.warning("could not extend a running job's reservation: %s", exc)
+
+    async def _dead_letter(
+        self,
+        delivery: Delivery,
+        reason: str,
+        message: JobMessage | None,
+        error: BaseException | None = None,
+    ) -> None:
+        label = f"{message.job_name}[{message.id}]" if message else "message"
+        reason = bounded(reason)
+        if await self._settle(
+            label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
+        ):
+            self.stats.dead_lettered += 1
+            job_log.error("%s dead-lettered: %s", label, reason, exc_info=error)
