@@ -52,20 +52,30 @@ async def synced(broker: B) -> B:
 
 
 async def receive_all(
-    broker: BrokerProtocol, *, quiet: float = 0.5, limit: int = 10_000, timeout: float = 30.0
+    broker: BrokerProtocol,
+    *,
+    quiet: float = 0.5,
+    limit: int = 10_000,
+    timeout: float = 30.0,
+    ack: bool = True,
 ) -> list[Delivery]:
-    """Receive (and keep reserved) until nothing arrives for ``quiet`` seconds.
+    """Receive until nothing arrives for ``quiet`` seconds; return what came.
 
-    ``quiet`` is capped at half the visibility timeout: waiting longer, the first
-    deliveries would expire and come back.
+    Each batch is acked as it arrives (so that a slow machine cannot see a delivery
+    expire and come back); with ``ack=False`` the deliveries stay reserved, and
+    ``quiet`` is capped at half the visibility timeout for the same reason.
     """
-    quiet = min(quiet, broker.visibility_timeout / 2)
+    if not ack:
+        quiet = min(quiet, broker.visibility_timeout / 2)
     deadline = time.monotonic() + timeout
     out: list[Delivery] = []
     while len(out) < limit:
         batch = await broker.receive(100, quiet)
         if not batch:
             return out
+        if ack:
+            for delivery in batch:
+                await broker.ack(delivery)
         out.extend(batch)
         if time.monotonic() > deadline:
             raise DeadlineError(f"deliveries kept coming for {timeout:g}s ({len(out)} so far)")
