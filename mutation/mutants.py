@@ -69,7 +69,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "core-last-attempt",
         "memory",
         "the worker dead-letters after max_attempts",
-        f"{CORE}/worker.py",
+        f"{CORE}/execution.py",
         "elif delivery.attempt >= spec.max_attempts:",
         "elif delivery.attempt > spec.max_attempts:",
         "test_the_last_failed_attempt",
@@ -138,8 +138,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "bodies come back byte for byte",
         f"{MEMORY}/broker.py",
-        "out.append(Delivery(entry.body, entry.deliveries, tok))",
-        "out.append(Delivery(entry.body.strip(), entry.deliveries, tok))",
+        "out.append(Delivery(entry.body, entry.deliveries, tok, entry.stored_at))",
+        "out.append(Delivery(entry.body.strip(), entry.deliveries, tok, entry.stored_at))",
         "test_bodies_come_back",
     ),
     m(
@@ -147,8 +147,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "the first delivery is attempt 1",
         f"{MEMORY}/broker.py",
-        "out.append(Delivery(entry.body, entry.deliveries, tok))",
-        "out.append(Delivery(entry.body, entry.deliveries - 1, tok))",
+        "out.append(Delivery(entry.body, entry.deliveries, tok, entry.stored_at))",
+        "out.append(Delivery(entry.body, entry.deliveries - 1, tok, entry.stored_at))",
         "test_the_first_delivery_is_attempt_one",
     ),
     m(
@@ -341,15 +341,18 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{REDIS}/broker.py",
         (
             (
-                "        dedup = message.deduplication_id\n        stored, job_id",
+                "        dedup = message.deduplication_id\n        deadline = ",
                 "        dedup = message.deduplication_id\n"
                 "        if dedup is not None and _SEEN.get(dedup, ('', 0.0))[1] > time.time():\n"
                 "            return PublishResult(_SEEN[dedup][0], duplicate=True)\n"
                 "        if dedup is not None:\n"
                 "            _SEEN[dedup] = (message.id, time.time() + s.dedup_window)\n"
-                "        stored, job_id",
+                "        deadline = ",
             ),
-            ('"1" if dedup else "0"', '"0"'),
+            (
+                'has_dedup = int(s.dedup_window * 1000), "1" if dedup else "0"',
+                'has_dedup = int(s.dedup_window * 1000), "0"',
+            ),
             (
                 "_PROMOTE_BATCH = 500\n",
                 "_PROMOTE_BATCH = 500\n_SEEN: dict[str, tuple[str, float]] = {}\n",
@@ -362,8 +365,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "redis",
         "an id is a duplicate for the whole window",
         f"{REDIS}/broker.py",
-        "int(s.dedup_window * 1000)",
-        "int(s.dedup_window * 250)",
+        "window_ms, has_dedup = int(s.dedup_window * 1000),",
+        "window_ms, has_dedup = int(s.dedup_window * 250),",
         "test_an_id_is_a_duplicate_for_the_whole_window",
     ),
     m(

@@ -197,3 +197,62 @@ class TestRunning:
         await asyncio.sleep(1.2)  # a slot boundary passes
         assert ticker.stats.published == count
         assert len(await slots_on(memory)) == count
+
+
+class TestFaults:
+    async def test_after_an_outage_only_the_latest_slot_is_enqueued(
+        self, queue_name: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        down = True
+
+        class Outage(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                if down:
+                    raise BrokerError("connection refused")
+                return await super()._publish(message, body)
+
+        broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=10)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.late_skipped >= 3, timeout=10)  # slots missed
+        down = False
+        await wait_until(lambda: ticker.stats.published >= 1)
+        back = time.time()
+        ticker.stop()
+        await task
+        slots = await slots_on(broker)
+        assert ticker.stats.failed == 0
+        # The outage's slots gave way to the latest: no burst of old slots when it ended.
+        assert all(s >= back - 2.5 for s in slots), (slots, back)
+        assert "a later slot is due and is enqueued instead" in caplog.text
+
+    async def test_a_publish_that_never_answers_is_given_up_within_grace(
+        self, queue_name: str
+    ) -> None:
+        calls: list[float] = []
+
+        class Hanging(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                calls.append(time.monotonic())
+                await asyncio.Event().wait()  # a paused server
+                raise AssertionError("unreachable")
+
+        broker = await synced(Hanging(MemorySettings(queue_name, dedup_window=60)))
+        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
+        ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 0.2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.failed == 1, timeout=5)
+        assert len(calls) == 1
+        assert time.monotonic() - calls[0] < 1.5  # bounded by the grace left, not hanging
+        ticker.stop()
+        await task
+
+    async def test_a_tick_says_how_late_it_may_still_be_stored(self, memory: MemoryBroker) -> None:
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2, clock_skew=1)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        ticker.stop()
+        await task
+        [first, *_] = [decode_message(d.body) for d in await receive_all(memory, quiet=0.2)]
+        assert first.scheduled_at is not None
+        assert first.not_after == first.scheduled_at + 2 + 1

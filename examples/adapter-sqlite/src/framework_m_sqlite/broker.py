@@ -46,7 +46,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
     """SQLite adapter; see the module docstring."""
 
     # Every optional promise but REDELIVER_ON_DISCONNECT: a killed process's rows
-    # stay reserved until their visibility timeout.
+    # stay reserved until their visibility timeout. STORE_DEADLINE: _store checks it.
     capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT}
     parse_url = staticmethod(parse_url)
 
@@ -113,8 +113,11 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
         return await self._run(lambda db: self._store(db, message, body))
 
     def _store(self, db: sqlite3.Connection, message: JobMessage, body: bytes) -> PublishResult:
-        q, dedup, now = self.settings.queue, message.deduplication_id, time.time()
+        q, dedup = self.settings.queue, message.deduplication_id
         with _transaction(db):
+            now = time.time()  # once the write lock is ours
+            if message.not_after is not None and now > message.not_after:
+                raise BrokerError(f"{message.job_name}: past its not_after deadline, not stored")
             if dedup is not None:
                 db.execute(
                     "DELETE FROM fm_dedup WHERE queue = ? AND dedup_id = ? AND expires <= ?",

@@ -48,7 +48,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
     """JetStream adapter; see the module docstring and the README's NATS section."""
 
     capabilities = frozenset(
-        {C.DEAD_LETTER_INSPECTION, C.CROSS_PROCESS, C.NEW_ID_AFTER_WINDOW, C.REDELIVER_ON_CLOSE}
+        {
+            C.DEAD_LETTER_INSPECTION,
+            C.CROSS_PROCESS,
+            C.NEW_ID_AFTER_WINDOW,
+            C.REDELIVER_ON_CLOSE,
+            C.STORE_DEADLINE,
+        }
     )
     parse_url = staticmethod(parse_url)
 
@@ -218,7 +224,8 @@ class NatsBroker(BaseBroker[NatsSettings]):
         for m in msgs:
             res = Reservation(m, until)
             self._held[id(res)] = res
-            out.append(Delivery(m.data, m.metadata.num_delivered or 1, res))
+            stored = m.metadata.timestamp.timestamp() if m.metadata.timestamp else None
+            out.append(Delivery(m.data, m.metadata.num_delivered or 1, res, stored))
         return out
 
     async def _subscription(self) -> JetStreamContext.PullSubscription:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from datetime import datetime
@@ -30,14 +31,7 @@ def with_derived_id(message: JobMessage) -> JobMessage:
     message it kept, so every replica must name the job alike)."""
     if message.deduplication_id is None:
         return message
-    return JobMessage(
-        job_name=message.job_name,
-        kwargs=message.kwargs,
-        id=dedup_job_id(message.deduplication_id),
-        deduplication_id=message.deduplication_id,
-        enqueued_at=message.enqueued_at,
-        scheduled_at=message.scheduled_at,
-    )
+    return dataclasses.replace(message, id=dedup_job_id(message.deduplication_id))
 
 
 def job(message: JobMessage, body: bytes) -> aio_pika.Message:

@@ -57,6 +57,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.NEW_ID_AFTER_WINDOW,
             C.REDELIVER_ON_CLOSE,
             C.UNCOUNTED_RELEASE,
+            C.STORE_DEADLINE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -127,11 +128,18 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
         s = self.settings
         dedup = message.deduplication_id
+        deadline = "" if message.not_after is None else int(message.not_after * 1000)
+        window_ms, has_dedup = int(s.dedup_window * 1000), "1" if dedup else "0"
         stored, job_id = await self._run(
             "ENQUEUE",
             [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream],
-            [message.id, body, int(s.dedup_window * 1000), s.max_len, "1" if dedup else "0"],
+            [message.id, body, window_ms, s.max_len, has_dedup, deadline],
         )
+        if stored == 2:
+            raise BrokerError(
+                f"{message.job_name}: Redis refused it, past its not_after deadline "
+                f"({message.not_after:.3f})"
+            )
         return PublishResult(text(job_id), duplicate=not stored)
 
     async def requeue(self, body: bytes) -> None:

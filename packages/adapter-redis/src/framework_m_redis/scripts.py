@@ -1,9 +1,17 @@
 """Lua scripts: each one step that Redis runs atomically. Every key is in one hash slot."""
 
 # KEYS: stream, dedup key (the stream again when there is no dedup id)
-# ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0")
-# Returns {1, job id} when stored, {0, original job id} for a duplicate.
+# ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"),
+#       not_after in unix ms ("" for none)
+# Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
+# arrived after its not_after (say, a command Redis ran only once a pause ended).
 ENQUEUE = """
+if ARGV[6] ~= '' then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[6]) then
+    return {2, ''}
+  end
+end
 if ARGV[5] == '1' then
   local original = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3], 'GET')
   if original then return {0, original} end

@@ -36,6 +36,7 @@ class Delivery:
     body: bytes
     attempt: int  # 1 for the first delivery
     handle: Any = field(default=None, repr=False)  # adapter-private token
+    stored_at: float | None = None  # when the broker stored the message, by its clock, if known
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,9 @@ class Capability(StrEnum):
     #: A released delivery comes back with the same ``attempt``: a release is
     #: not counted as an attempt.
     UNCOUNTED_RELEASE = "uncounted_release"
+    #: A message that reaches the broker after its ``not_after`` is never run: the
+    #: broker refuses to store it, or its deliveries say when it was stored.
+    STORE_DEADLINE = "store_deadline"
 
     @property
     def promise(self) -> str:
@@ -50,6 +53,7 @@ _PROMISES = {
     Capability.CROSS_PROCESS: "every process that opens the URL reaches the same queue",
     Capability.NEW_ID_AFTER_WINDOW: "an id reused after the window gets a new job id",
     Capability.UNCOUNTED_RELEASE: "a release is not counted as an attempt",
+    Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
 }
 
 

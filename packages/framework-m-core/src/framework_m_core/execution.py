@@ -38,12 +38,20 @@ class WorkerStats:
     retried: int = 0
     dead_lettered: int = 0
     released: int = 0
+    late_dropped: int = 0  # stored after their not_after (a tick past its grace)
 
 
 @dataclass(frozen=True, slots=True)
 class _Failure:
     reason: str
     error: BaseException | None = None  # the handler's exception, for its traceback
+
+
+def _stored_late(message: JobMessage, delivery: Delivery) -> bool:
+    """Whether the broker says it stored ``message`` after its ``not_after``."""
+    if message.not_after is None or delivery.stored_at is None:
+        return False
+    return delivery.stored_at > message.not_after
 
 
 def bounded(reason: str) -> str:
@@ -85,6 +93,9 @@ class Execution:
         except MessageDecodeError as exc:
             await self._dead_letter(delivery, f"undecodable message: {exc}", None)
             return
+        if _stored_late(message, delivery):
+            await self._drop_late(delivery, message)
+            return
         spec = self.app.jobs.get(message.job_name)
         if spec is None:
             reason = f"unknown job {message.job_name!r}: not registered in this app"
@@ -125,6 +136,18 @@ class Execution:
                     delay,
                     exc_info=failure.error,
                 )
+
+    async def _drop_late(self, delivery: Delivery, message: JobMessage) -> None:
+        label = f"{message.job_name}[{message.id}]"
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.stats.late_dropped += 1
+            job_log.warning(
+                "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
+                "enqueued later than grace allows, not run",
+                label,
+                (delivery.stored_at or 0) - (message.not_after or 0),
+                message.scheduled_at,
+            )
 
     async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
         """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.

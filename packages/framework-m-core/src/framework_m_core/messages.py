@@ -4,7 +4,12 @@ The wire format is a JSON object, version 1::
 
     {"v": 1, "id": "...", "job": "name", "kwargs": {...},
      "enqueued_at": 1700000000.25, "scheduled_at": 1700000000 | null,
-     "dedup_id": "tick:name:1700000000" | null}
+     "dedup_id": "tick:name:1700000000" | null, "not_after": 1700000035.0 | null}
+
+``not_after`` (optional, absent in older messages) is the latest time at which
+the message may still be stored: a tick must not be enqueued past its slot's
+grace. Brokers that can check it when storing do, and the worker drops a
+delivery whose broker says it was stored later.
 
 Everything read from a broker is validated by :func:`decode_message`; nothing
 is ever unpickled or evaluated.
@@ -113,6 +118,7 @@ class JobMessage:
     deduplication_id: str | None = None
     enqueued_at: float = 0.0
     scheduled_at: int | None = None  # unix seconds of the schedule slot, ticked jobs only
+    not_after: float | None = None  # latest unix time it may be stored (ticks: slot + grace)
 
     def encode(self) -> bytes:
         """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
@@ -127,10 +133,11 @@ class JobMessage:
             raise InvalidJobError(f"enqueued_at of job {self.job_name!r} must be finite")
         dedup = "null" if self.deduplication_id is None else _quote(self.deduplication_id)
         scheduled = "null" if self.scheduled_at is None else str(int(self.scheduled_at))
+        deadline = "" if self.not_after is None else f',"not_after":{float(self.not_after)!r}'
         return (
             f'{{"v":{WIRE_VERSION},"id":{_quote(self.id)},"job":{_quote(self.job_name)},'
             f'"enqueued_at":{float(self.enqueued_at)!r},"scheduled_at":{scheduled},'
-            f'"dedup_id":{dedup},"kwargs":{kwargs}}}'
+            f'"dedup_id":{dedup}{deadline},"kwargs":{kwargs}}}'
         ).encode()
 
 
@@ -170,6 +177,9 @@ def decode_message(body: bytes) -> JobMessage:
         not isinstance(scheduled_at, int) or not _is_time(scheduled_at)
     ):
         raise MessageDecodeError("field 'scheduled_at' must be a whole unix time or null")
+    not_after = data.get("not_after")
+    if not_after is not None and not _is_time(not_after):
+        raise MessageDecodeError("field 'not_after' must be a unix time or null")
     return JobMessage(
         job_name=job_name,
         kwargs=kwargs,
@@ -177,6 +187,7 @@ def decode_message(body: bytes) -> JobMessage:
         deduplication_id=dedup_id,
         enqueued_at=float(enqueued_at),  # type: ignore[arg-type]
         scheduled_at=scheduled_at,
+        not_after=None if not_after is None else float(not_after),
     )
 
 

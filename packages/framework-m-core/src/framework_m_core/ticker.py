@@ -84,7 +84,8 @@ class InProcessTickerAdapter:
         self._skew = clock_skew
         self._clock = clock
         self._stop = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._publishes = asyncio.TaskGroup()
+        self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
         self.stats = TickerStats()
 
     @property
@@ -116,23 +117,22 @@ class InProcessTickerAdapter:
         )
         now = self._clock()
         due: dict[str, int] = {}
-        for spec in self._jobs:
-            sched = _schedule(spec)
-            missed = sched.slots_between(now - grace, now)
-            if missed:
-                self._fire(spec, missed[-1])
-            due[spec.name] = sched.next_after(now)
         try:
-            while not self._stop.is_set():
-                await self._sleep_until(min(due.values()))
-                if self._stop.is_set():
-                    break
-                now = self._clock()
+            async with asyncio.TaskGroup() as self._publishes:
                 for spec in self._jobs:
-                    due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                    sched = _schedule(spec)
+                    missed = sched.slots_between(now - grace, now)
+                    if missed:
+                        self._fire(spec, missed[-1])
+                    due[spec.name] = sched.next_after(now)
+                while not self._stop.is_set():
+                    await self._sleep_until(min(due.values()))
+                    if self._stop.is_set():
+                        break
+                    now = self._clock()
+                    for spec in self._jobs:
+                        due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
         finally:
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
             log.info(
                 "ticker stopped: %d published, %d duplicates, %d late, %d failed",
                 self.stats.published,
@@ -142,24 +142,35 @@ class InProcessTickerAdapter:
             )
 
     def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
-        """Fire every slot of ``spec`` from ``slot`` up to ``now``; return the next one."""
+        """Fire the latest due slot of ``spec`` inside grace (the others are skipped as
+        late); return the next slot."""
         sched = _schedule(spec)
+        if slot > now:
+            return slot
         if slot < now - grace:
             skipped = len(sched.slots_between(slot - 1, now - grace, limit=10_000))
-            self.stats.late_skipped += skipped
-            log.warning(
-                "%s: %d slot(s) from %s on are older than grace %gs and were not enqueued "
-                "(the process stalled or the clock jumped)",
-                spec.name,
-                skipped,
-                slot_datetime(slot).isoformat(),
-                grace,
-            )
+            self._skipped(spec, skipped, slot, f"older than grace {grace:g}s")
             slot = sched.next_after(now - grace)
+        due: list[int] = []
         while slot <= now:
-            self._fire(spec, slot)
+            due.append(slot)
             slot = sched.next_after(slot)
+        if len(due) > 1:
+            self._skipped(spec, len(due) - 1, due[0], f"superseded by slot {due[-1]}")
+        if due:
+            self._fire(spec, due[-1])
         return slot
+
+    def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
+        self.stats.late_skipped += count
+        log.warning(
+            "%s: %d slot(s) from %s on were not enqueued: %s (the process stalled, the "
+            "broker was out of reach or the clock jumped)",
+            spec.name,
+            count,
+            slot_datetime(first).isoformat(),
+            why,
+        )
 
     async def _sleep_until(self, wake_at: float) -> None:
         while not self._stop.is_set():
@@ -171,48 +182,79 @@ class InProcessTickerAdapter:
                     await self._stop.wait()
 
     def _fire(self, spec: JobSpec, slot: int) -> None:
-        task = asyncio.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Publish ``slot`` of ``spec``. An earlier slot's publish waiting to try again gives
+        up: after an outage only the latest slot runs (one attempt in flight goes on)."""
+        waiting = self._retrying.pop(spec.name, None)
+        if waiting is not None:
+            waiting.cancel()
+        self._publishes.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
 
     async def _publish(self, spec: JobSpec, slot: int) -> None:
+        """Publish ``slot`` until it is stored, each attempt bounded by the grace left."""
         dedup_id = tick_deduplication_id(spec.name, slot)
+        not_after = slot + self.grace + self._skew
         delay = 0.1
-        while True:
-            message = JobMessage(
-                job_name=spec.name,
-                deduplication_id=dedup_id,
-                enqueued_at=self._clock(),
-                scheduled_at=slot,
-            )
-            try:
-                result = await self._queue.publish(message)
-            except InvalidJobError as exc:
-                self.stats.failed += 1
-                log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
-                return
-            except Exception as exc:  # whatever the adapter raises: retried within grace
-                late = self._clock() - slot
-                if late + delay > self.grace or self._stop.is_set():
+        try:
+            while True:
+                message = JobMessage(
+                    job_name=spec.name,
+                    deduplication_id=dedup_id,
+                    enqueued_at=self._clock(),
+                    scheduled_at=slot,
+                    not_after=not_after,
+                )
+                try:
+                    async with asyncio.timeout(max(0.0, slot + self.grace - self._clock())):
+                        result = await self._queue.publish(message)
+                except InvalidJobError as exc:
                     self.stats.failed += 1
-                    log.error(
-                        "%s: slot %s not enqueued within grace %gs: %s",
-                        spec.name,
-                        dedup_id,
-                        self.grace,
-                        exc,
-                    )
+                    log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
                     return
-                log.warning("%s: enqueue of %s failed (%s); retrying", spec.name, dedup_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _PUBLISH_RETRY_MAX)
-                continue
-            if result.duplicate:
-                self.stats.duplicates += 1
-            else:
-                self.stats.published += 1
-                log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
-            return
+                except Exception as exc:  # whatever the adapter raises: retried within grace
+                    late = self._clock() - slot
+                    if late + delay > self.grace or self._stop.is_set():
+                        reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
+                        self.stats.failed += 1
+                        log.error(
+                            "%s: slot %s not enqueued within grace %gs: %s",
+                            spec.name,
+                            dedup_id,
+                            self.grace,
+                            reason,
+                        )
+                        return
+                    log.warning("%s: enqueue of %s failed (%s); retrying", spec.name, dedup_id, exc)
+                    await self._wait_to_retry(spec, delay)
+                    delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+                    continue
+                if result.duplicate:
+                    self.stats.duplicates += 1
+                else:
+                    self.stats.published += 1
+                    log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
+                return
+        except _Superseded:
+            self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
+
+    async def _wait_to_retry(self, spec: JobSpec, delay: float) -> None:
+        """Sleep before the next attempt; a later slot due meanwhile supersedes this one."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._retrying[spec.name] = task
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            if self._retrying.get(spec.name) is task or task.cancelling() > 1:
+                raise  # not superseded: the ticker itself is cancelled
+            task.uncancel()
+            raise _Superseded from None
+        finally:
+            if self._retrying.get(spec.name) is task:
+                del self._retrying[spec.name]
+
+
+class _Superseded(Exception):
+    """A later slot of the same job is due: this slot's publish gives up."""
 
 
 def _schedule(spec: JobSpec) -> Schedule:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from ..app import App
 from ..capabilities import Capability
+from ..errors import BrokerError
 from ..jobs import JobContext
-from ..messages import decode_message
+from ..messages import JobMessage, decode_message
 from ..protocols import BrokerProtocol
 from ..ticker import InProcessTickerAdapter
 from ..worker import Worker
@@ -130,6 +132,33 @@ class WorkerContract(ContractBase):
         assert any("kwargs do not match handler of 'known'" in r for r in reasons)
         assert any(r.startswith("undecodable message: body is not JSON") for r in reasons)
         assert any("'kwargs' must be an object" in r for r in reasons)
+
+    @requires(Capability.STORE_DEADLINE)
+    async def test_a_message_that_reaches_the_broker_past_its_deadline_never_runs(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app = App()
+        ran: list[str] = []
+
+        @app.job
+        async def tick(ctx: JobContext) -> None:
+            ran.append(ctx.job_id)
+
+        now = time.time()
+        late = JobMessage(
+            "tick", deduplication_id="tick:tick:60", enqueued_at=now, scheduled_at=60,
+            not_after=now - 30,
+        )  # fmt: skip
+        try:
+            await broker.publish(late)
+            refused = 0
+        except BrokerError:
+            refused = 1
+        on_time = await broker.enqueue("tick", deduplication_id="tick:tick:61")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.late_dropped + refused == 1 and ran != [])
+        assert ran == [on_time]
+        assert await receive_all(broker) == []
 
     @requires(SHORT_VISIBILITY)
     async def test_a_job_running_past_the_visibility_timeout_stays_reserved(

@@ -28,7 +28,13 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     """In-process broker; see the module docstring."""
 
     capabilities = frozenset(
-        {C.DEAD_LETTER_INSPECTION, C.REDELIVER_ON_CLOSE, C.NEW_ID_AFTER_WINDOW, C.UNCOUNTED_RELEASE}
+        {
+            C.DEAD_LETTER_INSPECTION,
+            C.REDELIVER_ON_CLOSE,
+            C.NEW_ID_AFTER_WINDOW,
+            C.UNCOUNTED_RELEASE,
+            C.STORE_DEADLINE,
+        }
     )
     parse_url = staticmethod(parse_url)
 
@@ -119,7 +125,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
                     tok = next(q.seq)
                     q.reserved[tok] = (entry, now + q.visibility_timeout)
                     self._mine.add(tok)
-                    out.append(Delivery(entry.body, entry.deliveries, tok))
+                    out.append(Delivery(entry.body, entry.deliveries, tok, entry.stored_at))
                 return out
             if now >= deadline:
                 return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ class Entry:
 
     body: bytes
     deliveries: int = 0
+    stored_at: float = field(default_factory=time.time)
 
 
 @dataclass
