@@ -86,6 +86,7 @@ class InProcessTickerAdapter:
         self._stop = asyncio.Event()
         self._publishes = asyncio.TaskGroup()
         self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
+        self._in_flight: set[asyncio.Task[None]] = set()
         self.stats = TickerStats()
 
     @property
@@ -117,21 +118,28 @@ class InProcessTickerAdapter:
         )
         now = self._clock()
         due: dict[str, int] = {}
+        failure: Exception | None = None
         try:
             async with asyncio.TaskGroup() as self._publishes:
-                for spec in self._jobs:
-                    sched = _schedule(spec)
-                    missed = sched.slots_between(now - grace, now)
-                    if missed:
-                        self._fire(spec, missed[-1])
-                    due[spec.name] = sched.next_after(now)
-                while not self._stop.is_set():
-                    await self._sleep_until(min(due.values()))
-                    if self._stop.is_set():
-                        break
-                    now = self._clock()
+                try:
                     for spec in self._jobs:
-                        due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                        sched = _schedule(spec)
+                        missed = sched.slots_between(now - grace, now)
+                        if missed:
+                            self._fire(spec, missed[-1])
+                        due[spec.name] = sched.next_after(now)
+                    while not self._stop.is_set():
+                        await self._sleep_until(min(due.values()))
+                        if self._stop.is_set():
+                            break
+                        now = self._clock()
+                        for spec in self._jobs:
+                            due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                except Exception as exc:  # raised as itself, not inside an ExceptionGroup
+                    failure = exc
+                    self._stop.set()
+                    for task in self._in_flight:
+                        task.cancel()
         finally:
             log.info(
                 "ticker stopped: %d published, %d duplicates, %d late, %d failed",
@@ -140,6 +148,8 @@ class InProcessTickerAdapter:
                 self.stats.late_skipped,
                 self.stats.failed,
             )
+        if failure is not None:
+            raise failure
 
     def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
         """Fire the latest due slot of ``spec`` inside grace (the others are skipped as
@@ -187,7 +197,11 @@ class InProcessTickerAdapter:
         waiting = self._retrying.pop(spec.name, None)
         if waiting is not None:
             waiting.cancel()
-        self._publishes.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
+        task = self._publishes.create_task(
+            self._publish(spec, slot), name=f"tick:{spec.name}:{slot}"
+        )
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     async def _publish(self, spec: JobSpec, slot: int) -> None:
         """Publish ``slot`` until it is stored, each attempt bounded by the grace left."""

@@ -131,7 +131,8 @@ class Worker:
             await work
         except Exception as exc:
             log.critical("the %s died; stopping the worker", name, exc_info=exc)
-            self._failure = self._failure or f"the {name} died: {type(exc).__name__}: {exc}"
+            cause = _innermost(exc)
+            self._failure = self._failure or f"the {name} died: {type(cause).__name__}: {cause}"
             self._hurry.set()
             self.stop()
 
@@ -206,6 +207,13 @@ class Worker:
             log.warning("%d job(s) still running at the deadline: handing them back", len(pending))
             for task in pending:
                 task.cancel()
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 async def _first_of(*events: asyncio.Event) -> None:
