@@ -77,6 +77,21 @@ def test_grace_that_breaks_the_dedup_window_is_refused() -> None:
     assert "grace 200s + clock skew 5s = 205s is not below the broker's dedup window" in line
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("memory://?dedup_window=inf", "option 'dedup_window'"),
+        ("redis://127.0.0.1:notaport/0", "is malformed"),
+        ("nats://[::1", "is malformed"),
+        ("redis://app:pa/ss@127.0.0.1:1/0", "'redis://***@127.0.0.1:1/0' is malformed"),
+    ],
+)
+def test_malformed_broker_urls_fail_with_one_line_and_no_password(url: str, message: str) -> None:
+    line = one_line_error(m("migrate", "--broker", url))
+    assert message in line
+    assert "pa/ss" not in line
+
+
 def test_bad_broker_option() -> None:
     line = one_line_error(
         m("worker", "--app", "examples.heartbeat", "--broker", "memory://?dedup_window=soon")
@@ -91,6 +106,7 @@ def test_bad_broker_option() -> None:
         ('{"a": NaN}', "--kwargs is not valid JSON"),
         ("{nope", "--kwargs is not valid JSON"),
         ("[1, 2]", "--kwargs must be a JSON object, got list"),
+        ("[" * 60_000 + "]" * 60_000, "--kwargs is nested too deeply"),
     ],
 )
 def test_enqueue_with_non_json_kwargs(kwargs: str, message: str) -> None:

@@ -105,3 +105,19 @@ def test_hostile_bodies_are_refused_with_a_reason_and_nothing_else(body: bytes, 
     with pytest.raises(MessageDecodeError, match=says) as raised:
         decode_message(body)
     assert len(str(raised.value)) < 500
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://app:p/ss@h:6379/0",
+        "redis://app:p?ss@h:6379/0",
+        "redis://app:p#ss@h:6379/0",
+        "amqp://app:p@ss@h:5672/",
+        "nats://app:pa/s?s#w@h:4222",
+    ],
+)
+def test_unencoded_passwords_never_show(url: str) -> None:
+    shown = redact_url(url)
+    assert "ss" not in shown.replace("ss@h", "")
+    assert "***@h" in shown

@@ -220,6 +220,8 @@ async def _enqueue(args: argparse.Namespace) -> int:
         kwargs = loads_strict(args.kwargs)
     except ValueError as exc:
         raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigurationError("--kwargs is nested too deeply") from None
     if not isinstance(kwargs, dict):
         raise ConfigurationError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
     if args.app:

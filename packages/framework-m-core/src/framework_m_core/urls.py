@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from typing import get_args, get_type_hints
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -27,7 +28,17 @@ def scheme_of(url: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password and secret query parameters replaced by ``***``."""
+    """``url`` with its password and secret query parameters replaced by ``***``.
+
+    A password written without percent-encoding may hold ``/``, ``?``, ``#`` or ``@``,
+    which move where a parser thinks the host starts: then everything up to the last
+    ``@`` is masked, user name included.
+    """
+    scheme, sep, rest = url.partition("://")
+    own = rest.split("://", 1)[0]  # not into a URL nested in a query value
+    userinfo, at, _ = own.rpartition("@")
+    if sep and at and any(c in userinfo for c in "/?#@"):
+        return redact_url(f"{scheme}://{MASK}@{rest[len(userinfo) + 1 :]}")
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -93,6 +104,8 @@ def query_params(url: str, allowed: dict[str, type]) -> dict[str, object]:
             )
         try:
             out[key] = _flag(raw) if kind is bool else kind(raw)
+            if kind is float and not math.isfinite(out[key]):  # type: ignore[arg-type]
+                raise ValueError(raw)
         except ValueError:
             raise ConfigurationError(
                 f"option {key!r} in broker URL {redact_url(url)!r} must be a {kind.__name__}, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
+from urllib.parse import urlsplit
 
 from ..capabilities import as_capabilities
 from ..errors import ConfigurationError, UnknownBrokerError
@@ -50,7 +51,13 @@ def open_broker(url: str) -> BrokerProtocol:
         ) from exc
     if not callable(getattr(factory, "from_url", None)):
         raise ConfigurationError(f"adapter {ep.value} has no from_url(url) classmethod")
-    broker = factory.from_url(url)
+    try:
+        parts = urlsplit(url)
+        if "," not in parts.netloc:  # one host: its port must be a number
+            _ = parts.port
+        broker = factory.from_url(url)
+    except ValueError as exc:  # a URL the standard parser cannot read (a bad port, "[::1")
+        raise ConfigurationError(f"broker URL {redact_url(url)!r} is malformed: {exc}") from None
     if not isinstance(broker, BrokerProtocol):
         raise ConfigurationError(f"adapter {ep.value} does not implement BrokerProtocol")
     as_capabilities(broker.capabilities, ep.value)  # an unknown one is an error
