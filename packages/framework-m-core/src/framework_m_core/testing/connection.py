@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -15,16 +14,12 @@ from ..messages import decode_message
 from ..protocols import BrokerProtocol
 from .base import ContractBase
 from .helpers import PROMPT, BrokerFactory, connected, receive_all, wait_until
-from .namespaces import with_option
+from .namespaces import with_address, with_credentials, with_option
 from .proxy import Proxy, free_port
 from .requirements import SINGLE_HOST, requires
 
 # Longest an operation on an unreachable broker may take to fail.
 GIVE_UP = 30.0
-
-
-def _with_netloc(url: str, netloc: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(netloc=netloc))
 
 
 async def _receive_until_it_fails(broker: BrokerProtocol) -> None:
@@ -79,12 +74,8 @@ class ConnectionContract(ContractBase):
 
     @requires(SINGLE_HOST)
     async def test_an_unreachable_server_is_a_broker_error(self, broker_url: str) -> None:
-        parts = urlsplit(broker_url)
-        userinfo, _, _ = parts.netloc.rpartition("@")
-        address = f"127.0.0.1:{free_port()}"  # nothing listens there
-        broker = open_broker(
-            _with_netloc(broker_url, f"{userinfo}@{address}" if userinfo else address)
-        )
+        # Nothing listens there.
+        broker = open_broker(with_address(broker_url, f"127.0.0.1:{free_port()}"))
         async with asyncio.timeout(GIVE_UP):
             with pytest.raises(BrokerError):
                 await broker.connect()
@@ -127,8 +118,7 @@ class ConnectionContract(ContractBase):
         self, broker_url: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         secret = f"pw-{uuid.uuid4().hex}"
-        host = urlsplit(broker_url).netloc.rpartition("@")[2]
-        broker: BrokerProtocol = open_broker(_with_netloc(broker_url, f"fmuser:{secret}@{host}"))
+        broker: BrokerProtocol = open_broker(with_credentials(broker_url, "fmuser", secret))
         shown = [broker.display_url, repr(broker), repr(getattr(broker, "settings", None))]
         with caplog.at_level(logging.DEBUG):
             try:

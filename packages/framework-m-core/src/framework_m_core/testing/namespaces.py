@@ -13,7 +13,7 @@ import uuid
 from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import UnknownBrokerError
 from ..urls import scheme_of
@@ -71,3 +71,17 @@ def with_option(url: str, key: str, value: object) -> str:
     base, _, query = url.partition("?")  # not urlunsplit: it drops the // of sqlite:///path
     kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != key]
     return f"{base}?{urlencode([*kept, (key, str(value))], safe='/:')}"
+
+
+def with_address(url: str, address: str) -> str:
+    """``url`` pointed at ``address`` (``host:port``), keeping its credentials."""
+    parts = urlsplit(url)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{address}"))
+
+
+def with_credentials(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password`` as its credentials, keeping its server."""
+    parts = urlsplit(url)
+    server = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{server}"))

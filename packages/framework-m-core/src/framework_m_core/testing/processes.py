@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -24,7 +23,7 @@ from ..messages import decode_message
 from ..protocols import BrokerProtocol
 from .base import ContractBase
 from .helpers import receive_all
-from .namespaces import with_option
+from .namespaces import with_credentials, with_option
 from .requirements import (
     DEDUP_WINDOW_IN_URL,
     SHORT_VISIBILITY,
@@ -146,9 +145,7 @@ class ProcessContract(ContractBase):
         self, broker_url: str, procs: Processes
     ) -> None:
         secret = f"pw-{uuid.uuid4().hex}"
-        parts = urlsplit(broker_url)
-        host = parts.netloc.rpartition("@")[2]
-        url = urlunsplit(parts._replace(netloc=f"fmuser:{secret}@{host}"))
+        url = with_credentials(broker_url, "fmuser", secret)
         worker = procs.m("worker", "--app", RECORDER_APP, "--broker", url, "--no-scheduler")
         try:  # it starts (a server without authentication) or stops, saying why
             await asyncio.to_thread(worker.wait_for, "worker starting: role=|m: error: ", 1, 30)

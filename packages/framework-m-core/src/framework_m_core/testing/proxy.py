@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from .namespaces import with_address
 
 
 def free_port() -> int:
@@ -22,9 +24,7 @@ class Proxy:
         parts = urlsplit(url)
         self.target = (parts.hostname or "127.0.0.1", parts.port or 0)
         self.port = free_port()
-        userinfo, _, _ = parts.netloc.rpartition("@")
-        netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
-        self.url = urlunsplit(parts._replace(netloc=netloc))
+        self.url = with_address(url, f"127.0.0.1:{self.port}")
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
 
