@@ -161,8 +161,8 @@ class ConsumeContract(ContractBase):
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
         job_id = await broker.enqueue("job", x=1)
-        [first] = await broker.receive(10, PROMPT)
-        async with connected(broker_factory) as other:
+        async with connected(broker_factory) as other:  # before the reservation's clock starts
+            [first] = await broker.receive(10, PROMPT)
             retried_at = time.monotonic()
             await broker.retry(first, 0.5)
             [again] = await received_by_any([other, broker], PROMPT)
