@@ -6,6 +6,7 @@ import math
 import pytest
 
 from framework_m_core import InvalidJobError, JobMessage, MessageDecodeError, decode_message
+from framework_m_core.messages import MAX_NESTING
 from framework_m_core.urls import redact_url
 
 
@@ -25,6 +26,29 @@ def test_non_json_kwargs_name_the_key() -> None:
         JobMessage("job", {"ok": 1, "when": object()}).encode()
     with pytest.raises(InvalidJobError, match="key 'ratio'"):
         JobMessage("job", {"ratio": math.inf}).encode()
+
+
+def nested(levels: int) -> dict[str, object]:
+    """kwargs ``levels`` deep (kwargs itself is the first level), lists and dicts mixed."""
+    value: object = 1
+    for i in range(levels - 1):
+        value = [value] if i % 2 else {"k": value}
+    return {"a": value, "flat": "[[[[{{{{" * 20}
+
+
+def test_kwargs_nest_at_most_the_documented_depth() -> None:
+    deepest = JobMessage("job", nested(MAX_NESTING))
+    assert decode_message(deepest.encode()) == deepest
+    for levels in (MAX_NESTING + 1, 5_000):
+        with pytest.raises(InvalidJobError, match=f"nested more than {MAX_NESTING} levels"):
+            JobMessage("job", nested(levels)).encode()
+
+
+def test_a_body_nested_too_deeply_is_refused() -> None:
+    kwargs = json.dumps(nested(MAX_NESTING + 1))
+    body = f'{{"v":1,"id":"a","job":"j","enqueued_at":1,"kwargs":{kwargs}}}'.encode()
+    with pytest.raises(MessageDecodeError, match=f"nested more than {MAX_NESTING} levels"):
+        decode_message(body)
 
 
 def _body(**fields: object) -> bytes:

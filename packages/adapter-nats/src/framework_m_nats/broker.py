@@ -23,7 +23,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
 from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, MessageDecodeError
+from framework_m_core.errors import BrokerError, InvalidJobError, MessageDecodeError
 from framework_m_core.messages import JobMessage, decode_message
 from framework_m_core.schema import SchemaPlan
 
@@ -81,9 +81,16 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    @property
+    def max_body_size(self) -> int | None:
+        return None if self._nc is None else self._nc.max_payload - wire.HEADROOM
+
     async def connect(self) -> None:
-        if self._nc is not None:
-            return
+        if self._nc is None:
+            await self._open()
+
+    async def _open(self) -> None:
+        """Connect a new client (replacing any closed one) and read the server's settings."""
         # Give up on a first connection after a few rounds (a clear error beats a silent
         # loop); once connected, reconnect forever (set below).
         options = self.settings.connect_options(_INITIAL_CONNECT_ROUNDS)
@@ -97,6 +104,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             raise BrokerError(f"cannot connect to {self.display_url}: {describe(exc)}") from None
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=_PUBLISH_TIMEOUT)
+        self._psub, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
 
@@ -127,6 +135,20 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def _on_reconnected(self) -> None:
         url = self._nc.connected_url if self._nc is not None else None
         log.info("nats: reconnected to %s", f"{url.hostname}:{url.port}" if url else "?")
+
+    async def _link(self) -> Client:
+        """The client, connected anew if the server closed the last one for good.
+
+        nats-py reconnects after network faults by itself, but a protocol error
+        (a message over ``max_payload``, say) closes the client for good.
+        """
+        nc = self._connected(self._nc)
+        if nc.is_closed:
+            why = describe(nc.last_error) if nc.last_error else "closed"
+            log.warning("nats: the server closed the connection (%s); connecting again", why)
+            await self._open()
+            nc = self._connected(self._nc)
+        return nc
 
     async def _read_server_settings(self) -> None:
         s = self.settings
@@ -162,6 +184,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def _publish_once(self, subject: str, body: bytes, headers: dict[str, str]) -> Any:
         """Publish with retries; the Nats-Msg-Id makes every retry idempotent."""
+        nc = await self._link()
+        if (size := wire.size_with_headers(body, headers)) > nc.max_payload:
+            # nats-py leaves the headers out of its own check; the server would close us.
+            raise InvalidJobError(
+                f"a message of {size:,} bytes with its headers is over the server's "
+                f"max_payload of {nc.max_payload:,}"
+            )
         delay = 0.05
         for attempt in range(1, _PUBLISH_TRIES + 1):
             try:
@@ -203,8 +232,9 @@ class NatsBroker(BaseBroker[NatsSettings]):
             raise nats.errors.ConnectionReconnectingError
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+        nc = await self._link()
         psub = await self._subscription()
-        if not self._connected(self._nc).is_connected:
+        if not nc.is_connected:
             raise BrokerError(f"{self.display_url} is unreachable: reconnecting")
         with server_errors("fetch"):
             try:
@@ -222,7 +252,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         until = reserved_until(self.visibility_timeout)
         out = []
         for m in msgs:
-            res = Reservation(m, until)
+            res = Reservation(m, until, nc)
             self._held[id(res)] = res
             stored = m.metadata.timestamp.timestamp() if m.metadata.timestamp else None
             out.append(Delivery(m.data, m.metadata.num_delivered or 1, res, stored))
@@ -278,8 +308,14 @@ class NatsBroker(BaseBroker[NatsSettings]):
         if (res := self._reserved(delivery)) is None:
             return
         seq = res.msg.metadata.sequence.stream if res.msg.metadata.sequence else 0
-        headers = wire.dead_letter_headers(self.settings.stream, seq, reason, delivery.attempt)
-        await self._publish_once(self.settings.dead_subject, delivery.body, headers)
+        stream, body = self.settings.stream, delivery.body
+        headers = wire.dead_letter_headers(stream, seq, reason, delivery.attempt)
+        if wire.size_with_headers(body, headers) > res.client.max_payload:
+            reason = (
+                f"body of {len(body):,} bytes not kept: over max_payload with the reason; {reason}"
+            )
+            headers, body = wire.dead_letter_headers(stream, seq, reason, delivery.attempt), b""
+        await self._publish_once(self.settings.dead_subject, body, headers)
         with server_errors("term"):
             await res.msg.term()
         self._settled(res)

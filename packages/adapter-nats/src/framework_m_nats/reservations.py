@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from framework_m_core.errors import DeliveryLostError
@@ -31,6 +32,7 @@ class Reservation:
 
     msg: Msg
     until: float
+    client: Client  # the connection it was received on
     settled: bool = False
 
     def expired(self) -> bool:
@@ -40,6 +42,8 @@ class Reservation:
         """Itself while reserved; None once settled; DeliveryLostError once expired."""
         if self.settled:
             return None
+        if self.client.is_closed:
+            raise DeliveryLostError("its connection was closed; JetStream delivers it again")
         if self.expired():
             raise DeliveryLostError(
                 f"its ack_wait of {ack_wait:g}s ran out; JetStream delivers it again"

@@ -13,6 +13,20 @@ ATTEMPTS = "Framework-M-Attempts"
 ORIGIN_SEQ = "Framework-M-Stream-Seq"
 DEAD_AT = "Framework-M-Dead-At"
 
+# Longest reason header value, in bytes.
+REASON_BYTES = 2048
+# Bytes of max_payload kept free in every job for the headers of a copy of it: its
+# Nats-Msg-Id when enqueued, the dead-letter headers (reason included) when dead-lettered.
+HEADROOM = 4096
+
+
+def size_with_headers(body: bytes, headers: dict[str, str]) -> int:
+    """What a message counts against the server's ``max_payload``: body and header block."""
+    if not headers:
+        return len(body)
+    block = sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
+    return len(body) + len(b"NATS/1.0\r\n") + block + 2
+
 
 def job_msg_id(deduplication_id: str | None, job_id: str) -> str:
     """The ``Nats-Msg-Id`` of a job: its deduplication id, or one unique to the job."""
@@ -47,8 +61,13 @@ def _number(text: str | None) -> float:
 
 
 def _header_value(text: str) -> str:
-    """Header values must be one line of ASCII (nats-py parses others into objects)."""
-    return json.dumps(text[:2000])
+    """One line of ASCII (nats-py parses others into objects), at most REASON_BYTES long."""
+    text = text[:REASON_BYTES]
+    value = json.dumps(text)
+    while len(value) > REASON_BYTES:  # escapes take up to 12 bytes a character
+        text = text[: len(text) - (len(value) - REASON_BYTES) // 12 - 1]
+        value = json.dumps(text)
+    return value
 
 
 def _from_header(value: object) -> str:

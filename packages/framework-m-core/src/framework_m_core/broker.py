@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
 
 from .capabilities import Capability, as_capabilities
-from .errors import BrokerError, SchemaConflictError
+from .errors import BrokerError, InvalidJobError, SchemaConflictError
 from .messages import JobMessage, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
 from .schema import SchemaPlan, SchemaRaceError
@@ -140,9 +140,24 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         deduplication id) override this; it runs before the message is encoded."""
         return message
 
+    @property
+    def max_body_size(self) -> int | None:
+        """The largest encoded job, in bytes, this broker stores; None when unbounded.
+
+        Adapters whose broker refuses large messages (and then, like NATS, drops
+        the connection) return what it carries less what they add to a copy.
+        """
+        return None
+
     async def _send(self, message: JobMessage) -> PublishResult:
         message = self._prepare(message)
         body = message.encode()
+        limit = self.max_body_size
+        if limit is not None and len(body) > limit:
+            raise InvalidJobError(
+                f"job {message.job_name!r} is {len(body):,} bytes encoded; "
+                f"{self.display_url} stores at most {limit:,}"
+            )
         result = await self._publish(message, body)
         if result.duplicate:
             self.stats.duplicates += 1

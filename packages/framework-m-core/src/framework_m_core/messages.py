@@ -11,6 +11,9 @@ the message may still be stored: a tick must not be enqueued past its slot's
 grace. Brokers that can check it when storing do, and the worker drops a
 delivery whose broker says it was stored later.
 
+``kwargs`` nest arrays and objects at most :data:`MAX_NESTING` levels deep:
+enqueue refuses deeper ones and the worker dead-letters them.
+
 Everything read from a broker is validated by :func:`decode_message`; nothing
 is ever unpickled or evaluated.
 """
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +39,8 @@ MAX_ID_LENGTH = 200
 # Job ids travel in logs and headers: printable, no spaces, bounded.
 _ID_RE = re.compile(rf"[!-~]{{1,{MAX_ID_LENGTH}}}")
 _LATEST = 253402300800  # 10000-01-01T00:00:00Z
+# Deepest nesting of arrays and objects in kwargs (kwargs itself is level 1).
+MAX_NESTING = 64
 _VALID_NAMES: set[str] = set()
 
 
@@ -127,6 +133,12 @@ class JobMessage:
         except (TypeError, ValueError):
             dumps_kwargs(self.job_name, self.kwargs)  # raises, naming the key
             raise
+        except RecursionError:
+            kwargs = ""
+        if not kwargs or _too_deep(kwargs, self.kwargs):
+            raise InvalidJobError(
+                f"kwargs of job {self.job_name!r} are nested more than {MAX_NESTING} levels deep"
+            )
         # Hot path: the other fields are validated names, hex ids and numbers, so they
         # are formatted directly; only the free-form strings go through the escaper.
         if not math.isfinite(self.enqueued_at):
@@ -169,6 +181,8 @@ def decode_message(body: bytes) -> JobMessage:
     kwargs = data.get("kwargs")
     if not isinstance(kwargs, dict):
         raise MessageDecodeError("field 'kwargs' must be an object")
+    if _too_deep(body, kwargs):
+        raise MessageDecodeError(f"field 'kwargs' is nested more than {MAX_NESTING} levels deep")
     enqueued_at = data.get("enqueued_at")
     if not _is_time(enqueued_at):
         raise MessageDecodeError("field 'enqueued_at' must be a unix time in seconds")
@@ -189,6 +203,29 @@ def decode_message(body: bytes) -> JobMessage:
         scheduled_at=scheduled_at,
         not_after=None if not_after is None else float(not_after),
     )
+
+
+def _too_deep(text: str | bytes, kwargs: dict[str, Any]) -> bool:
+    """Whether ``kwargs`` (serialized in ``text``) nests deeper than :data:`MAX_NESTING`."""
+    if isinstance(text, str):
+        brackets = text.count("[") + text.count("{")
+    else:
+        brackets = text.count(b"[") + text.count(b"{")
+    if brackets <= MAX_NESTING:  # the common case: too few brackets to be that deep
+        return False
+    stack: list[tuple[object, int]] = [(kwargs, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Iterable[object] = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue
+        if depth > MAX_NESTING:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _is_time(value: object) -> bool:

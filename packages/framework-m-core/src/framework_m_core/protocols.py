@@ -37,9 +37,10 @@ class JobQueueProtocol(Protocol):
         """Enqueue ``job_name`` to run with ``kwargs`` and return its job id.
 
         The id is a non-empty string, different for every stored job. ``kwargs``
-        must be JSON-serializable and ``job_name`` and ``deduplication_id`` valid
-        (see :mod:`~.messages`); otherwise :class:`~.errors.InvalidJobError` is
-        raised and nothing is sent.
+        must be JSON-serializable, nested at most ``MAX_NESTING`` levels, and
+        ``job_name`` and ``deduplication_id`` valid (see :mod:`~.messages`); the
+        encoded job must fit in what the broker carries. Otherwise
+        :class:`~.errors.InvalidJobError` is raised and nothing is sent.
 
         With a ``deduplication_id``, every enqueue with the same id inside the
         broker's dedup window after the first one is a duplicate: it stores
@@ -127,8 +128,11 @@ class ConsumerProtocol(Protocol):
         """Move the message to the dead-letter place with ``reason``; it is settled.
 
         The body is kept byte for byte, with ``reason``, the delivery's
-        ``attempt`` and the time. Afterwards the message is never delivered from
-        the work queue again. Idempotent: a repeated call stores one dead letter.
+        ``attempt`` and the time. A long ``reason`` may be shortened to what the
+        broker stores; a body the broker cannot carry together with them (a raw
+        message near its size limit) is left out, and the reason says so.
+        Afterwards the message is never delivered from the work queue again.
+        Idempotent: a repeated call stores one dead letter.
         """
 
     @abstractmethod
