@@ -7,6 +7,7 @@ import redis.asyncio as aioredis
 
 from framework_m_core import BrokerError, ConfigurationError, Delivery, SchemaConflictError
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.testing import PROMPT
 from framework_m_redis import RedisBroker, parse_url
 from framework_m_redis.testing import RedisNamespace
 
@@ -123,3 +124,28 @@ async def test_a_closing_consumer_hands_back_its_entries_and_leaves_the_group(
         [back] = await admin.receive(10, 2)
         assert (back.body, back.attempt) == (taken.body, 1)  # handed back: not an attempt
         assert kept.body != taken.body
+
+
+async def test_hostile_attempt_fields_count_as_the_deliveries_alone(
+    namespace: RedisNamespace,
+) -> None:
+    async with RedisBroker.from_url(namespace.url(visibility_timeout=1)) as broker:
+        await broker.sync_schema()
+        stream = broker.settings.stream
+        hostile = [b"x", b"-5", b"1e3", b"99999999999", b"\xff", b"2"]
+        for i, attempts in enumerate(hostile):
+            await broker.client.xadd(stream, {"b": b"%d" % i, "a": attempts})
+        await broker.client.xadd(stream, {"b": b"dead", "a": b"1"})
+        got = await broker.receive(100, 2)  # one batch: a bad field strands nothing
+        assert sorted((d.body, d.attempt) for d in got) == [
+            (b"0", 1), (b"1", 1), (b"2", 1), (b"3", 1), (b"4", 1), (b"5", 3), (b"dead", 2)
+        ]  # fmt: skip
+        for d in got:
+            if d.body == b"dead":
+                await broker.dead_letter(d, "poison")
+        await broker.client.xadd(broker.settings.dead, {"b": b"forged", "n": b"-1", "t": b"inf"})
+        letters = await broker.dead_letters()
+        assert [(d.body, d.attempts) for d in letters] == [(b"dead", 2), (b"forged", 0)]
+        # Reclaimed from a silent consumer: the delivery count is the server's own.
+        again = await broker.receive(100, 1 + PROMPT)
+        assert sorted((d.body, d.attempt) for d in again)[:2] == [(b"0", 2), (b"1", 2)]

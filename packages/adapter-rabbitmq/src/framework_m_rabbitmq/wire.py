@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import uuid
 from datetime import datetime
@@ -18,6 +19,8 @@ DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
 REASON_HEADER = "x-fm-reason"
 DEAD_AT_HEADER = "x-fm-dead-at"
+# Longest reason header, in bytes: a header frame must fit in frame_max (>= 4 KiB).
+REASON_BYTES = 2048
 _ID_NAMESPACE = uuid.UUID("6f1c1a52-6c1e-4d39-9a52-2f7b8f3c5e10")
 
 
@@ -60,7 +63,7 @@ def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
     return aio_pika.Message(
         delivery.body,
         headers={
-            REASON_HEADER: reason,
+            REASON_HEADER: bounded_reason(reason),
             ATTEMPTS_HEADER: delivery.attempt,
             DEAD_AT_HEADER: f"{time.time():.3f}",
         },
@@ -69,9 +72,13 @@ def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
 
 
 def attempt(msg: AbstractIncomingMessage) -> int:
-    """Attempts before the copy (a retry's header) plus the quorum queue's redeliveries."""
+    """Attempts before the copy (a retry's header) plus the quorum queue's redeliveries.
+
+    A count that is not a whole number from 0 to a billion (a publisher wrote it) is
+    taken as 0, so hostile headers neither break a batch nor grant extra attempts.
+    """
     headers = msg.headers or {}
-    return _int(headers.get(ATTEMPTS_HEADER)) + _int(headers.get("x-delivery-count")) + 1
+    return _count(headers.get(ATTEMPTS_HEADER)) + _count(headers.get("x-delivery-count")) + 1
 
 
 def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter:
@@ -82,13 +89,13 @@ def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter
         return DeadLetter(
             body=msg.body,
             reason=str(headers[REASON_HEADER]),
-            attempts=_int(headers.get(ATTEMPTS_HEADER)),
+            attempts=_count(headers.get(ATTEMPTS_HEADER)),
             dead_lettered_at=_float(headers.get(DEAD_AT_HEADER)),
         )
     deaths = headers.get("x-death")
     death: dict[str, Any] = deaths[0] if isinstance(deaths, list) and deaths else {}  # type: ignore[assignment]
     why = str(death.get("reason", "unknown"))
-    before = _int(headers.get(ATTEMPTS_HEADER))
+    before = _count(headers.get(ATTEMPTS_HEADER))
     if why == "delivery_limit":
         reason = (
             "RabbitMQ dead-lettered it: returned to the queue more often than its "
@@ -106,12 +113,25 @@ def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter
     )
 
 
-def _int(value: object) -> int:
-    return int(_float(value))
+def _count(value: object) -> int:
+    """A count header: a whole number from 0 to a billion, else 0."""
+    if isinstance(value, bytes | str) and 0 < len(value) <= 9 and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9:
+        return value
+    return 0
 
 
 def _float(value: object) -> float:
     try:
-        return float(value) if isinstance(value, int | float | str | bytes) else 0.0
-    except ValueError:
+        number = float(value) if isinstance(value, int | float | str | bytes) else 0.0
+    except (ValueError, OverflowError):
         return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def bounded_reason(reason: str) -> str:
+    """``reason`` cut to REASON_BYTES of UTF-8: AMQP headers must fit in one frame."""
+    if len(reason) * 4 <= REASON_BYTES:
+        return reason
+    return reason.encode()[:REASON_BYTES].decode(errors="ignore")

@@ -13,6 +13,7 @@ consumer and delivery, so a late settle never touches a reclaimed job.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -180,7 +181,10 @@ class RedisBroker(BaseBroker[RedisSettings]):
             raise BrokerError(f"redis receive failed: {exc}") from None
 
     def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int) -> Delivery:
-        before = int(fields.get(b"a", b"0") or 0)
+        before = _count(fields.get(b"a"))
+        if before is None:  # not written by this adapter: count its deliveries alone
+            log.warning("entry %s has an invalid attempts field; counting deliveries", text(eid))
+            before = 0
         entry = _Entry(text(eid), times)
         delivery = Delivery(fields.get(b"b", b""), before + times, entry)
         self._held[entry] = delivery
@@ -268,13 +272,30 @@ class RedisBroker(BaseBroker[RedisSettings]):
             DeadLetter(
                 body=fields.get(b"b", b""),
                 reason=text(fields.get(b"r", b"")),
-                attempts=int(fields.get(b"n", 0)),
-                dead_lettered_at=float(fields.get(b"t", 0)),
+                attempts=_count(fields.get(b"n")) or 0,
+                dead_lettered_at=_time(fields.get(b"t")),
             )
             for _, fields in entries
         ]
         out.reverse()
         return out
+
+
+def _count(raw: bytes | None) -> int | None:
+    """An attempts field: 0 when absent, None when it is not a count this adapter wrote."""
+    if raw is None or raw == b"":
+        return 0
+    if len(raw) > 9 or not raw.isdigit():  # no sign, no exponent, below a billion
+        return None
+    return int(raw)
+
+
+def _time(raw: bytes | None) -> float:
+    try:
+        value = float(raw or 0)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def _now_ms() -> int:
