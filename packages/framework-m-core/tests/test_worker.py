@@ -393,10 +393,31 @@ async def test_a_failed_attempt_logs_its_traceback_once_and_the_last_one_at_erro
     job_id = await memory.enqueue("broken")
     async with running_worker(app, memory) as worker:
         await wait_until(lambda: worker.stats.dead_lettered == 1)
-    failures = [r for r in caplog.records if r.name == "framework_m.job" and r.exc_info]
+    failures = [
+        r for r in caplog.records if r.name == "framework_m.job" and "Traceback" in r.msg % r.args
+    ]
     assert [(r.levelname, job_id in r.getMessage()) for r in failures] == [
         ("WARNING", True),
         ("ERROR", True),
     ]
     assert all("KeyError: 'missing'" in r.getMessage() for r in failures)
     assert caplog.text.count('{}["missing"]') == 2  # the traceback, once per attempt
+
+
+async def test_a_huge_exception_message_is_logged_bounded(
+    memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = App()
+
+    @app.job(max_attempts=1)
+    async def broken(ctx: JobContext) -> None:
+        raise ValueError("x" * 1_000_000 + "\n" + "line\n" * 100_000)
+
+    await memory.enqueue("broken")
+    async with running_worker(app, memory) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 1)
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "ValueError: xxx" in record.getMessage()
+    assert "(1,000,012 characters)" in record.getMessage()
+    assert "raise ValueError" in record.getMessage()  # the frames come before the cut
+    assert len(caplog.text) < 40_000

@@ -21,6 +21,7 @@ from .errors import DeliveryLostError, MessageDecodeError
 from .jobs import JobContext, JobSpec
 from .messages import JobMessage, decode_message
 from .protocols import BrokerProtocol
+from .tracebacks import bounded_traceback
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -59,6 +60,12 @@ def bounded(reason: str) -> str:
     if len(reason) <= MAX_REASON:
         return reason
     return reason[: MAX_REASON - 20] + f"... ({len(reason)} chars)"
+
+
+def _traceback(error: BaseException | None) -> str:
+    """A handler's traceback on the lines after a log message; bounded, since the
+    exception text can be any size."""
+    return "" if error is None else "\n" + bounded_traceback(error)
 
 
 class Execution:
@@ -128,13 +135,13 @@ class Execution:
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
                 job_log.warning(
-                    "%s attempt %d/%d failed: %s; retrying in %.1fs",
+                    "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
                     label,
                     delivery.attempt,
                     spec.max_attempts,
                     bounded(failure.reason),
                     delay,
-                    exc_info=failure.error,
+                    _traceback(failure.error),
                 )
 
     async def _drop_late(self, delivery: Delivery, message: JobMessage) -> None:
@@ -239,4 +246,4 @@ class Execution:
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
             self.stats.dead_lettered += 1
-            job_log.error("%s dead-lettered: %s", label, reason, exc_info=error)
+            job_log.error("%s dead-lettered: %s%s", label, reason, _traceback(error))

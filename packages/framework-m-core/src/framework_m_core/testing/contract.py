@@ -5,6 +5,7 @@ from __future__ import annotations
 from .connection import ConnectionContract
 from .consume import ConsumeContract
 from .enqueue import EnqueueContract
+from .hostile import HostileInputContract
 from .processes import ProcessContract
 from .runtime import WorkerContract
 from .schema_sync import SchemaContract
@@ -16,6 +17,7 @@ class BrokerContract(
     ConnectionContract,
     SchemaContract,
     WorkerContract,
+    HostileInputContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""
