@@ -15,8 +15,10 @@ from framework_m_core import (
     JobContext,
     JobMessage,
     PublishResult,
+    clocks,
     decode_message,
 )
+from framework_m_core import ticker as ticker_module
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.testing import receive_all, synced, wait_until
 from framework_m_core.ticker import check_grace, default_grace
@@ -33,10 +35,12 @@ def app_every(seconds: int) -> App:
     return app
 
 
-def shifted_clock(target: float) -> Callable[[], float]:
-    """A wall clock that reads ``target`` now and then runs at real speed."""
+def shifted_clock(broker: MemoryBroker, target: float) -> Callable[[], float]:
+    """A wall clock that reads ``target`` now and then runs at real speed; ``broker``'s
+    clock (the same machine's) reads the same."""
     offset = target - time.time()
-    return lambda: time.time() + offset
+    broker.clock = lambda: time.time() + offset
+    return broker.clock
 
 
 async def slots_on(broker: MemoryBroker) -> list[int]:
@@ -78,7 +82,10 @@ class TestStartup:
         boundary = (int(time.time()) // 60 + 5) * 60
         # 27 s after a minute boundary: slots of every 5 s at -2, -7, ... -27 are all in grace.
         ticker = InProcessTickerAdapter(
-            app_every(5).jobs.values(), memory, grace=29, clock=shifted_clock(boundary + 27.5)
+            app_every(5).jobs.values(),
+            memory,
+            grace=29,
+            clock=shifted_clock(memory, boundary + 27.5),
         )
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published == 1)
@@ -91,7 +98,10 @@ class TestStartup:
     ) -> None:
         boundary = (int(time.time()) // 60 + 5) * 60
         ticker = InProcessTickerAdapter(
-            app_every(60).jobs.values(), memory, grace=30, clock=shifted_clock(boundary + 31)
+            app_every(60).jobs.values(),
+            memory,
+            grace=30,
+            clock=shifted_clock(memory, boundary + 31),
         )
         task = asyncio.create_task(ticker.run())
         await asyncio.sleep(0.3)  # the ticker decides at start; give it the chance to misbehave
@@ -133,6 +143,7 @@ class TestRunning:
         def clock() -> float:
             return time.time() + jump
 
+        memory.clock = clock  # the machine's clock jumps: the broker's with it
         ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=3, clock=clock)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
@@ -162,7 +173,7 @@ class TestRunning:
 
         broker = await synced(Flaky(MemorySettings(queue_name, dedup_window=30)))
         ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=10)
-        ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 1)
+        ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 1)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published == 1)
         ticker.stop()
@@ -239,7 +250,7 @@ class TestFaults:
 
         broker = await synced(Hanging(MemorySettings(queue_name, dedup_window=60)))
         ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
-        ticker._clock = shifted_clock((int(time.time()) // 60 + 5) * 60 + 0.2)
+        ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.failed == 1, timeout=5)
         assert len(calls) == 1
@@ -256,3 +267,59 @@ class TestFaults:
         [first, *_] = [decode_message(d.body) for d in await receive_all(memory, quiet=0.2)]
         assert first.scheduled_at is not None
         assert first.not_after == first.scheduled_at + 2 + 1
+
+
+class TestClockCheck:
+    async def test_a_clock_off_by_more_than_the_skew_is_reported_and_ticks_on(
+        self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        memory.clock = lambda: time.time() + 12  # the broker's clock: 12 s ahead of this one
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2, clock_skew=5)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 2)
+        ticker.stop()
+        await task
+        assert "this clock is 12.0s behind the broker's, more than --clock-skew 5s" in caplog.text
+        assert ticker.stats.clock_held == 0
+
+    async def test_past_what_the_window_allows_it_stops_ticking_until_the_clock_is_back(
+        self,
+        memory: MemoryBroker,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        monkeypatch.setattr(ticker_module, "CHECK_EVERY", 0.5)
+        monkeypatch.setattr(clocks, "CHECK_EVERY", 0.5)
+        offset = -200.0
+        memory.clock = lambda: time.time() + offset  # this clock: 200 s ahead of the broker's
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.clock_held >= 3)
+        assert ticker.stats.published == 0
+        assert await slots_on(memory) == []
+        limit = (memory.dedup_window - 2) / 2
+        assert (
+            f"this clock is 200.0s ahead of the broker's, more than the {limit:g}s" in caplog.text
+        )
+        assert "not ticking" in caplog.text
+        offset = 0.0  # time sync fixed it
+        await wait_until(lambda: ticker.stats.published >= 1)
+        ticker.stop()
+        await task
+        assert "ticking again" in caplog.text
+
+    async def test_a_broker_without_a_clock_is_said_once(
+        self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        async def no_clock() -> None:
+            return None
+
+        memory.server_time = no_clock  # type: ignore[method-assign]
+        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        ticker.stop()
+        await task
+        assert caplog.text.count("the broker exposes no clock") == 1
+        assert ticker.clock_check is not None
+        assert ticker.clock_check.offset is None

@@ -150,6 +150,15 @@ class NatsBroker(BaseBroker[NatsSettings]):
             nc = self._connected(self._nc)
         return nc
 
+    async def server_time(self) -> float | None:
+        """The ``ts`` JetStream puts in API replies (servers >= 2.10); None before that."""
+        nc = await self._link()
+        with server_errors("reading the server's clock"):
+            reply = await nc.request(
+                f"$JS.API.STREAM.INFO.{self.settings.stream}", b"", timeout=_PUBLISH_TIMEOUT
+            )
+        return wire.server_time(reply.data)
+
     async def _read_server_settings(self) -> None:
         s = self.settings
         try:

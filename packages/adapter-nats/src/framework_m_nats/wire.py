@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import datetime
 
 from framework_m_core.broker import DeadLetter
 
@@ -76,3 +78,20 @@ def _from_header(value: object) -> str:
     except ValueError:
         return str(value)
     return text if isinstance(text, str) else str(value)
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def server_time(reply: bytes) -> float | None:
+    """The ``ts`` of a JetStream API reply as unix seconds; None when it has none."""
+    try:
+        ts = json.loads(reply).get("ts")
+    except (ValueError, AttributeError):
+        return None
+    match = _RFC3339.fullmatch(ts) if isinstance(ts, str) else None
+    if match is None:
+        return None
+    whole, fraction, zone = match.groups()
+    stamp = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    return stamp.timestamp() + float(f"0{fraction or ''}")

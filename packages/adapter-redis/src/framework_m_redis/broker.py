@@ -102,6 +102,13 @@ class RedisBroker(BaseBroker[RedisSettings]):
         client, self._client = self._client, None
         await client.aclose()
 
+    async def server_time(self) -> float | None:
+        try:
+            seconds, micros = await self.client.time()
+        except (RedisError, OSError) as exc:
+            raise BrokerError(f"redis TIME failed: {exc}") from None
+        return int(seconds) + int(micros) / 1e6
+
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)
         try:

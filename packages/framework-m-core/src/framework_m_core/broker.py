@@ -108,6 +108,14 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         """The URL's window; adapters that read the broker's own override this."""
         return self.settings.dedup_window
 
+    async def server_time(self) -> float | None:
+        """The broker's wall clock now, in unix seconds; None when it exposes none.
+
+        The ticker measures its replica's clock against it (:mod:`~.clocks`).
+        Raises :class:`~.errors.BrokerError` when the broker cannot be reached.
+        """
+        return None
+
     def _connected(self, handle: T | None) -> T:
         """``handle`` (a client, connection or queue) while connected; else BrokerError."""
         if handle is None:

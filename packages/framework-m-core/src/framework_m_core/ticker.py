@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .clocks import CHECK_EVERY, ClockCheck
 from .errors import ConfigurationError, InvalidJobError
 from .jobs import JobSpec
 from .messages import JobMessage, tick_deduplication_id
@@ -56,6 +57,7 @@ class TickerStats:
     duplicates: int = 0  # slots another replica had already enqueued
     late_skipped: int = 0  # slots older than grace, never published
     failed: int = 0  # slots that could not be published within grace
+    clock_held: int = 0  # slots not published while this clock was off the broker's
 
 
 class InProcessTickerAdapter:
@@ -88,6 +90,7 @@ class InProcessTickerAdapter:
         self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
         self._in_flight: set[asyncio.Task[None]] = set()
         self.stats = TickerStats()
+        self.clock_check: ClockCheck | None = None  # set when run() starts
 
     @property
     def grace(self) -> float:
@@ -116,6 +119,13 @@ class InProcessTickerAdapter:
             self._skew,
             self._queue.dedup_window,
         )
+        check = self.clock_check = ClockCheck(
+            self._queue,
+            clock_skew=self._skew,
+            limit=(self._queue.dedup_window - grace) / 2,
+            clock=self._clock,
+        )
+        await check.run()
         now = self._clock()
         due: dict[str, int] = {}
         failure: Exception | None = None
@@ -125,16 +135,29 @@ class InProcessTickerAdapter:
                     for spec in self._jobs:
                         sched = _schedule(spec)
                         missed = sched.slots_between(now - grace, now)
-                        if missed:
+                        if missed and check.halted:
+                            self.stats.clock_held += 1
+                        elif missed:
                             self._fire(spec, missed[-1])
                         due[spec.name] = sched.next_after(now)
                     while not self._stop.is_set():
-                        await self._sleep_until(min(due.values()))
+                        await self._sleep_until(min(*due.values(), check.next_at))
                         if self._stop.is_set():
                             break
                         now = self._clock()
                         for spec in self._jobs:
-                            due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                            if check.halted:
+                                due[spec.name] = self._hold(spec, due[spec.name], now)
+                            else:
+                                due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                        if check.due():
+                            check.next_at = now + CHECK_EVERY  # one measurement at a time
+                            measuring = self._publishes.create_task(check.run(), name="clock check")
+                            self._in_flight.add(measuring)
+                            measuring.add_done_callback(self._in_flight.discard)
+                    for task in self._in_flight:  # stopping: no new clock reading needed
+                        if task.get_name() == "clock check":
+                            task.cancel()
                 except Exception as exc:  # raised as itself, not inside an ExceptionGroup
                     failure = exc
                     self._stop.set()
@@ -170,6 +193,13 @@ class InProcessTickerAdapter:
         if due:
             self._fire(spec, due[-1])
         return slot
+
+    def _hold(self, spec: JobSpec, slot: int, now: float) -> int:
+        """Publish none of ``spec``'s due slots (this clock is off); return the next slot."""
+        sched = _schedule(spec)
+        held = sched.slots_between(slot - 1, now, limit=10_000)
+        self.stats.clock_held += len(held)
+        return sched.next_after(now) if held else slot
 
     def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
         self.stats.late_skipped += count

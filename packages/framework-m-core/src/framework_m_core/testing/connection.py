@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 import pytest
@@ -43,6 +44,18 @@ class ConnectionContract(ContractBase):
         async with connected(broker_factory) as again:
             [delivery] = await again.receive(10, PROMPT)
             assert decode_message(delivery.body).id == job_id
+
+    async def test_server_time_is_the_brokers_clock_or_none(self, broker: BrokerProtocol) -> None:
+        """The test broker runs on this machine: its clock is this one."""
+        server_time = getattr(broker, "server_time", None)
+        if server_time is None:
+            pytest.skip("the adapter has no server_time(): replicas' clocks go unchecked")
+        before = time.time()
+        theirs = await server_time()
+        after = time.time()
+        if theirs is not None:
+            assert isinstance(theirs, float)
+            assert before - 1 <= theirs <= after + 1, "not the broker's wall clock now"
 
     async def test_io_without_a_connection_raises_broker_error(
         self, broker_factory: BrokerFactory

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult
 from ...capabilities import Capability as C
@@ -43,6 +43,8 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         self._open = False
         self._mine: set[int] = set()  # tokens reserved through this instance
         self._settled: dict[int, None] = {}  # tokens this instance settled, oldest first
+        # The wall clock server_time() reads: the process's (a test shifting time shifts it).
+        self.clock: Callable[[], float] = time.time
 
     @property
     def dedup_window(self) -> float:
@@ -82,6 +84,12 @@ class MemoryBroker(BaseBroker[MemorySettings]):
                 held[0].deliveries -= 1  # not worked on: not an attempt
                 queue.put(held[0], first=True)
         self._mine.clear()
+
+    async def server_time(self) -> float | None:
+        """The clock of the process the queue lives in (:attr:`clock`)."""
+        if not self._open:
+            raise self._not_connected()
+        return self.clock()
 
     # -- schema ------------------------------------------------------------------------
 
