@@ -3,7 +3,10 @@
 %% Exchange type `x-message-deduplication`: a message whose
 %% `x-deduplication-header` value was seen on this exchange within its TTL is
 %% routed nowhere (a publisher using `mandatory` gets it back as basic.return);
-%% any other message is routed to every binding, like a fanout exchange.
+%% any other message is routed to every binding, like a fanout exchange. A
+%% message whose `x-fm-not-after` header (unix milliseconds) has passed when it
+%% arrives is routed nowhere too, and not remembered: a tick held up by a paused
+%% broker or a full socket buffer must not run after its grace.
 %%
 %% Exchange arguments: `x-cache-size` (entries kept, required, > 0),
 %% `x-cache-ttl` (milliseconds, optional) and `x-cache-persistence` (`memory`,
@@ -28,6 +31,7 @@
 -define(CACHE, fm_dedup_cache).
 -define(COUNT, fm_dedup_count).
 -define(HEADER, <<"x-deduplication-header">>).
+-define(NOT_AFTER, <<"x-fm-not-after">>).
 -define(SIZE_ARG, <<"x-cache-size">>).
 -define(TTL_ARG, <<"x-cache-ttl">>).
 -define(PERSISTENCE_ARG, <<"x-cache-persistence">>).
@@ -62,13 +66,21 @@ serialise_events() -> false.
 route(#exchange{name = XName, arguments = Args},
       #delivery{message = #basic_message{content = Content}}) ->
     Headers = headers(Content),
-    case rabbit_misc:table_lookup(Headers, ?HEADER) of
-        undefined -> fanout(XName);
-        {_Type, Value} ->
+    case {too_late(Headers), rabbit_misc:table_lookup(Headers, ?HEADER)} of
+        {true, _} -> [];
+        {false, undefined} -> fanout(XName);
+        {false, {_Type, Value}} ->
             case remember(XName, Value, ttl(Headers, Args), cache_size(Args), tables(Args)) of
                 duplicate -> [];
                 new -> fanout(XName)
             end
+    end.
+
+too_late(Headers) ->
+    case rabbit_misc:table_lookup(Headers, ?NOT_AFTER) of
+        {_Type, NotAfter} when is_integer(NotAfter) ->
+            erlang:system_time(millisecond) > NotAfter;
+        _ -> false
     end.
 
 fanout(XName) -> rabbit_router:match_routing_key(XName, ['_']).

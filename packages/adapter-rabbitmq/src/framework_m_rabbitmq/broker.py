@@ -43,7 +43,13 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     """RabbitMQ adapter; see the module docstring."""
 
     capabilities = frozenset(
-        {C.DEAD_LETTER_INSPECTION, C.REDELIVER_ON_CLOSE, C.REDELIVER_ON_DISCONNECT, C.CROSS_PROCESS}
+        {
+            C.DEAD_LETTER_INSPECTION,
+            C.REDELIVER_ON_CLOSE,
+            C.REDELIVER_ON_DISCONNECT,
+            C.CROSS_PROCESS,
+            C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
+        }
     )
     parse_url = staticmethod(parse_url)
 

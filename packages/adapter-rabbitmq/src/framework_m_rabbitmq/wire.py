@@ -17,6 +17,7 @@ from framework_m_core.messages import JobMessage
 
 DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
+NOT_AFTER_HEADER = "x-fm-not-after"  # unix ms: the exchange stores it no later
 REASON_HEADER = "x-fm-reason"
 DEAD_AT_HEADER = "x-fm-dead-at"
 # Longest reason header, in bytes: a header frame must fit in frame_max (>= 4 KiB).
@@ -38,11 +39,16 @@ def with_derived_id(message: JobMessage) -> JobMessage:
 
 
 def job(message: JobMessage, body: bytes) -> aio_pika.Message:
-    """A persistent job message; the exchange drops it when its dedup header was seen."""
-    dedup = message.deduplication_id
+    """A persistent job message; the exchange drops it when its dedup header was seen,
+    or when it arrives after its ``not_after``."""
+    headers: dict[str, Any] = {}
+    if message.deduplication_id is not None:
+        headers[DEDUP_HEADER] = message.deduplication_id
+    if message.not_after is not None:
+        headers[NOT_AFTER_HEADER] = int(message.not_after * 1000)
     return aio_pika.Message(
         body,
-        headers={DEDUP_HEADER: dedup} if dedup is not None else {},
+        headers=headers,
         message_id=message.id,
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         content_type="application/json",

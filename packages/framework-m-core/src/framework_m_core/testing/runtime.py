@@ -149,9 +149,8 @@ class WorkerContract(ContractBase):
             "tick", deduplication_id="tick:tick:60", enqueued_at=now, scheduled_at=60,
             not_after=now - 30,
         )  # fmt: skip
-        try:
-            await broker.publish(late)
-            refused = 0
+        try:  # refused, stored nowhere (told like a duplicate) or dropped by the worker
+            refused = int((await broker.publish(late)).duplicate)
         except BrokerError:
             refused = 1
         on_time = await broker.enqueue("tick", deduplication_id="tick:tick:61")
