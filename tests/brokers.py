@@ -60,11 +60,29 @@ class ServerProcess:
     def start(self) -> None:
         raise NotImplementedError
 
-    def restart(self, outage: float = 2.0) -> None:
-        """Stop the server (SIGTERM), stay down for ``outage`` seconds, start it again."""
+    def restart(self, outage: float = 2.0) -> tuple[float, float]:
+        """Stop the server (SIGTERM), stay down for ``outage`` seconds, start it again.
+        Returns when it was down and when it was started again."""
         self.stop()
+        down = time.time()
         time.sleep(outage)
+        up = time.time()
         self.start()
+        return down, up
+
+    def pause(self, seconds: float) -> tuple[float, float]:
+        """Freeze the server (SIGSTOP) for ``seconds``: its sockets stay open and nothing
+        it is sent is handled until SIGCONT. Returns when it was stopped and continued."""
+        self._signal(signal.SIGSTOP)
+        stopped = time.time()
+        time.sleep(seconds)
+        continued = time.time()
+        self._signal(signal.SIGCONT)
+        return stopped, continued
+
+    def _signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -314,6 +332,10 @@ class RabbitServer(ServerProcess):
             wait_port(self.management_port, timeout=30)
         if self.tls_port is not None:
             wait_port(self.tls_port, timeout=30)
+
+    def _signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)  # the script and the Erlang VM it runs
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:

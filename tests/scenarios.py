@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from framework_m_core.testing.scenarios import (
@@ -14,23 +14,46 @@ from framework_m_core.testing.scenarios import (
     wait_for_slot,
 )
 
+# Settings under which the scenario checks the grace rule: a tick is stored no later
+# than slot + grace + clock skew.
+GRACE, SKEW = 2.0, 0.5
+Windows = Sequence[tuple[float, float]]
+
 
 def replicas_ride_out(
-    procs: Processes, url: str, tmp_path: Path, disrupt: Callable[[], None], replicas: int = 3
+    procs: Processes,
+    url: str,
+    tmp_path: Path,
+    disrupt: Callable[[], Windows | object],
+    replicas: int = 3,
 ) -> None:
     """``replicas`` workers tick a 1-second schedule; ``disrupt`` runs a few slots in.
     No slot runs twice; every slot before the disruption and after the broker is back
     runs; of the slots it made late, only the latest is owed (the grace rule), so they
-    may be missing from its start until a few seconds after it ended."""
+    may be missing from its start until a few seconds after it ended.
+
+    When ``disrupt`` returns the windows (start, end) in which the broker could store
+    nothing, no slot that began inside one and whose grace ended inside it ran: it was
+    never stored, or stored late and refused (by the broker or the worker).
+    """
     log = tmp_path / "slots.log"
-    workers = procs.workers(url, replicas, env={"FM_SLOT_LOG": str(log)})
+    workers = procs.workers(
+        url, replicas, "--grace", str(GRACE), "--clock-skew", str(SKEW),
+        env={"FM_SLOT_LOG": str(log)},
+    )  # fmt: skip
     first = int(time.time()) + 1
     wait_for_slot(log, first + 4, timeout=20)
     disrupted = time.time()
-    disrupt()
+    windows = disrupt()
     back = time.time()
     wait_for_slot(log, int(back) + 8, timeout=60)
     last = int(time.time()) - 2
     stop_all(workers)
+    runs = slot_runs(log)
     # Back: publishes waiting to retry wake within 2 s, then new slots go through.
-    assert_each_slot_once(slot_runs(log), first, last, outage=(disrupted - 1, back + 4))
+    assert_each_slot_once(runs, first, last, outage=(disrupted - 1, back + 4))
+    if isinstance(windows, Sequence):
+        ran = {slot for slot, _, _ in runs}
+        for down, up in windows:
+            late = [s for s in ran if down + 0.2 < s and s + GRACE + SKEW + 0.5 < up]
+            assert not late, f"slots stored after their grace ran: {late} ({down:.1f}-{up:.1f})"

@@ -1,10 +1,12 @@
-"""Workers on a server the test owns ride out its restart: every slot runs once, none is
-lost. One scenario, parametrized by broker."""
+"""Workers on a server the test owns ride out its restart and a pause (SIGSTOP), each
+longer than grace: every slot runs once, none is lost, and no tick held up by the fault
+runs after its grace. One scenario, parametrized by broker."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
 from .brokers import NatsServer, RabbitServer, RedisServer, ServerProcess
-from .scenarios import replicas_ride_out
+from .scenarios import GRACE, SKEW, replicas_ride_out
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +38,19 @@ def server(
     own.stop(signal.SIGKILL)
 
 
-def test_workers_ride_out_a_broker_restart(
+def test_workers_ride_out_a_restart_and_a_pause_longer_than_grace(
     procs: Processes, tmp_path: Path, server: tuple[ServerProcess, dict[str, object]]
 ) -> None:
     own, options = server
     ns = namespace(own.url)
+    outage = GRACE + SKEW + 3  # long enough that ticks held up in it are past their grace
+
+    def restart_then_pause() -> list[tuple[float, float]]:
+        down = own.restart(outage)
+        time.sleep(2)  # the workers are back (or about to be) before the next fault
+        return [down, own.pause(outage)]
+
     try:
-        replicas_ride_out(procs, ns.url(**options), tmp_path, own.restart)
+        replicas_ride_out(procs, ns.url(**options), tmp_path, restart_then_pause)
     finally:
         asyncio.run(ns.drop())
