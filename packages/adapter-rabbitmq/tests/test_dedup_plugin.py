@@ -170,3 +170,63 @@ async def test_a_redeclaration_with_other_arguments_is_refused(
             )
     finally:
         await connection.close()
+
+
+async def test_long_ids_are_kept_as_a_digest_and_still_told_apart(topology: Topology) -> None:
+    x = await topology.exchange(**{"x-cache-size": 100})
+    q = await topology.queue(x)
+    long_a, long_b = "a" * 100_000, "a" * 99_999 + "b"
+    assert await send(x, b"1", long_a)
+    assert not await send(x, b"2", long_a)
+    assert await send(x, b"3", long_b)  # differs in its last byte only
+    assert await send(x, b"4", "a" * 64)  # short ids are kept as they are
+    assert not await send(x, b"5", "a" * 64)
+    assert await bodies(q) == [b"1", b"3", b"4"]
+    size = await cache_bytes()
+    for i in range(200):  # 200 ids of 50 KB each: the cache grows by entries, not bytes
+        assert await send(x, b"", f"{i:04d}" + "x" * 50_000)
+    assert await cache_bytes() - size < 200 * 1_000
+
+
+async def cache_bytes() -> int:
+    """The bytes the RAM cache table takes on the node (rabbitmqctl eval)."""
+    proc = await asyncio.create_subprocess_exec(
+        "rabbitmqctl", "--quiet", "eval",
+        "mnesia:table_info(fm_dedup_cache, memory) * erlang:system_info(wordsize).",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    return int(out.strip())
+
+
+@pytest.mark.parametrize("size", [0, 10_000_001])
+async def test_an_absurd_cache_size_is_refused(channel: AbstractChannel, size: int) -> None:
+    with pytest.raises(ChannelPreconditionFailed, match="from 1 to 10000000"):
+        await channel.declare_exchange(
+            f"fmtest-dedup-{uuid.uuid4().hex[:8]}",
+            type="x-message-deduplication",
+            arguments={"x-cache-size": size},
+        )
+
+
+async def test_deleting_an_exchange_forgets_its_ids_and_keeps_the_others(
+    topology: Topology,
+) -> None:
+    kept = await topology.exchange(**{"x-cache-size": 100})
+    await topology.queue(kept)
+    gone = await topology.exchange(**{"x-cache-size": 100})
+    await topology.queue(gone)
+    for dedup in ("a", "b"):
+        assert await send(kept, b"", dedup)
+        assert await send(gone, b"", dedup)
+    name = gone.name
+    await gone.delete()
+    topology.exchanges.remove(gone)
+    again = await topology.channel.declare_exchange(
+        name, type="x-message-deduplication", arguments={"x-cache-size": 100}
+    )
+    topology.exchanges.append(again)
+    await topology.queue(again)
+    assert await send(again, b"", "a")  # forgotten with the exchange
+    assert not await send(kept, b"", "a")  # the other exchange's ids stay
+    assert not await send(kept, b"", "b")

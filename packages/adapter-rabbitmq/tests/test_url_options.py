@@ -54,6 +54,7 @@ def test_management_off() -> None:
     [
         ("cache_persistence=tape", "cache_persistence must be 'disk' or 'memory'"),
         ("delivery_limit=0", "must be positive"),
+        ("cache_size=10000001", "over the exchange's limit of 10,000,000 ids"),
         ("heartbeat=soon", "heartbeat must be whole seconds"),
         ("cafile=/nonexistent/ca.pem", "cafile '/nonexistent/ca.pem' is not a readable file"),
         ("no_verify_ssl=yes", "no_verify_ssl must be 0 or 1"),

@@ -8,12 +8,15 @@
 %% arrives is routed nowhere too, and not remembered: a tick held up by a paused
 %% broker or a full socket buffer must not run after its grace.
 %%
-%% Exchange arguments: `x-cache-size` (entries kept, required, > 0),
+%% Exchange arguments: `x-cache-size` (entries kept, required, 1 to 10,000,000),
 %% `x-cache-ttl` (milliseconds, optional) and `x-cache-persistence` (`memory`,
 %% the default, or `disk`). A message header `x-cache-ttl` overrides the
 %% exchange's TTL for that message. Without a TTL an entry lives until the size
 %% bound evicts it. The cache is a Mnesia table with a copy on every node, so it
 %% holds across a cluster: in RAM, or on disk too so that it survives a restart.
+%% An entry holds an id of at most 64 bytes (a longer one is kept as its SHA-256),
+%% so the cache's size in bytes is bounded by its entry count. Deleting an
+%% exchange visits its own entries only (through the ordered index).
 -module(rabbit_exchange_type_fm_dedup).
 
 -include_lib("rabbit_common/include/rabbit.hrl").
@@ -40,6 +43,8 @@
 -define(ORDER, fm_dedup_order).
 -define(DISK_ORDER, fm_dedup_order_disk).
 -define(SWEEP, 16).  %% expired entries an insert removes at most
+-define(MAX_SIZE, 10000000).  %% x-cache-size above this is refused
+-define(MAX_KEY, 64).  %% ids longer than this (bytes) are kept as their SHA-256
 
 -record(fm_dedup_entry, {key, expires_at, inserted_at}).
 -record(fm_dedup_size, {exchange, count}).
@@ -70,7 +75,8 @@ route(#exchange{name = XName, arguments = Args},
         {true, _} -> [];
         {false, undefined} -> fanout(XName);
         {false, {_Type, Value}} ->
-            case remember(XName, Value, ttl(Headers, Args), cache_size(Args), tables(Args)) of
+            case remember(XName, key(Value), ttl(Headers, Args), cache_size(Args),
+                          tables(Args)) of
                 duplicate -> [];
                 new -> fanout(XName)
             end
@@ -84,6 +90,11 @@ too_late(Headers) ->
     end.
 
 fanout(XName) -> rabbit_router:match_routing_key(XName, ['_']).
+
+%% What the cache keeps of a header value: itself when short, else its digest.
+key(Value) when is_binary(Value), byte_size(Value) =< ?MAX_KEY -> Value;
+key(Value) when is_binary(Value) -> {sha256, crypto:hash(sha256, Value)};
+key(Value) -> key(term_to_binary(Value)).
 
 headers(Content) ->
     #content{properties = #'P_basic'{headers = Headers}} =
@@ -193,10 +204,10 @@ cache_size(Args) ->
 
 validate(#exchange{arguments = Args}) ->
     case rabbit_misc:table_lookup(Args, ?SIZE_ARG) of
-        {_, Size} when is_integer(Size), Size > 0 -> ok;
+        {_, Size} when is_integer(Size), Size > 0, Size =< ?MAX_SIZE -> ok;
         _ -> rabbit_misc:protocol_error(precondition_failed,
                                         "x-message-deduplication needs x-cache-size, "
-                                        "a positive integer", [])
+                                        "an integer from 1 to ~b", [?MAX_SIZE])
     end,
     case rabbit_misc:table_lookup(Args, ?TTL_ARG) of
         undefined -> ok;
@@ -220,12 +231,13 @@ delete(none, #exchange{name = XName, arguments = Args}, _Bs) ->
     {Cache, Order, Counter} = tables(Args),
     mnesia:transaction(
       fun() ->
-          [mnesia:delete(Cache, K, write)
-           || #fm_dedup_entry{key = K}
-                  <- mnesia:match_object(Cache, #fm_dedup_entry{key = {XName, '_'}, _ = '_'},
-                                         write)],
-          [mnesia:delete(Order, K, write)
-           || #fm_dedup_order{key = K}
+          %% The ordered index holds one row per cached id, keyed {XName, Inserted}: a
+          %% match on that key prefix visits this exchange's rows only.
+          [begin
+               mnesia:delete(Cache, {XName, Value}, write),
+               mnesia:delete(Order, K, write)
+           end
+           || #fm_dedup_order{key = K, value = Value}
                   <- mnesia:match_object(Order, #fm_dedup_order{key = {XName, '_'}, _ = '_'},
                                          write)],
           mnesia:delete(Counter, XName, write)

@@ -35,6 +35,9 @@ _OPTIONS: dict[str, type] = {
 }
 _QUEUE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
+# The most ids framework-m's exchange plugin keeps (x-cache-size).
+MAX_CACHE_SIZE = 10_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class RabbitSettings:
@@ -136,6 +139,10 @@ def parse_url(url: str) -> RabbitSettings:
     if min(window, cache_size, prefetch, delivery_limit) <= 0:
         raise ConfigurationError(
             f"dedup_window, cache_size, prefetch and delivery_limit must be positive in {shown!r}"
+        )
+    if cache_size > MAX_CACHE_SIZE:
+        raise ConfigurationError(
+            f"cache_size {cache_size} is over the exchange's limit of {MAX_CACHE_SIZE:,} ids"
         )
     passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
     timeout = str(opts.get("timeout", "60"))
