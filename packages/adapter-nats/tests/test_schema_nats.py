@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import nats
 import pytest
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from framework_m_core import SchemaConflictError, decode_message
 from framework_m_core.testing import receive_all
@@ -115,3 +116,26 @@ async def test_consumer_settings_are_updated_in_place(
         [second] = await broker.receive(10, 5)  # the acked one is not delivered again
         assert second.attempt == 1
         assert await broker.receive(10, 0.5) == []
+
+
+async def test_a_cap_an_operator_set_is_reported_and_left_alone(
+    js: nats.js.JetStreamContext, namespace: NatsNamespace
+) -> None:
+    url = namespace.url()
+    async with NatsBroker.from_url(url) as broker:
+        await broker.sync_schema()
+        s = broker.settings
+        info = await js.stream_info(s.stream)
+        await js.update_stream(dataclasses.replace(info.config, max_msgs=1000, max_bytes=10**6))
+        plan = await broker.plan_schema()
+        assert plan.in_sync  # nothing to change: the cap is the operator's
+        [warning] = plan.warnings
+        assert f"stream {s.stream} is capped (max_msgs 1000, max_bytes 1000000; discard old)" in (
+            warning
+        )
+        assert "silently deletes its oldest messages" in warning
+        assert f"warning: stream {s.stream} is capped" in plan.describe()
+        info = await js.stream_info(s.stream)
+        await js.update_stream(dataclasses.replace(info.config, discard=DiscardPolicy.NEW))
+        [warning] = (await broker.sync_schema()).warnings
+        assert "a full stream refuses new jobs" in warning

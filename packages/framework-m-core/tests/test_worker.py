@@ -21,6 +21,7 @@ from framework_m_core import (
     WorkerFailedError,
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.schema import SchemaPlan
 from framework_m_core.testing import receive_all, running_worker, synced, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -421,3 +422,20 @@ async def test_a_huge_exception_message_is_logged_bounded(
     assert "(1,000,012 characters)" in record.getMessage()
     assert "raise ValueError" in record.getMessage()  # the frames come before the cut
     assert len(caplog.text) < 40_000
+
+
+async def test_schema_warnings_are_logged_at_start(
+    queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Capped(MemoryBroker):
+        async def plan_schema(self) -> SchemaPlan:
+            plan = await super().plan_schema()
+            return SchemaPlan(plan.changes, ("the queue is capped: jobs may be dropped",))
+
+    async with Capped(MemorySettings(queue_name)) as broker:
+        await Worker(App(), broker).prepare()
+    [record] = [r for r in caplog.records if "capped" in r.getMessage()]
+    assert (record.levelname, record.getMessage()) == (
+        "WARNING",
+        "schema: the queue is capped: jobs may be dropped",
+    )

@@ -172,12 +172,39 @@ async def _plan_consumer(
 
 
 async def plan(js: JetStreamContext, s: NatsSettings) -> SchemaPlan:
-    """Every change needed, in order; refusals included."""
+    """Every change needed, in order; refusals included; limits that can drop jobs."""
     job_changes = await _plan_stream(js, job_stream(s))
     changes = job_changes + await _plan_stream(js, dead_letter_stream(s))
     if not any(c.action == "refuse" for c in job_changes):
         changes += await _plan_consumer(js, s.stream, consumer(s))
-    return SchemaPlan(tuple(changes))
+    warnings = [w for name in (s.stream, s.dead_letter_stream) for w in await _limits(js, name)]
+    return SchemaPlan(tuple(changes), tuple(warnings))
+
+
+# Caps an operator may set on a stream; framework-m sets none of them.
+_CAPS = ("max_msgs", "max_bytes", "max_msgs_per_subject")
+
+
+async def _limits(js: JetStreamContext, stream: str) -> list[str]:
+    """What an operator-set cap on ``stream`` does to jobs, if it has one."""
+    try:
+        have = (await js.stream_info(stream)).config
+    except NotFoundError:
+        return []
+    caps = [
+        f"{name} {value}" for name in _CAPS if (value := getattr(have, name)) not in (None, -1, 0)
+    ]
+    if not caps:
+        return []
+    if have.discard == DiscardPolicy.NEW:
+        effect = "a full stream refuses new jobs (enqueue fails)"
+    else:
+        effect = "a full stream silently deletes its oldest messages, unrun jobs included"
+    return [
+        f"stream {stream} is capped ({', '.join(caps)}; discard {_show(have.discard)}): "
+        f"{effect}; acked jobs stay stored for max_age, so size the cap for max_age's worth "
+        "of jobs or remove it"
+    ]
 
 
 async def apply(js: JetStreamContext, s: NatsSettings, plan: SchemaPlan) -> None:

@@ -27,6 +27,9 @@ class SchemaPlan:
     """Every difference found; empty when the broker already matches."""
 
     changes: tuple[SchemaChange, ...] = ()
+    #: Settings found on the broker that schema sync leaves alone but an operator must
+    #: know of (a cap that can drop jobs); they do not make the plan out of sync.
+    warnings: tuple[str, ...] = ()
 
     @property
     def in_sync(self) -> bool:
@@ -37,9 +40,8 @@ class SchemaPlan:
         return tuple(c for c in self.changes if c.action == "refuse")
 
     def describe(self) -> str:
-        if self.in_sync:
-            return "schema in sync: nothing to do"
-        return "\n".join(str(c) for c in self.changes)
+        lines = [str(c) for c in self.changes] or ["schema in sync: nothing to do"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
 class SchemaRaceError(Exception):

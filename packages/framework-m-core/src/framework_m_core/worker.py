@@ -92,7 +92,9 @@ class Worker:
             self.ticker.check()  # against the configured window: refuse before changing anything
         plan = await self.broker.sync_schema()
         if not plan.in_sync:
-            log.info("schema synced:\n%s", plan.describe())
+            log.info("schema synced:\n%s", "\n".join(str(c) for c in plan.changes))
+        for warning in plan.warnings:
+            log.warning("schema: %s", warning)
         if self.ticker is not None:
             self.ticker.check()
         self._prepared = True
