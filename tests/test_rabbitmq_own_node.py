@@ -246,3 +246,36 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
         assert "rabbitmq-message-deduplication" in said
         assert "plugin/build.sh" in said
         assert "Traceback" not in said
+
+
+def test_a_missing_configure_permission_is_named_not_taken_for_a_conflict(
+    node: RabbitServer,
+) -> None:
+    user = f"fmtest_{uuid.uuid4().hex[:8]}"
+    management_put(node, f"users/{user}", {"password": "pw", "tags": ""})
+    management_put(
+        node, f"permissions/%2F/{user}", {"configure": "^$", "write": ".*", "read": ".*"}
+    )
+    ns = RabbitNamespace(node.url)
+    admin_url = ns.url()
+    limited_url = admin_url.replace("guest:guest@", f"{user}:pw@")
+
+    async def scenario() -> None:
+        async with RabbitBroker.from_url(limited_url) as limited:
+            with pytest.raises(BrokerError, match="lacks the configure permission") as raised:
+                await limited.sync_schema()  # nothing exists yet: it would create
+            assert "delete" not in str(raised.value)
+            async with RabbitBroker.from_url(admin_url) as admin:
+                await admin.sync_schema()
+            plan = await limited.plan_schema()  # it exists: the check declares it again
+            assert plan.refused
+            for change in plan.refused:
+                assert "lacks the configure permission" in change.detail
+                assert "nothing needs deleting" in change.detail
+            await limited.enqueue("job")  # publishing needs write only
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        node.ctl("delete_user", user)
+        asyncio.run(ns.drop())

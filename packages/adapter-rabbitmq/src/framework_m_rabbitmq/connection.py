@@ -122,14 +122,16 @@ class Link:
                 f"cannot open a channel on {self.settings.display_url}: {exc}"
             ) from None
 
-    async def probe(self, declare: Callable[[AbstractChannel], Awaitable[Any]]) -> str | None:
+    async def probe(
+        self, declare: Callable[[AbstractChannel], Awaitable[Any]]
+    ) -> aiormq.exceptions.ChannelClosed | None:
         """Run a declaration on a side channel; return the server's refusal, if any."""
         channel = await self.side_channel()
         try:
             await declare(channel)
             return None
         except aiormq.exceptions.ChannelClosed as exc:
-            return str(exc)
+            return exc
         finally:
             if not channel.is_closed:
                 await channel.close()
@@ -147,6 +149,8 @@ class Link:
                 )
                 await exchange.delete()
             return True
+        except aiormq.exceptions.ChannelAccessRefused:
+            return True  # cannot tell: declaring the real exchange will say what is wrong
         except AMQP_ERRORS as exc:
             if "exchange type" in str(exc):
                 return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -82,13 +83,24 @@ class RabbitSchema:
                     changes.append(SchemaChange("create", target, detail))
                 continue
             refused = await self.link.probe(functools.partial(declare, passive=False))
-            if refused is not None:
+            if isinstance(refused, aiormq.exceptions.ChannelAccessRefused):
+                changes.append(SchemaChange("refuse", target, self._no_permission(refused)))
+            elif refused is not None:
                 detail = (
                     f"exists with other arguments ({refused}); delete it (after moving its "
                     "messages) and run `m migrate`"
                 )
                 changes.append(SchemaChange("refuse", target, detail))
         return SchemaPlan(tuple(changes + await self._plan_policy()))
+
+    def _no_permission(self, refused: Exception) -> str:
+        """A refusal for lack of the configure permission: nothing needs deleting."""
+        return (
+            f"the user lacks the configure permission ({refused}): grant it on names "
+            f"starting with '{self.s.queue}.' (rabbitmqctl set_permissions -p <vhost> <user> "
+            f"'^{re.escape(self.s.queue)}\\.' <write> <read>), or run `m migrate` as a user "
+            "that has it; nothing needs deleting"
+        )
 
     async def _plan_policy(self) -> list[SchemaChange]:
         s, api = self.s, self.s.management
@@ -148,6 +160,9 @@ class RabbitSchema:
             await jobs.bind(exchange)
         except aiormq.exceptions.AMQPError as exc:
             await self.link.reopen()
+            if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
+                detail = self._no_permission(exc)
+                raise BrokerError(f"cannot declare the topology: {detail}") from None
             if "exchange type" in str(exc):
                 raise BrokerError(
                     f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
