@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,5 +24,33 @@ def test_an_evicting_redis_is_reported(procs: Processes, tmp_path: Path) -> None
         worker.wait_for(r"maxmemory-policy is allkeys-lru: Redis may evict dedup keys")
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("denied", "says"),
+    [
+        ("-@scripting", "may not run Lua scripts .*needs the ACL category \\+@scripting"),
+        ("-@sortedset", "may not run ZADD, ZRANGE, ZRANGEBYSCORE, ZREM on the keys fm:"),
+        ("-xautoclaim", "may not run XAUTOCLAIM on the keys .*grant @stream"),
+    ],
+)
+def test_an_acl_user_missing_a_permission_is_refused_at_start(
+    procs: Processes, tmp_path: Path, denied: str, says: str
+) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        subprocess.run(
+            ["redis-cli", "-p", str(server.port), "ACL", "SETUSER", "app", "on", ">pw",
+             "~*", "&*", "+@all", denied],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        url = server.url.replace("redis://", "redis://app:pw@")
+        worker = procs.m("worker", "--app", RECORDER_APP, "--broker", url)
+        assert worker.wait(timeout=30) != 0
+        assert re.search(says, worker.output), worker.output
+        assert "Traceback" not in worker.output
     finally:
         server.stop(signal.SIGKILL)

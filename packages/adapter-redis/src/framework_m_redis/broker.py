@@ -25,7 +25,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
 from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, DeliveryLostError
+from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
@@ -88,6 +88,12 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._scripts = {
             name: client.register_script(getattr(scripts, name)) for name in scripts.NAMES
         }
+        try:
+            await connection.check_permissions(client, self.settings)
+        except FrameworkMError:
+            self._client = None
+            await client.aclose()
+            raise
         await connection.warn_on_eviction(client)
 
     async def close(self) -> None:

@@ -7,10 +7,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
-from framework_m_core.errors import BrokerError
+from framework_m_core.errors import BrokerError, ConfigurationError
 
+from . import scripts
 from .schema import text
 from .settings import RedisSettings
 
@@ -33,6 +34,47 @@ async def open_client(s: RedisSettings) -> Any:
     except (RedisError, OSError) as exc:
         raise BrokerError(f"cannot connect to {s.display_url}: {exc}") from None
     return client
+
+
+# Every command the adapter runs, itself or in its scripts, with keys of the queue.
+_COMMANDS = (
+    "XADD {stream} * b x", "XACK {stream} g 0-1", "XCLAIM {stream} g c 0 0-1",
+    "XDEL {stream} 0-1", "XLEN {stream}", "XPENDING {stream} g - + 1",
+    "XREADGROUP GROUP g c COUNT 1 STREAMS {stream} >", "XAUTOCLAIM {stream} g c 0 0-0",
+    "XGROUP CREATE {stream} g 0 MKSTREAM", "XGROUP DELCONSUMER {stream} g c",
+    "XINFO GROUPS {stream}", "XINFO CONSUMERS {stream} g", "XADD {dead} * b x",
+    "XREVRANGE {dead} + -", "ZADD {delayed} 1 m", "ZRANGEBYSCORE {delayed} 0 1",
+    "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
+    "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME",
+)  # fmt: skip
+_CATEGORIES = {"X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace"}
+
+
+async def check_permissions(client: Any, s: RedisSettings) -> None:
+    """Fail at start, naming what to grant, when the ACL user may not run scripts or a
+    command the adapter needs; a worker would otherwise retry forever."""
+    keys = {"stream": s.stream, "dead": s.dead, "delayed": s.delayed, "meta": s.meta}
+    commands = [c.format(dedup=s.dedup_key("check"), **keys) for c in _COMMANDS]
+    try:
+        denied = await client.eval(scripts.DENIED, 1, s.stream, *commands)
+    except NoPermissionError as exc:
+        raise ConfigurationError(
+            f"the Redis user of {s.display_url} may not run Lua scripts ({exc}); "
+            "framework-m needs the ACL category +@scripting"
+        ) from None
+    except ResponseError as exc:
+        log.debug("cannot check the ACL user's commands (Redis < 7.0?): %s", exc)
+        return
+    except RedisError as exc:
+        raise BrokerError(f"cannot check the Redis user's permissions: {exc}") from None
+    if denied:
+        names = sorted({text(c).split()[0] for c in denied})
+        categories = sorted({_CATEGORIES.get(n[0], "@fast") for n in names if n != "TIME"})
+        categories += ["+time"] if "TIME" in names else []
+        raise ConfigurationError(
+            f"the Redis user of {s.display_url} may not run {', '.join(names)} on the keys "
+            f"{s.key('*')}; grant {' '.join(categories)} on them (ACL SETUSER)"
+        )
 
 
 async def warn_on_eviction(client: Any) -> None:

@@ -101,3 +101,15 @@ return #due
 """
 
 NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE")
+
+# Which of the commands in ARGV (one per argument, space-separated) the user may not
+# run, keys included; raises where the server has no redis.acl_check_cmd (< 7.0).
+DENIED = """
+local denied = {}
+for i = 1, #ARGV do
+  local words = {}
+  for word in string.gmatch(ARGV[i], '%S+') do table.insert(words, word) end
+  if not redis.acl_check_cmd(unpack(words)) then table.insert(denied, ARGV[i]) end
+end
+return denied
+"""
