@@ -49,6 +49,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.REDELIVER_ON_DISCONNECT,
             C.CROSS_PROCESS,
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
+            C.UNCOUNTED_RELEASE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -60,6 +61,8 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._exchange: AbstractExchange | None = None
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
+        self._handed_out: dict[int, AbstractIncomingMessage] = {}  # received, maybe unsettled
         self._starting: asyncio.Future[None] | None = None
         self._retry_queues: set[str] = set()
         self._unbound_warned = False
@@ -75,15 +78,35 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         """What was declared or consumed on a connection goes with it."""
         if self._starting is not None:
             self._starting.cancel()
-        self._exchange = self._consuming = self._starting = None
+        self._exchange = self._consuming = self._starting = self._consumer_tag = None
         self._buffer = asyncio.Queue()
+        self._handed_out = {}  # the channel they arrived on is gone
         self._retry_queues.clear()  # a new connection may meet a broker that lost them
 
     async def connect(self) -> None:
         await self.link.open()
 
     async def close(self) -> None:
+        await self._hand_back_buffer()
         await self.link.close()
+
+    async def _hand_back_buffer(self) -> None:
+        """Stop consuming and release what this consumer still holds, handed out or not:
+        closing the channel would return it too, but a quorum queue counts that as a
+        delivery."""
+        queue, tag = self._consuming, self._consumer_tag
+        held, self._handed_out = list(self._handed_out.values()), {}
+        if queue is None or tag is None:
+            return
+        try:
+            await queue.cancel(tag)
+            while not self._buffer.empty():
+                held.append(self._buffer.get_nowait())
+            for msg in held:
+                if not msg.processed:
+                    await self.release(Delivery(msg.body, wire.attempt(msg), msg))
+        except (BrokerError, *AMQP_ERRORS) as exc:
+            log.debug("could not hand back buffered deliveries (%s): the channel returns them", exc)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -204,12 +227,15 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         out = [first]
         while len(out) < max_messages and not self._buffer.empty():
             out.append(self._buffer.get_nowait())
+        for msg in [m for m in self._handed_out.values() if m.processed]:
+            del self._handed_out[id(msg)]  # settled since: forget
+        self._handed_out.update((id(m), m) for m in out)
         return [Delivery(m.body, wire.attempt(m), m) for m in out]
 
     async def _consume(self) -> None:
         try:
             queue = await self.link.channel().get_queue(self.settings.jobs)
-            await queue.consume(self._buffer.put)
+            self._consumer_tag = await queue.consume(self._buffer.put)
         except aiormq.exceptions.ChannelNotFoundEntity:
             await self.link.reopen()
             raise BrokerError(
@@ -219,20 +245,26 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             raise BrokerError(f"cannot consume from {self.settings.jobs}: {exc}") from None
         self._consuming = queue
 
-    async def _settle(self, delivery: Delivery, how: str) -> None:
-        """Ack or requeue the delivery's message once; repeated calls do nothing."""
+    async def _ack(self, delivery: Delivery) -> None:
+        """Ack the delivery's message once; repeated calls do nothing."""
         msg = _unsettled(delivery)
         if msg is not None:
             try:
-                await (msg.ack() if how == "ack" else msg.nack(requeue=True))
+                await msg.ack()
             except AMQP_ERRORS as exc:
-                raise BrokerError(f"{how} failed: {exc}") from None
+                raise BrokerError(f"ack failed: {exc}") from None
 
     async def ack(self, delivery: Delivery) -> None:
-        await self._settle(delivery, "ack")
+        await self._ack(delivery)
 
     async def release(self, delivery: Delivery) -> None:
-        await self._settle(delivery, "requeue")
+        """A copy keeping the attempt count goes to the queue, then the delivery is acked:
+        a quorum queue counts a requeue as a delivery."""
+        msg = _unsettled(delivery)
+        if msg is None:
+            return
+        await self._publish_to(wire.released_copy(delivery), self.settings.jobs)
+        await self._ack(delivery)
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
         msg = _unsettled(delivery)  # first: a lost delivery comes back by itself
@@ -248,7 +280,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
                 raise BrokerError(f"cannot declare retry queue {name}: {refused}")
             self._retry_queues.add(name)
         await self._publish_to(wire.retry_copy(delivery, msg.message_id), name)
-        await self._settle(delivery, "ack")
+        await self._ack(delivery)
 
     async def extend(self, delivery: Delivery) -> None:
         """RabbitMQ keeps an unacked delivery with its consumer until the channel closes."""
@@ -258,7 +290,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         if _unsettled(delivery) is None:
             return
         await self._publish_to(wire.dead_copy(delivery, reason), self.settings.dead)
-        await self._settle(delivery, "ack")
+        await self._ack(delivery)
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
         """Peek: every message is fetched, then all are put back in order."""

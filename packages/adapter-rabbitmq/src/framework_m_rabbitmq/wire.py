@@ -65,6 +65,16 @@ def retry_copy(delivery: Delivery, message_id: str | None) -> aio_pika.Message:
     )
 
 
+def released_copy(delivery: Delivery) -> aio_pika.Message:
+    """The copy a released delivery goes back as: the same attempt when delivered again."""
+    return aio_pika.Message(
+        delivery.body,
+        headers={ATTEMPTS_HEADER: delivery.attempt - 1},
+        message_id=uuid.uuid4().hex,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    )
+
+
 def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
     return aio_pika.Message(
         delivery.body,

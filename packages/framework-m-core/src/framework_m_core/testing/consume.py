@@ -185,6 +185,17 @@ class ConsumeContract(ContractBase):
             assert again.delivery.attempt in (first.attempt, first.attempt + 1)
             await again.consumer.ack(again.delivery)
 
+    @requires(Capability.REDELIVER_ON_CLOSE, Capability.UNCOUNTED_RELEASE)
+    async def test_what_a_closing_consumer_hands_back_keeps_its_attempt(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        ids = {await broker.enqueue("job", i=i) for i in range(5)}
+        async with connected(broker_factory) as consumer:
+            [taken] = await consumer.receive(1, PROMPT)  # a prefetching client holds more
+        back = await receive_all(broker)
+        assert {decode_message(d.body).id for d in back} == ids
+        assert [d.attempt for d in back] == [taken.attempt] * 5, "never run, yet counted"
+
     @requires(Capability.UNCOUNTED_RELEASE)
     async def test_a_release_is_not_counted_as_an_attempt(self, broker: BrokerProtocol) -> None:
         job_id = await broker.enqueue("job")
