@@ -16,29 +16,20 @@ daylight-saving transitions a wall time can be missing or occur twice:
 
 from __future__ import annotations
 
-import calendar
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-from croniter.croniter import CroniterError
-
+from . import cronspec
+from .cronspec import CronSpec
 from .errors import ScheduleError
+from .zones import MAX_YEAR, MIN_YEAR, ZoneClock, clock_of
 
-_ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-# Lookaround used to find a UTC-offset change near an instant; longer than any DST shift.
-_TRANSITION_SPAN = 4 * 3600
+MAX_INTERVAL = 100 * 365 * 86_400
+_FIRST = datetime(MIN_YEAR + 1, 1, 1, tzinfo=UTC).timestamp()
+_LAST = datetime(MAX_YEAR - 1, 1, 1, tzinfo=UTC).timestamp()
 
 
 class Schedule(ABC):
@@ -51,6 +42,11 @@ class Schedule(ABC):
     @abstractmethod
     def describe(self) -> str:
         """A short human description, e.g. ``every 5s`` or ``cron '0 9 * * *' (Europe/Berlin)``."""
+
+    def count_between(self, start: float, end: float, limit: int) -> int:
+        """How many slots ``s`` have ``start < s <= end``, counted up to ``limit`` at most
+        (interval schedules count exactly, at any size)."""
+        return len(self.slots_between(start, end, limit))
 
     def slots_between(self, start: float, end: float, limit: int = 100_000) -> list[int]:
         """The slots ``s`` with ``start < s <= end``, oldest first, at most ``limit`` of them."""
@@ -72,8 +68,10 @@ class Every(Schedule):
     def __post_init__(self) -> None:
         if isinstance(self.seconds, bool) or not isinstance(self.seconds, int):
             raise ScheduleError(f"interval must be whole seconds, got {self.seconds!r}")
-        if self.seconds < 1:
-            raise ScheduleError(f"interval must be at least 1 second, got {self.seconds} s")
+        if not 1 <= self.seconds <= MAX_INTERVAL:
+            raise ScheduleError(
+                f"interval must be 1 to {MAX_INTERVAL} seconds, got {self.seconds} s"
+            )
         if isinstance(self.offset, bool) or not isinstance(self.offset, int):
             raise ScheduleError(f"interval offset must be whole seconds, got {self.offset!r}")
 
@@ -81,83 +79,72 @@ class Every(Schedule):
         k = math.floor((t - self.offset) / self.seconds) + 1
         return self.offset + k * self.seconds
 
+    def count_between(self, start: float, end: float, limit: int) -> int:
+        if end <= start:
+            return 0
+        return max(
+            0,
+            math.floor((end - self.offset) / self.seconds)
+            - math.floor((start - self.offset) / self.seconds),
+        )
+
     def describe(self) -> str:
         return f"every {self.seconds}s"
 
 
 @dataclass(frozen=True)
 class Cron(Schedule):
-    """A cron expression (5 fields, or 6 with a leading seconds field) in an IANA time zone."""
+    """A cron expression (5 fields, or 6 with a leading seconds field) in an IANA time zone;
+    the dialect is :mod:`~.cronspec`'s."""
 
     expression: str
     tz: str = "UTC"
-    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
-    _expr: str = field(init=False, repr=False, compare=False)
-    _with_seconds: bool = field(init=False, repr=False, compare=False)
-    _every_hour: bool = field(init=False, repr=False, compare=False)
+    _spec: CronSpec = field(init=False, repr=False, compare=False)
+    _clock: ZoneClock = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.expression, str):
-            raise ScheduleError(f"cron expression must be a string, got {self.expression!r}")
-        expr = " ".join(self.expression.split())
-        expr = _ALIASES.get(expr.lower(), expr)
-        fields = expr.split(" ")
-        if len(fields) not in (5, 6):
-            raise ScheduleError(
-                f"invalid cron expression {self.expression!r}: expected 5 fields "
-                f"(minute hour day month weekday) or 6 with a leading seconds field, "
-                f"got {len(fields)}"
-            )
-        zone = _zone(self.tz)
-        with_seconds = len(fields) == 6
-        try:
-            it = croniter(expr, datetime(2000, 1, 1), second_at_beginning=with_seconds)
-            it.get_next(datetime)
-        except (CroniterError, ValueError, KeyError) as exc:
-            raise ScheduleError(f"invalid cron expression {self.expression!r}: {exc}") from None
-        object.__setattr__(self, "_zone", zone)
-        object.__setattr__(self, "_expr", expr)
-        object.__setattr__(self, "_with_seconds", with_seconds)
-        object.__setattr__(self, "_every_hour", fields[-4] == "*")
+        object.__setattr__(self, "_spec", cronspec.parse(self.expression))
+        object.__setattr__(self, "_clock", clock_of(_zone(self.tz)))
 
     def describe(self) -> str:
         return f"cron {self.expression!r} ({self.tz})"
 
     def next_after(self, t: float) -> int:
-        base = math.floor(t)
-        offsets = {
-            self._offset(base - _TRANSITION_SPAN),
-            self._offset(base),
-            self._offset(base + _TRANSITION_SPAN),
-        }
-        lookback = max(offsets) - min(offsets)
-        start = datetime.fromtimestamp(base, self._zone).replace(tzinfo=None, fold=0)
-        it = croniter(
-            self._expr, start - timedelta(seconds=lookback), second_at_beginning=self._with_seconds
-        )
-        best: int | None = None
+        """The least slot after ``t``. The slots are a set defined by the schedule alone
+        (see the module docstring), so any instant chained from gives the same ones.
+
+        Between two offset changes the wall clock maps to instants by one offset. After a
+        spring-forward jump of J seconds, wall times in the skipped stretch map to the
+        J seconds that follow it; after a fall-back the repeated stretch maps to its
+        first pass only, unless the hour field is ``*``.
+        """
+        if not math.isfinite(t) or not _FIRST <= t < _LAST:
+            raise ScheduleError(f"{t!r} is outside the years {MIN_YEAR}-{MAX_YEAR} schedules cover")
+        spec, clock = self._spec, self._clock
+        base = math.floor(t) + 1  # the first instant that may be a slot
         while True:
-            naive = it.get_next(datetime)
-            for instant in self._instants(naive):
-                if instant > t and (best is None or instant < best):
-                    best = instant
-            if best is None:
-                continue
-            # Near a transition, a later wall time can map to an earlier instant; past
-            # this bound no later wall time can beat ``best``.
-            if lookback == 0 or calendar.timegm(naive.timetuple()) - max(offsets) > best:
+            prev, nxt = clock.around(base)
+            off = prev.after if prev is not None else clock.offset(base)
+            end = None if nxt is None else nxt.at + off
+            start = base + off
+            best: int | None = None
+            if prev is not None and prev.after > prev.before:  # skipped wall times, shifted
+                jump = prev.after - prev.before
+                if base < prev.at + jump:
+                    lo = max(prev.at + prev.before, base + prev.before)
+                    found = spec.next_match(lo, until=prev.at + prev.after)
+                    if found is not None:
+                        best = found - prev.before
+            elif prev is not None and not spec.hour_is_star:  # skip the second pass
+                start = max(start, prev.at + prev.before)
+            found = spec.next_match(start, until=end)
+            if found is not None and (best is None or found - off < best):
+                best = found - off
+            if best is not None:
                 return best
-
-    def _offset(self, t: int) -> int:
-        off = datetime.fromtimestamp(t, self._zone).utcoffset()
-        return int(off.total_seconds()) if off is not None else 0
-
-    def _instants(self, naive: datetime) -> list[int]:
-        first = int(naive.replace(tzinfo=self._zone, fold=0).timestamp())
-        second = int(naive.replace(tzinfo=self._zone, fold=1).timestamp())
-        if first >= second:  # an ordinary wall time, or one skipped by a jump (shifted forward)
-            return [first]
-        return [first, second] if self._every_hour else [first]
+            if nxt is None:
+                raise ScheduleError(f"{self.describe()} has no slot after {t!r}")
+            base = nxt.at
 
 
 def _zone(name: object) -> ZoneInfo:
@@ -176,12 +163,18 @@ def every(interval: float | timedelta) -> Every:
     seconds: float
     if isinstance(interval, timedelta):
         seconds = interval.total_seconds()
-    elif isinstance(interval, int | float) and not isinstance(interval, bool):
-        seconds = float(interval)
+    elif isinstance(interval, int) and not isinstance(interval, bool):
+        seconds = float(min(interval, MAX_INTERVAL + 1))  # no OverflowError for 10**400
+    elif isinstance(interval, float):
+        seconds = interval
     else:
         raise ScheduleError(f"interval must be seconds or a timedelta, got {interval!r}")
     if not math.isfinite(seconds) or seconds < 1:
         raise ScheduleError(f"interval must be at least 1 second, got {seconds:g} s")
+    if seconds > MAX_INTERVAL:
+        raise ScheduleError(
+            f"interval must be at most {MAX_INTERVAL} s (100 years), got {seconds:g} s"
+        )
     if seconds != int(seconds):
         raise ScheduleError(f"interval must be a whole number of seconds, got {seconds:g} s")
     return Every(int(seconds))
