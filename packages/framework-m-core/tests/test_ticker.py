@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 
@@ -134,6 +135,45 @@ class TestRunning:
         for d in await receive_all(memory, quiet=0.2):
             msg = decode_message(d.body)
             assert msg.deduplication_id == f"tick:tick:{msg.scheduled_at}"
+
+    @pytest.mark.parametrize(
+        ("schedule", "counted", "says"),
+        [("every", 86_400 - 3, "86397"), ("cron", 100, "100+")],
+    )
+    async def test_a_day_long_stall_is_counted_without_walking_every_slot(
+        self,
+        memory: MemoryBroker,
+        caplog: pytest.LogCaptureFixture,
+        schedule: str,
+        counted: int,
+        says: str,
+    ) -> None:
+        app = App()
+
+        @app.job(**({"every": 1} if schedule == "every" else {"schedule": "* * * * * *"}))
+        async def tick(ctx: JobContext) -> None: ...
+
+        jump = 0.0
+
+        def clock() -> float:
+            return float(int(time.time())) + 0.5 + jump  # mid-second: no boundary races
+
+        memory.clock = clock
+        ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=3, clock=clock)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.published >= 1)
+        jump = 86_400.0  # a day-long stall (a suspended VM)
+        await wait_until(lambda: ticker.stats.late_skipped > 0)
+        ticker.stop()
+        await task
+        assert counted - 2 <= ticker.stats.late_skipped <= counted + 2
+        [found] = re.findall(
+            r"tick: (\d+\+?) slot\(s\) from \S+ on were not enqueued: older", caplog.text
+        )
+        if says.endswith("+"):
+            assert found == says
+        else:
+            assert abs(int(found) - int(says)) <= 2
 
     async def test_clock_jump_skips_slots_older_than_grace(
         self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture

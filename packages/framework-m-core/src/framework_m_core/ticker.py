@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -14,7 +15,7 @@ from .errors import ConfigurationError, InvalidJobError
 from .jobs import JobSpec
 from .messages import JobMessage, tick_deduplication_id
 from .protocols import BrokerProtocol
-from .schedules import Schedule, slot_datetime
+from .schedules import Every, Schedule, slot_datetime
 
 log = logging.getLogger("framework_m.ticker")
 
@@ -23,6 +24,8 @@ DEFAULT_MAX_GRACE = 30.0
 # Longest single sleep: wake this often to notice wall-clock steps (NTP, suspend).
 _MAX_SLEEP = 60.0
 _PUBLISH_RETRY_MAX = 2.0
+# Skipped slots are counted up to this many (cron) so a long stall costs no more.
+_COUNT_LIMIT = 100
 
 
 def check_grace(grace: float, clock_skew: float, dedup_window: float) -> None:
@@ -127,29 +130,34 @@ class InProcessTickerAdapter:
         )
         await check.run()
         now = self._clock()
-        due: dict[str, int] = {}
+        # (next slot, job index): only the schedules that are due are looked at.
+        due: list[tuple[int, int]] = []
         failure: Exception | None = None
         try:
             async with asyncio.TaskGroup() as self._publishes:
                 try:
-                    for spec in self._jobs:
+                    for i, spec in enumerate(self._jobs):
                         sched = _schedule(spec)
-                        missed = sched.slots_between(now - grace, now)
-                        if missed and check.halted:
+                        latest = sched.next_after(now - grace)
+                        if latest <= now and check.halted:
                             self.stats.clock_held += 1
-                        elif missed:
-                            self._fire(spec, missed[-1])
-                        due[spec.name] = sched.next_after(now)
+                        elif latest <= now:
+                            self._fire(spec, _latest_until(sched, latest, now))
+                        due.append((sched.next_after(now), i))
+                    heapq.heapify(due)
                     while not self._stop.is_set():
-                        await self._sleep_until(min(*due.values(), check.next_at))
+                        await self._sleep_until(min(due[0][0], check.next_at))
                         if self._stop.is_set():
                             break
                         now = self._clock()
-                        for spec in self._jobs:
+                        while due[0][0] <= now:
+                            slot, i = due[0]
+                            spec = self._jobs[i]
                             if check.halted:
-                                due[spec.name] = self._hold(spec, due[spec.name], now)
+                                after = self._hold(spec, slot, now)
                             else:
-                                due[spec.name] = self._fire_due(spec, due[spec.name], now, grace)
+                                after = self._fire_due(spec, slot, now, grace)
+                            heapq.heapreplace(due, (after, i))
                         if check.due():
                             check.next_at = now + CHECK_EVERY  # one measurement at a time
                             measuring = self._publishes.create_task(check.run(), name="clock check")
@@ -181,7 +189,7 @@ class InProcessTickerAdapter:
         if slot > now:
             return slot
         if slot < now - grace:
-            skipped = len(sched.slots_between(slot - 1, now - grace, limit=10_000))
+            skipped = sched.count_between(slot - 1, now - grace, limit=_COUNT_LIMIT)
             self._skipped(spec, skipped, slot, f"older than grace {grace:g}s")
             slot = sched.next_after(now - grace)
         due: list[int] = []
@@ -197,17 +205,20 @@ class InProcessTickerAdapter:
     def _hold(self, spec: JobSpec, slot: int, now: float) -> int:
         """Publish none of ``spec``'s due slots (this clock is off); return the next slot."""
         sched = _schedule(spec)
-        held = sched.slots_between(slot - 1, now, limit=10_000)
-        self.stats.clock_held += len(held)
-        return sched.next_after(now) if held else slot
+        if slot > now:
+            return slot
+        self.stats.clock_held += sched.count_between(slot - 1, now, limit=_COUNT_LIMIT)
+        return sched.next_after(now)
 
     def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
         self.stats.late_skipped += count
         log.warning(
-            "%s: %d slot(s) from %s on were not enqueued: %s (the process stalled, the "
+            "%s: %s slot(s) from %s on were not enqueued: %s (the process stalled, the "
             "broker was out of reach or the clock jumped)",
             spec.name,
-            count,
+            f"{count}+"
+            if count >= _COUNT_LIMIT and not isinstance(spec.schedule, Every)
+            else count,
             slot_datetime(first).isoformat(),
             why,
         )
@@ -299,6 +310,13 @@ class InProcessTickerAdapter:
 
 class _Superseded(Exception):
     """A later slot of the same job is due: this slot's publish gives up."""
+
+
+def _latest_until(sched: Schedule, slot: int, now: float) -> int:
+    """The last slot at or before ``now``, from ``slot`` (one that is)."""
+    while (after := sched.next_after(slot)) <= now:
+        slot = after
+    return slot
 
 
 def _schedule(spec: JobSpec) -> Schedule:
