@@ -82,6 +82,10 @@ class CronSpec:
     dom_restricted: bool  # the field does not start with * or ?
     dow_restricted: bool
     hour_is_star: bool
+    # (year, month) -> its matching days, sorted; filled as months are visited.
+    _month_days: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def next_match(self, wall: int, until: int | None = None) -> int | None:
         """The first matching wall time (naive seconds) at or after ``wall``; None when
@@ -93,17 +97,36 @@ class CronSpec:
         ordinal = day + _EPOCH_ORDINAL
         while day <= last_day:
             d = date.fromordinal(ordinal)
-            if d.month not in self.months:
-                ordinal = _next_month(d.year, d.month)
-                day, tod = ordinal - _EPOCH_ORDINAL, 0
-                continue
-            if self.day_matches(d.year, d.month, d.day, ordinal):
+            days = self._days_of(d.year, d.month) if d.month in self.months else ()
+            i = bisect.bisect_left(days, d.day)
+            if i < len(days):
+                if days[i] != d.day:  # jump to the next matching day of the month
+                    day, ordinal, tod = day + days[i] - d.day, ordinal + days[i] - d.day, 0
                 found = self._time_at_or_after(tod)
                 if found is not None:
                     result = day * _DAY + found
                     return result if until is None or result < until else None
-            day, ordinal, tod = day + 1, ordinal + 1, 0
+                if i + 1 < len(days):
+                    step = days[i + 1] - days[i]
+                    day, ordinal, tod = day + step, ordinal + step, 0
+                    continue
+            ordinal = _next_month(d.year, d.month)
+            day, tod = ordinal - _EPOCH_ORDINAL, 0
         return None
+
+    def _days_of(self, year: int, month: int) -> tuple[int, ...]:
+        """The days of ``year``-``month`` that match, computed once and kept."""
+        days = self._month_days.get((year, month))
+        if days is None:
+            first = date(year, month, 1).toordinal()
+            length = _month_length(year, month)
+            days = tuple(
+                d for d in range(1, length + 1) if self.day_matches(year, month, d, first + d - 1)
+            )
+            if len(self._month_days) >= 240:  # twenty years of months is plenty
+                self._month_days.clear()
+            self._month_days[(year, month)] = days
+        return days
 
     def _time_at_or_after(self, tod: int) -> int | None:
         """The first matching time of day (seconds) at or after ``tod``, if any."""

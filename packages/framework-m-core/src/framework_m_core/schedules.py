@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from . import cronspec
 from .cronspec import CronSpec
 from .errors import ScheduleError
-from .zones import MAX_YEAR, MIN_YEAR, ZoneClock, clock_of
+from .zones import MAX_YEAR, MIN_YEAR, Transition, ZoneClock, clock_of
 
 MAX_INTERVAL = 100 * 365 * 86_400
 _FIRST = datetime(MIN_YEAR + 1, 1, 1, tzinfo=UTC).timestamp()
@@ -101,10 +101,27 @@ class Cron(Schedule):
     tz: str = "UTC"
     _spec: CronSpec = field(init=False, repr=False, compare=False)
     _clock: ZoneClock = field(init=False, repr=False, compare=False)
+    # The last stretch of one offset looked at: (from, until, prev, next, offset).
+    _stretch: list[tuple[float, float, Transition | None, Transition | None, int]] = field(
+        init=False, repr=False, compare=False, default_factory=list
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_spec", cronspec.parse(self.expression))
         object.__setattr__(self, "_clock", clock_of(_zone(self.tz)))
+
+    def _around(self, base: int) -> tuple[Transition | None, Transition | None, int]:
+        """The offset changes around ``base`` and the offset at it; the last answer is
+        kept, since the ticker asks about the same stretch again and again."""
+        for lo, hi, prev, nxt, off in self._stretch:
+            if lo <= base < hi:
+                return prev, nxt, off
+        prev, nxt = self._clock.around(base)
+        off = prev.after if prev is not None else self._clock.offset(base)
+        lo = prev.at if prev is not None else base
+        hi = nxt.at if nxt is not None else math.inf
+        self._stretch[:] = [(lo, hi, prev, nxt, off)]
+        return prev, nxt, off
 
     def describe(self) -> str:
         return f"cron {self.expression!r} ({self.tz})"
@@ -120,11 +137,10 @@ class Cron(Schedule):
         """
         if not math.isfinite(t) or not _FIRST <= t < _LAST:
             raise ScheduleError(f"{t!r} is outside the years {MIN_YEAR}-{MAX_YEAR} schedules cover")
-        spec, clock = self._spec, self._clock
+        spec = self._spec
         base = math.floor(t) + 1  # the first instant that may be a slot
         while True:
-            prev, nxt = clock.around(base)
-            off = prev.after if prev is not None else clock.offset(base)
+            prev, nxt, off = self._around(base)
             end = None if nxt is None else nxt.at + off
             start = base + off
             best: int | None = None
