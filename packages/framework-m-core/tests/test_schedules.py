@@ -46,6 +46,9 @@ class TestEvery:
             (timedelta(milliseconds=1500), "whole number of seconds"),
             ("5", "seconds or a timedelta"),
             (True, "seconds or a timedelta"),
+            (10**400, "at most 3153600000 s"),
+            (float("inf"), "at least 1 second"),
+            (timedelta(days=365 * 200), "at most 3153600000 s"),
         ],
     )
     def test_invalid_intervals(self, value: object, message: str) -> None:
