@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+from . import logs
 from .adapters.registry import open_broker
 from .app import App, load_app
 from .capabilities import Capability
@@ -54,12 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="m", description="framework-m: leaderless scheduled and background jobs."
     )
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("M_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log level (env M_LOG_LEVEL; default INFO)",
-    )
+    _logging_args(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def app_arg(p: argparse.ArgumentParser) -> None:
@@ -114,16 +110,42 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
     broker_arg(g)
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    for command in (w, s, e, g):
+        _logging_args(command, top=False)
     return parser
+
+
+def _logging_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """Logging options, before or after the subcommand (there they override)."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    p.add_argument(
+        "--log-level",
+        default=default(os.environ.get("M_LOG_LEVEL", "INFO")),
+        help="DEBUG, INFO, WARNING or ERROR, any case (env M_LOG_LEVEL; default INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=default(os.environ.get("M_LOG_FORMAT", "text")),
+        help="text, or json: one object per line (env M_LOG_FORMAT; default text)",
+    )
+    p.add_argument(
+        "--log-config",
+        default=default(os.environ.get("M_LOG_CONFIG")),
+        help="a JSON logging.config.dictConfig file; then nothing else is set up "
+        "(env M_LOG_CONFIG)",
+    )
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """After the app is imported: its own logging setup, if it has one, stays."""
+    logs.configure(logs.level_name(args.log_level), args.log_format, args.log_config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         if args.command == "worker":
             return _worker(args)
@@ -144,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     app = load_app(args.app or "")
+    _configure_logging(args)
     broker = open_broker(args.broker)
     asyncio.run(_run_worker(app, broker, args))
     return 0
@@ -198,6 +221,7 @@ def _handle_signals(worker: Worker) -> None:
 
 def _schedules(args: argparse.Namespace) -> int:
     app = load_app(args.app or "")
+    _configure_logging(args)
     now = time.time()
     specs = list(app.scheduled())
     if not specs:
@@ -216,6 +240,9 @@ def _schedules(args: argparse.Namespace) -> int:
 
 
 async def _enqueue(args: argparse.Namespace) -> int:
+    if args.app:
+        app = load_app(args.app)
+    _configure_logging(args)
     try:
         kwargs = loads_strict(args.kwargs)
     except ValueError as exc:
@@ -224,11 +251,9 @@ async def _enqueue(args: argparse.Namespace) -> int:
         raise ConfigurationError("--kwargs is nested too deeply") from None
     if not isinstance(kwargs, dict):
         raise ConfigurationError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
-    if args.app:
-        app = load_app(args.app)
-        if args.job not in app.jobs:
-            known = ", ".join(sorted(app.jobs)) or "none"
-            raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
+    if args.app and args.job not in app.jobs:
+        known = ", ".join(sorted(app.jobs)) or "none"
+        raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
     broker = open_broker(args.broker)
     if Capability.CROSS_PROCESS not in broker.capabilities:
         raise ConfigurationError(
@@ -242,6 +267,7 @@ async def _enqueue(args: argparse.Namespace) -> int:
 
 
 async def _migrate(args: argparse.Namespace) -> int:
+    _configure_logging(args)
     broker = open_broker(args.broker)
     async with _connected(broker):
         plan = await broker.plan_schema()

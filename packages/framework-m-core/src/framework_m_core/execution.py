@@ -19,6 +19,7 @@ from .app import App
 from .broker import Delivery
 from .errors import DeliveryLostError, MessageDecodeError
 from .jobs import JobContext, JobSpec
+from .logs import JobLogAdapter, job_logger
 from .messages import JobMessage, decode_message
 from .protocols import BrokerProtocol
 from .tracebacks import bounded_traceback
@@ -60,6 +61,10 @@ def bounded(reason: str) -> str:
     if len(reason) <= MAX_REASON:
         return reason
     return reason[: MAX_REASON - 20] + f"... ({len(reason)} chars)"
+
+
+def _job_log(message: JobMessage, delivery: Delivery) -> JobLogAdapter:
+    return job_logger(job_log, message.job_name, message.id, delivery.attempt, message.scheduled_at)
 
 
 def _traceback(error: BaseException | None) -> str:
@@ -134,7 +139,7 @@ class Execution:
             delay = spec.retry_delay(delivery.attempt)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
-                job_log.warning(
+                _job_log(message, delivery).warning(
                     "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
                     label,
                     delivery.attempt,
@@ -148,7 +153,7 @@ class Execution:
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             self.stats.late_dropped += 1
-            job_log.warning(
+            _job_log(message, delivery).warning(
                 "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
                 "enqueued later than grace allows, not run",
                 label,
@@ -203,7 +208,7 @@ class Execution:
                 enqueued_at=datetime.fromtimestamp(message.enqueued_at, UTC),
                 deduplication_id=message.deduplication_id,
                 queue=self.broker,
-                log=job_log,
+                log=_job_log(message, delivery),
             )
             async with asyncio.timeout(spec.timeout) as deadline:
                 await spec.handler(ctx, **message.kwargs)
@@ -215,7 +220,7 @@ class Execution:
             return _Failure(f"{type(exc).__name__}: {exc}", exc)
         finally:
             heartbeat.cancel()
-        job_log.info(
+        _job_log(message, delivery).info(
             "%s[%s] succeeded in %.3fs (attempt %d)",
             spec.name,
             message.id,
@@ -246,4 +251,5 @@ class Execution:
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
             self.stats.dead_lettered += 1
-            job_log.error("%s dead-lettered: %s%s", label, reason, _traceback(error))
+            logger = job_log if message is None else _job_log(message, delivery)
+            logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))

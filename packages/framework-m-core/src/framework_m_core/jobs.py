@@ -32,7 +32,8 @@ class JobContext:
     enqueued_at: datetime
     deduplication_id: str | None
     queue: JobQueueProtocol  # to enqueue follow-up jobs
-    log: logging.Logger
+    # Its records carry job, job_id, attempt and (ticked jobs) slot: see framework_m_core.logs.
+    log: logging.LoggerAdapter[logging.Logger]
 
 
 @dataclass(frozen=True, slots=True)
