@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
 pytestmark = pytest.mark.slow
@@ -127,3 +129,25 @@ def test_a_worker_whose_ticker_dies_exits_non_zero_at_once_saying_why(
     assert "RuntimeError: injected: the schedule broke" in worker.output
     assert "Traceback" in worker.output
     assert worker.matches(r"m: error: the ticker died: RuntimeError: injected")
+
+
+def test_no_migrate_refuses_until_m_migrate_ran(procs: Processes) -> None:
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+    try:
+        refused = procs.m("worker", "--app", "examples.heartbeat", "--broker", url, "--no-migrate")
+        assert refused.wait() == 1
+        assert "m: schema conflict: the broker's schema is not what this code needs" in (
+            refused.output
+        )
+        assert procs.m("migrate", "--broker", url).wait() == 0
+        worker = procs.m(
+            "worker", "--app", "examples.heartbeat", "--broker", url, "--no-migrate",
+            env={"M_LOG_LEVEL": "info"},
+        )  # fmt: skip
+        worker.wait_for(r"every_second slot=", timeout=20)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        assert "schema synced" not in worker.output
+    finally:
+        asyncio.run(ns.drop())

@@ -17,6 +17,7 @@ from framework_m_core import (
     InProcessTickerAdapter,
     JobContext,
     JobMessage,
+    SchemaConflictError,
     Worker,
     WorkerFailedError,
 )
@@ -439,3 +440,15 @@ async def test_schema_warnings_are_logged_at_start(
         "WARNING",
         "schema: the queue is capped: jobs may be dropped",
     )
+
+
+async def test_without_migrate_a_schema_that_differs_is_refused_with_the_plan(
+    queue_name: str,
+) -> None:
+    async with MemoryBroker(MemorySettings(queue_name)) as broker:
+        with pytest.raises(SchemaConflictError, match="run `m migrate` first") as raised:
+            await Worker(App(), broker, migrate=False).prepare()
+        assert f"create queue memory://{queue_name}" in str(raised.value)
+        assert not (await broker.plan_schema()).in_sync  # nothing was changed
+        await broker.sync_schema()  # the pre-deploy step
+        await Worker(App(), broker, migrate=False).prepare()

@@ -73,6 +73,7 @@ class RabbitSchema:
     async def plan(self) -> SchemaPlan:
         self.link.channel()  # the connected guard
         changes: list[SchemaChange] = []
+        warnings: list[str] = []
         for target, declare, detail in self._declarations():
             missing = await self.link.probe(functools.partial(declare, passive=True))
             if missing is not None:
@@ -84,14 +85,16 @@ class RabbitSchema:
                 continue
             refused = await self.link.probe(functools.partial(declare, passive=False))
             if isinstance(refused, aiormq.exceptions.ChannelAccessRefused):
-                changes.append(SchemaChange("refuse", target, self._no_permission(refused)))
+                warnings.append(
+                    f"cannot check the arguments of {target}: {self._no_permission(refused)}"
+                )
             elif refused is not None:
                 detail = (
                     f"exists with other arguments ({refused}); delete it (after moving its "
                     "messages) and run `m migrate`"
                 )
                 changes.append(SchemaChange("refuse", target, detail))
-        return SchemaPlan(tuple(changes + await self._plan_policy()))
+        return SchemaPlan(tuple(changes + await self._plan_policy()), tuple(warnings))
 
     def _no_permission(self, refused: Exception) -> str:
         """A refusal for lack of the configure permission: nothing needs deleting."""

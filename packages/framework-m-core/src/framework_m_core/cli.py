@@ -24,7 +24,7 @@ from .messages import loads_strict, tick_deduplication_id
 from .protocols import BrokerProtocol
 from .schedules import Cron
 from .ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
-from .worker import Worker
+from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker
 
 log = logging.getLogger("framework_m.cli")
 
@@ -92,8 +92,16 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--shutdown-timeout",
         type=_seconds,
-        default=30.0,
-        help="seconds running jobs may finish after SIGTERM/SIGINT (30)",
+        default=DEFAULT_SHUTDOWN_TIMEOUT,
+        help="seconds running jobs may finish after SIGTERM/SIGINT "
+        f"({DEFAULT_SHUTDOWN_TIMEOUT:g}; keep it below the orchestrator's grace period)",
+    )
+    w.add_argument(
+        "--no-migrate",
+        action="store_true",
+        default=os.environ.get("M_NO_MIGRATE", "") not in ("", "0"),
+        help="check the schema read-only and refuse to start when it differs "
+        "(run `m migrate` before deploying; env M_NO_MIGRATE=1)",
     )
 
     s = sub.add_parser("schedules", help="list schedules, their next slots and dedup ids")
@@ -184,6 +192,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         ticker=ticker,
         concurrency=args.concurrency,
         shutdown_timeout=args.shutdown_timeout,
+        migrate=not args.no_migrate,
     )
     _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
     async with _connected(broker):

@@ -17,9 +17,12 @@ from typing import Any
 
 from .app import App
 from .broker import Delivery
-from .errors import WorkerFailedError
+from .errors import SchemaConflictError, WorkerFailedError
 from .execution import Execution, WorkerStats
 from .protocols import BrokerProtocol, TickerProtocol
+
+# Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
+DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
 log = logging.getLogger("framework_m.worker")
 
@@ -43,9 +46,10 @@ class Worker:
         *,
         ticker: TickerProtocol | None = None,
         concurrency: int = 10,
-        shutdown_timeout: float = 30.0,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         fetch_timeout: float = 1.0,
         progress_interval: float = 60.0,
+        migrate: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -56,6 +60,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.fetch_timeout = fetch_timeout
         self.progress_interval = progress_interval
+        self.migrate = migrate  # False: check the schema read-only, refuse when it differs
         self.stats = WorkerStats()
         self._execution = Execution(app, broker, self.stats)
         self._stopping = asyncio.Event()
@@ -90,9 +95,18 @@ class Worker:
         """
         if self.ticker is not None:
             self.ticker.check()  # against the configured window: refuse before changing anything
-        plan = await self.broker.sync_schema()
-        if not plan.in_sync:
-            log.info("schema synced:\n%s", "\n".join(str(c) for c in plan.changes))
+        if self.migrate:
+            plan = await self.broker.sync_schema()
+            if not plan.in_sync:
+                log.info("schema synced:\n%s", "\n".join(str(c) for c in plan.changes))
+        else:
+            plan = await self.broker.plan_schema()
+            if not plan.in_sync:
+                raise SchemaConflictError(
+                    f"the broker's schema is not what this code needs, and --no-migrate "
+                    f"forbids changing it; run `m migrate` first (with a user that may). "
+                    f"The plan: {'; '.join(str(c) for c in plan.changes)}"
+                )
         for warning in plan.warnings:
             log.warning("schema: %s", warning)
         if self.ticker is not None:
