@@ -21,6 +21,7 @@ from .app import App, load_app
 from .capabilities import Capability
 from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
 from .messages import loads_strict, tick_deduplication_id
+from .probes import ProbeServer, parse_address
 from .protocols import BrokerProtocol
 from .schedules import Cron
 from .ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
@@ -95,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SHUTDOWN_TIMEOUT,
         help="seconds running jobs may finish after SIGTERM/SIGINT "
         f"({DEFAULT_SHUTDOWN_TIMEOUT:g}; keep it below the orchestrator's grace period)",
+    )
+    w.add_argument(
+        "--http",
+        default=os.environ.get("M_HTTP"),
+        metavar="HOST:PORT",
+        help="serve GET /healthz and /readyz there (env M_HTTP; default off)",
     )
     w.add_argument(
         "--no-migrate",
@@ -195,7 +202,12 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         migrate=not args.no_migrate,
     )
     _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
-    async with _connected(broker):
+    async with contextlib.AsyncExitStack() as stack:
+        if args.http:
+            probes = ProbeServer(*parse_address(args.http), worker.liveness, worker.readiness)
+            await probes.start()
+            stack.push_async_callback(probes.close)
+        await stack.enter_async_context(_connected(broker))
         await worker.prepare()
         log.info(
             "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",

@@ -69,6 +69,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._prepared = False
         self._failure: str | None = None
+        self._broker_problem: str | None = None  # the last receive failed: why
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent)."""
@@ -112,6 +113,24 @@ class Worker:
         if self.ticker is not None:
             self.ticker.check()
         self._prepared = True
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the worker is alive (its ticker and consumer run, or it is starting)."""
+        if self._failure is not None:
+            return False, self._failure
+        return True, "ok" if self._prepared else "starting"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether it takes work: schema checked, broker reachable, not shutting down."""
+        if self._failure is not None:
+            return False, self._failure
+        if not self._prepared:
+            return False, "starting: the schema is not checked yet"
+        if self._stopping.is_set():
+            return False, "shutting down"
+        if self._broker_problem is not None:
+            return False, f"the broker is out of reach: {self._broker_problem}"
+        return True, "ok"
 
     async def run(self) -> None:
         """Sync the schema, then tick and consume until :meth:`stop`.
@@ -164,13 +183,14 @@ class Worker:
                 try:
                     deliveries = await self._receive(free)
                 except Exception as exc:  # broker down: keep trying, say so
+                    self._broker_problem = str(exc) or type(exc).__name__
                     log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(backoff):
                             await self._stopping.wait()
                     backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
                     continue
-                backoff = 0.1
+                backoff, self._broker_problem = 0.1, None
                 for delivery in deliveries:
                     self.stats.received += 1
                     if self._stopping.is_set():
