@@ -1,0 +1,71 @@
+"""deploy/: the Kubernetes manifests pass the API schema offline, and agree with ``m``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from framework_m_core.cli import _parser
+
+from .conftest import REPO
+
+DEPLOY = REPO / "deploy"
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+KUBERNETES = "1.30.0"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_each_manifest_passes_the_kubernetes_schema(path: Path) -> None:
+    for doc in documents(path):
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(file, pod spec, container) of every workload that runs ``m``."""
+    out = []
+    for path in MANIFESTS:
+        for doc in documents(path):
+            if doc["kind"] in ("Deployment", "Job"):
+                pod = doc["spec"]["template"]["spec"]
+                out += [(path.name, pod, c) for c in pod["containers"]]
+    return out
+
+
+def test_every_command_is_one_m_accepts_and_runs_as_non_root() -> None:
+    assert len(containers()) == 3
+    for name, pod, container in containers():
+        args = _parser().parse_args(container["args"])  # exits on an unknown flag
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        env = {e["name"]: e for e in container["env"]}
+        assert env["M_BROKER_URL"]["valueFrom"]["secretKeyRef"]["name"] == "framework-m-broker"
+        if args.command == "worker":
+            assert args.no_migrate, f"{name}: workers leave the schema to the migrate Job"
+
+
+def test_workers_drain_inside_the_grace_period_and_probe_their_own_port() -> None:
+    for name, pod, container in containers():
+        args = _parser().parse_args(container["args"])
+        if args.command != "worker":
+            continue
+        assert args.shutdown_timeout < pod["terminationGracePeriodSeconds"], name
+        port = int({e["name"]: e for e in container["env"]}["M_HTTP"]["value"].split(":")[1])
+        [ports] = container["ports"]
+        assert ports["containerPort"] == port
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_image_runs_m_as_a_non_root_user() -> None:
+    lines = (DEPLOY / "Dockerfile").read_text().splitlines()
+    assert "USER 10001" in lines
+    assert 'ENTRYPOINT ["m"]' in lines
+    roles = [c for _, _, c in containers() if "--no-scheduler" in c["args"]]
+    assert len(roles) == 1  # one pool ticks, one only runs jobs
