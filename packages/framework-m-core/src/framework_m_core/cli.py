@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from . import logs
+from . import logs, metrics
 from .adapters.registry import open_broker
 from .app import App, load_app
 from .capabilities import Capability
 from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
 from .messages import loads_strict, tick_deduplication_id
+from .metrics import Metrics
 from .probes import ProbeServer, parse_address
 from .protocols import BrokerProtocol
 from .schedules import Cron
@@ -193,6 +194,9 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         ticker = InProcessTickerAdapter(
             app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
         )
+    observer = Metrics(args.concurrency) if args.http and metrics.available() else None
+    if ticker is not None:
+        ticker.observer = observer or ticker.observer
     worker = Worker(
         app,
         broker,
@@ -200,11 +204,15 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         concurrency=args.concurrency,
         shutdown_timeout=args.shutdown_timeout,
         migrate=not args.no_migrate,
+        observer=observer,
     )
     _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
     async with contextlib.AsyncExitStack() as stack:
         if args.http:
-            probes = ProbeServer(*parse_address(args.http), worker.liveness, worker.readiness)
+            exposition = observer.exposition if observer is not None else None
+            probes = ProbeServer(
+                *parse_address(args.http), worker.liveness, worker.readiness, exposition
+            )
             await probes.start()
             stack.push_async_callback(probes.close)
         await stack.enter_async_context(_connected(broker))

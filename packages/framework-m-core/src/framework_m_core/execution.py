@@ -21,6 +21,7 @@ from .errors import DeliveryLostError, MessageDecodeError
 from .jobs import JobContext, JobSpec
 from .logs import JobLogAdapter, job_logger
 from .messages import JobMessage, decode_message
+from .observe import UNKNOWN_JOB, Observer
 from .protocols import BrokerProtocol
 from .tracebacks import bounded_traceback
 
@@ -76,10 +77,21 @@ def _traceback(error: BaseException | None) -> str:
 class Execution:
     """Runs deliveries of ``app``'s jobs on ``broker``; counts into ``stats``."""
 
-    def __init__(self, app: App, broker: BrokerProtocol, stats: WorkerStats) -> None:
+    def __init__(
+        self, app: App, broker: BrokerProtocol, stats: WorkerStats, observer: Observer | None = None
+    ) -> None:
         self.app = app
         self.broker = broker
         self.stats = stats
+        self.observer = observer or Observer()
+
+    def _job_name(self, delivery: Delivery) -> str:
+        """The registered job a delivery names, or ``unknown`` (labels stay bounded)."""
+        try:
+            name = decode_message(delivery.body).job_name
+        except MessageDecodeError:
+            return UNKNOWN_JOB
+        return name if name in self.app.jobs else UNKNOWN_JOB
 
     async def run(self, delivery: Delivery) -> None:
         try:
@@ -96,6 +108,7 @@ class Execution:
         try:
             await self.broker.release(delivery)
             self.stats.released += 1
+            self.observer.job_finished(self._job_name(delivery), "released", None)
         except Exception as exc:
             log.error("release failed (%s): the broker redelivers after its timeout", exc)
 
@@ -127,18 +140,22 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {exc}"
             await self._dead_letter(delivery, reason, message)
             return
+        started = time.perf_counter()
         failure = await self._run_handler(spec, message, delivery)
+        duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is None:
             if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
                 self.stats.succeeded += 1
+                self.observer.job_finished(spec.name, "succeeded", duration)
         elif delivery.attempt >= spec.max_attempts:
             reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
-            await self._dead_letter(delivery, reason, message, failure.error)
+            await self._dead_letter(delivery, reason, message, failure.error, duration)
         else:
             delay = spec.retry_delay(delivery.attempt)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
+                self.observer.job_finished(spec.name, "retried", duration)
                 _job_log(message, delivery).warning(
                     "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
                     label,
@@ -153,6 +170,7 @@ class Execution:
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             self.stats.late_dropped += 1
+            self.observer.job_finished(self._job_name(delivery), "late_dropped", None)
             _job_log(message, delivery).warning(
                 "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
                 "enqueued later than grace allows, not run",
@@ -193,6 +211,8 @@ class Execution:
         """Run the handler; return None on success, else what went wrong."""
         heartbeat = asyncio.create_task(self._heartbeat(delivery))
         started = time.perf_counter()
+        self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
+        self.observer.running(1)
         deadline: asyncio.Timeout | None = None
         try:
             ctx = JobContext(
@@ -220,6 +240,7 @@ class Execution:
             return _Failure(f"{type(exc).__name__}: {exc}", exc)
         finally:
             heartbeat.cancel()
+            self.observer.running(-1)
         _job_log(message, delivery).info(
             "%s[%s] succeeded in %.3fs (attempt %d)",
             spec.name,
@@ -244,6 +265,7 @@ class Execution:
         reason: str,
         message: JobMessage | None,
         error: BaseException | None = None,
+        duration: float | None = None,
     ) -> None:
         label = f"{message.job_name}[{message.id}]" if message else "message"
         reason = bounded(reason)
@@ -251,5 +273,6 @@ class Execution:
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
             self.stats.dead_lettered += 1
+            self.observer.job_finished(self._job_name(delivery), "dead_lettered", duration)
             logger = job_log if message is None else _job_log(message, delivery)
             logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))

@@ -1,9 +1,10 @@
-"""``m worker --http HOST:PORT``: liveness and readiness over HTTP, for orchestrators.
+"""``m worker --http HOST:PORT``: liveness, readiness and metrics over HTTP.
 
 ``GET /healthz`` answers 200 while the event loop runs and the worker's ticker
 and consumer are alive (or it is starting), else 503. ``GET /readyz`` answers 200
 when the schema is checked, the broker answers and the worker is not shutting
-down, else 503 with the reason. The standard library's asyncio streams serve
+down, else 503 with the reason. ``GET /metrics`` serves Prometheus metrics
+when the ``metrics`` extra is installed. The standard library's asyncio streams serve
 them: two GET routes need no web framework, and nothing is added to install.
 """
 
@@ -19,6 +20,8 @@ from .errors import ConfigurationError
 log = logging.getLogger("framework_m.http")
 
 _MAX_REQUEST = 8192
+_TEXT = "text/plain; charset=utf-8"
+_PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 Probe = Callable[[], tuple[bool, str]]
 
 
@@ -34,9 +37,17 @@ def parse_address(text: str) -> tuple[str, int]:
 class ProbeServer:
     """Serves ``/healthz`` and ``/readyz`` from the given probes."""
 
-    def __init__(self, host: str, port: int, liveness: Probe, readiness: Probe) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        liveness: Probe,
+        readiness: Probe,
+        metrics: Callable[[], bytes] | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self._routes = {"/healthz": liveness, "/readyz": readiness}
+        self._metrics = metrics
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -58,29 +69,34 @@ class ProbeServer:
         try:
             async with asyncio.timeout(5):
                 request = await reader.readuntil(b"\r\n\r\n")
-            status, body = self._answer(request[:_MAX_REQUEST])
+            status, body, kind = self._answer(request[:_MAX_REQUEST])
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            status, body = 400, "bad request"
+            status, body, kind = 400, b"bad request", _TEXT
         except ConnectionError:
             return
         head = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body.encode())}\r\nConnection: close\r\n\r\n"
+            f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {kind}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         with contextlib.suppress(ConnectionError):
-            writer.write(head.encode() + body.encode())
+            writer.write(head.encode() + body)
             await writer.drain()
             writer.close()
 
-    def _answer(self, request: bytes) -> tuple[int, str]:
+    def _answer(self, request: bytes) -> tuple[int, bytes, str]:
         parts = request.split(b"\r\n", 1)[0].split()
         if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
-            return 405, "only GET /healthz and GET /readyz"
-        probe = self._routes.get(parts[1].decode("ascii", "replace").split("?", 1)[0])
+            return 405, b"only GET /healthz, /readyz and /metrics", _TEXT
+        path = parts[1].decode("ascii", "replace").split("?", 1)[0]
+        if path == "/metrics":
+            if self._metrics is None:
+                return 404, b"no metrics: pip install 'framework-m-core[metrics]'", _TEXT
+            return 200, self._metrics(), _PROMETHEUS
+        probe = self._routes.get(path)
         if probe is None:
-            return 404, "not found: GET /healthz or /readyz"
+            return 404, b"not found: GET /healthz, /readyz or /metrics", _TEXT
         ok, why = probe()
-        return (200, why) if ok else (503, why)
+        return (200 if ok else 503), why.encode(), _TEXT
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",

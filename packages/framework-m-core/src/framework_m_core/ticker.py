@@ -14,6 +14,7 @@ from .clocks import CHECK_EVERY, ClockCheck
 from .errors import ConfigurationError, InvalidJobError
 from .jobs import JobSpec
 from .messages import JobMessage, tick_deduplication_id
+from .observe import Observer
 from .protocols import BrokerProtocol
 from .schedules import Every, Schedule, slot_datetime
 
@@ -82,6 +83,7 @@ class InProcessTickerAdapter:
         grace: float | None = None,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
         clock: Callable[[], float] = time.time,
+        observer: Observer | None = None,
     ) -> None:
         self._jobs = [spec for spec in jobs if spec.schedule is not None]
         self._queue = queue
@@ -93,6 +95,7 @@ class InProcessTickerAdapter:
         self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
         self._in_flight: set[asyncio.Task[None]] = set()
         self.stats = TickerStats()
+        self.observer = observer or Observer()
         self.clock_check: ClockCheck | None = None  # set when run() starts
 
     @property
@@ -141,6 +144,7 @@ class InProcessTickerAdapter:
                         latest = sched.next_after(now - grace)
                         if latest <= now and check.halted:
                             self.stats.clock_held += 1
+                            self.observer.tick(spec.name, "clock_held", latest)
                         elif latest <= now:
                             self._fire(spec, _latest_until(sched, latest, now))
                         due.append((sched.next_after(now), i))
@@ -207,11 +211,14 @@ class InProcessTickerAdapter:
         sched = _schedule(spec)
         if slot > now:
             return slot
-        self.stats.clock_held += sched.count_between(slot - 1, now, limit=_COUNT_LIMIT)
+        held = sched.count_between(slot - 1, now, limit=_COUNT_LIMIT)
+        self.stats.clock_held += held
+        self.observer.tick(spec.name, "clock_held", slot, held)
         return sched.next_after(now)
 
     def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
         self.stats.late_skipped += count
+        self.observer.tick(spec.name, "late", first, count)
         log.warning(
             "%s: %s slot(s) from %s on were not enqueued: %s (the process stalled, the "
             "broker was out of reach or the clock jumped)",
@@ -263,6 +270,7 @@ class InProcessTickerAdapter:
                         result = await self._queue.publish(message)
                 except InvalidJobError as exc:
                     self.stats.failed += 1
+                    self.observer.tick(spec.name, "failed", slot)
                     log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
                     return
                 except Exception as exc:  # whatever the adapter raises: retried within grace
@@ -270,6 +278,7 @@ class InProcessTickerAdapter:
                     if late + delay > self.grace or self._stop.is_set():
                         reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
                         self.stats.failed += 1
+                        self.observer.tick(spec.name, "failed", slot)
                         log.error(
                             "%s: slot %s not enqueued within grace %gs: %s",
                             spec.name,
@@ -284,8 +293,10 @@ class InProcessTickerAdapter:
                     continue
                 if result.duplicate:
                     self.stats.duplicates += 1
+                    self.observer.tick(spec.name, "duplicate", slot)
                 else:
                     self.stats.published += 1
+                    self.observer.tick(spec.name, "enqueued", slot)
                     log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
                 return
         except _Superseded:

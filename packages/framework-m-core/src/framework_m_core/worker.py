@@ -19,6 +19,7 @@ from .app import App
 from .broker import Delivery
 from .errors import SchemaConflictError, WorkerFailedError
 from .execution import Execution, WorkerStats
+from .observe import Observer
 from .protocols import BrokerProtocol, TickerProtocol
 
 # Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
@@ -50,6 +51,7 @@ class Worker:
         fetch_timeout: float = 1.0,
         progress_interval: float = 60.0,
         migrate: bool = True,
+        observer: Observer | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -62,7 +64,7 @@ class Worker:
         self.progress_interval = progress_interval
         self.migrate = migrate  # False: check the schema read-only, refuse when it differs
         self.stats = WorkerStats()
-        self._execution = Execution(app, broker, self.stats)
+        self._execution = Execution(app, broker, self.stats, observer)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # stop without waiting for the receive in progress
         self._inflight: set[asyncio.Task[None]] = set()

@@ -1,0 +1,30 @@
+"""What the ticker and the worker report as they go, for metrics; the default ignores it.
+
+Outcomes are a fixed set and job names come from the app (``unknown`` for a
+message naming no registered job), so whatever records them stays bounded.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+TickOutcome = Literal["enqueued", "duplicate", "late", "failed", "clock_held"]
+JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "late_dropped"]
+UNKNOWN_JOB = "unknown"
+
+
+class Observer:
+    """Receives events; subclasses record them. Every method must return quickly and
+    never raise."""
+
+    def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
+        """``count`` slots of ``job`` from ``slot`` on ended as ``outcome``."""
+
+    def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
+        """A handler of ``job`` starts now."""
+
+    def job_finished(self, job: str, outcome: JobOutcome, duration: float | None) -> None:
+        """A delivery of ``job`` was settled as ``outcome``; ``duration`` if a handler ran."""
+
+    def running(self, delta: int) -> None:
+        """The number of handlers running changed by ``delta``."""

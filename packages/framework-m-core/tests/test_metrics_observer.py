@@ -1,0 +1,68 @@
+"""The Prometheus observer: what a worker's jobs and ticks add up to, by job and outcome."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from framework_m_core import App, InProcessTickerAdapter, JobContext
+from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.metrics import Metrics
+from framework_m_core.testing import running_worker, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+def value(text: str, sample: str) -> float:
+    [line] = [x for x in text.splitlines() if x.startswith(sample + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+async def test_jobs_are_counted_by_job_and_outcome(memory: MemoryBroker) -> None:
+    app, metrics = App(backoff=0.01), Metrics(concurrency=4)
+
+    @app.job
+    async def ok(ctx: JobContext) -> None: ...
+
+    @app.job(max_attempts=2)
+    async def broken(ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    for _ in range(3):
+        await memory.enqueue("ok")
+    await memory.enqueue("broken")
+    await memory.enqueue("nobody_knows_me")
+    await memory.requeue(b"not json")
+    async with running_worker(app, memory, observer=metrics) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 3)
+        await wait_until(lambda: worker.stats.succeeded == 3)
+    text = metrics.exposition().decode()
+    assert value(text, 'framework_m_jobs_total{job="ok",outcome="succeeded"}') == 3
+    assert value(text, 'framework_m_jobs_total{job="broken",outcome="retried"}') == 1
+    assert value(text, 'framework_m_jobs_total{job="broken",outcome="dead_lettered"}') == 1
+    assert value(text, 'framework_m_jobs_total{job="unknown",outcome="dead_lettered"}') == 2
+    assert value(text, 'framework_m_jobs_started_total{job="broken"}') == 2
+    assert value(text, 'framework_m_job_duration_seconds_count{job="ok"}') == 3
+    assert value(text, 'framework_m_job_start_delay_seconds_count{job="ok"}') == 3
+    assert value(text, "framework_m_jobs_running") == 0
+    assert value(text, "framework_m_concurrency") == 4
+    assert "nobody_knows_me" not in text  # names from messages never become labels
+
+
+async def test_ticks_and_the_last_slot_are_recorded(memory: MemoryBroker) -> None:
+    app, metrics = App(), Metrics(concurrency=1)
+
+    @app.job(every=1)
+    async def tick(ctx: JobContext) -> None: ...
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2, observer=metrics)
+    async with running_worker(app, memory, ticker=ticker, observer=metrics) as worker:
+        await wait_until(lambda: worker.stats.succeeded >= 2, timeout=10)
+    text = metrics.exposition().decode()
+    enqueued = value(text, 'framework_m_ticks_total{job="tick",outcome="enqueued"}')
+    assert enqueued == ticker.stats.published >= 2
+    last = value(text, 'framework_m_tick_last_slot_timestamp_seconds{job="tick"}')
+    assert last == int(last)
+    assert time.time() - 5 < last <= time.time()
+    assert value(text, 'framework_m_job_slot_lag_seconds_count{job="tick"}') >= 2

@@ -1,0 +1,83 @@
+"""/metrics of three ticking replicas on each real broker: every slot enqueued once."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from framework_m_core.testing import namespace
+from framework_m_core.testing.proxy import free_port
+from framework_m_core.testing.scenarios import RECORDER_APP, Processes
+
+pytestmark = pytest.mark.slow
+
+SERVERS = [
+    "nats://127.0.0.1:4222",
+    "redis://127.0.0.1:6379/0",
+    "amqp://guest:guest@127.0.0.1:5672/",
+]
+SAMPLE = re.compile(r"^(framework_m_\w+)\{([^}]*)\} ([0-9.e+]+)$", re.M)
+
+
+def scrape(port: int) -> dict[tuple[str, str], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = reply.read().decode()
+    return {(name, labels): float(value) for name, labels, value in SAMPLE.findall(text)}
+
+
+def late_in_a_second() -> float:
+    """Wait until 0.75 s past a whole second (a slot's publish is done, the next's not
+    begun); return that second."""
+    while not 0.75 <= time.time() % 1 < 0.95:
+        time.sleep(0.01)
+    return float(int(time.time()))
+
+
+def ticks(sample: dict[tuple[str, str], float], outcome: str) -> float:
+    return sample.get(("framework_m_ticks_total", f'job="record",outcome="{outcome}"'), 0.0)
+
+
+@pytest.mark.parametrize("server", SERVERS, ids=["nats", "redis", "rabbitmq"])
+def test_three_replicas_count_each_slot_once_between_two_scrapes(
+    procs: Processes, server: str, tmp_path: Path
+) -> None:
+    ns = namespace(server)
+    ports = [free_port() for _ in range(3)]
+    try:
+        for port in ports:
+            procs.m(
+                "worker", "--app", RECORDER_APP, "--broker", ns.url(),
+                "--http", f"127.0.0.1:{port}", env={"FM_SLOT_LOG": str(tmp_path / "slots")},
+            )  # fmt: skip
+        for w in procs.started:
+            w.wait_for("worker starting: role=ticker", timeout=30)
+        time.sleep(1.5)  # every replica past its first slot
+        first_at = late_in_a_second()
+        first = [scrape(p) for p in ports]
+        time.sleep(4)
+        last_at = late_in_a_second()
+        last = [scrape(p) for p in ports]
+        slots = last_at - first_at
+        assert slots >= 4
+        enqueued = sum(
+            ticks(b, "enqueued") - ticks(a, "enqueued") for a, b in zip(first, last, strict=True)
+        )
+        assert enqueued == slots, "each slot enqueued first by exactly one replica"
+        for a, b in zip(first, last, strict=True):  # each replica met every slot once
+            seen = ticks(b, "enqueued") + ticks(b, "duplicate")
+            assert seen - ticks(a, "enqueued") - ticks(a, "duplicate") == slots
+            assert b[("framework_m_tick_last_slot_timestamp_seconds", 'job="record"')] == last_at
+            assert ticks(b, "failed") == ticks(b, "late") == 0
+        for w in procs.started:
+            w.signal(signal.SIGTERM)
+        for w in procs.started:
+            assert w.wait() == 0
+    finally:
+        asyncio.run(ns.drop())
