@@ -37,6 +37,7 @@ from urllib.parse import parse_qsl
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.metrics import Metrics
 from framework_m_core.protocols import BrokerProtocol
 from framework_m_core.testing.namespaces import namespace
 from framework_m_core.urls import redact_url
@@ -111,7 +112,7 @@ async def bench_enqueue_concurrent(url: str, n: int, inflight: int = 100) -> flo
         await broker.close()
 
 
-async def bench_drain(url: str, n: int) -> float:
+async def bench_drain(url: str, n: int, metrics: bool = False) -> float:
     broker = await connected(url)
     app = App()
 
@@ -127,7 +128,8 @@ async def bench_drain(url: str, n: int) -> float:
 
     try:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
-        worker = Worker(app, broker, concurrency=50, fetch_timeout=0.1)
+        observer = Metrics(50) if metrics else None
+        worker = Worker(app, broker, concurrency=50, fetch_timeout=0.1, observer=observer)
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
         await done.wait()
@@ -276,6 +278,7 @@ async def run(
             ],
             "drain no-op jobs": [
                 ("framework-m worker, concurrency 50", partial(bench_drain, url, n)),
+                ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
             ],
         }
         for measurement, rows_ in raw.items():

@@ -27,6 +27,7 @@ def test_benchmark_harness_runs() -> None:
         "enqueue one",
         "enqueue, 100",
         "drain no-op",
+        "drain no-op",
         "ticker CPU,",
         "ticker CPU,",
     ]
