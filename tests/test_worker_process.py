@@ -151,3 +151,27 @@ def test_no_migrate_refuses_until_m_migrate_ran(procs: Processes) -> None:
         assert "schema synced" not in worker.output
     finally:
         asyncio.run(ns.drop())
+
+
+def test_m_dead_letters_list_shows_the_latest_with_their_reasons(procs: Processes) -> None:
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+    try:
+        for job in ("nobody", "nobody", "ghost"):
+            assert procs.m("enqueue", job, "--broker", url).wait() == 0
+        worker = procs.m("worker", "--app", "examples.heartbeat", "--broker", url, "--no-scheduler")
+        worker.wait_for("dead-lettered", count=3, timeout=20)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        listing = procs.m(
+            "dead-letters", "list", "--broker", url, "--job", "nobody", "--limit", "1"
+        )
+        assert listing.wait() == 0
+        assert "1 dead letter(s) of job nobody" in listing.output
+        assert "unknown job 'nobody': not registered in this app" in listing.output
+        everything = procs.m("dead-letters", "list", "--broker", url)
+        assert everything.wait() == 0
+        assert "3 dead letter(s)" in everything.output
+        assert "ghost" in everything.output
+    finally:
+        asyncio.run(ns.drop())

@@ -19,8 +19,8 @@ from . import logs, metrics
 from .adapters.registry import open_broker
 from .app import App, load_app
 from .capabilities import Capability
-from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
-from .messages import loads_strict, tick_deduplication_id
+from .errors import ConfigurationError, FrameworkMError, MessageDecodeError, SchemaConflictError
+from .messages import decode_message, loads_strict, tick_deduplication_id
 from .metrics import Metrics
 from .probes import ProbeServer, parse_address
 from .protocols import BrokerProtocol
@@ -126,7 +126,13 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
     broker_arg(g)
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
-    for command in (w, s, e, g):
+    d = sub.add_parser("dead-letters", help="inspect dead letters")
+    d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
+    d_list = d_sub.add_parser("list", help="the latest dead letters, oldest first")
+    broker_arg(d_list)
+    d_list.add_argument("--job", default=None, help="only this job's")
+    d_list.add_argument("--limit", type=_positive_int, default=20, help="at most this many (20)")
+    for command in (w, s, e, g, d_list):
         _logging_args(command, top=False)
     return parser
 
@@ -169,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _schedules(args)
         if args.command == "enqueue":
             return asyncio.run(_enqueue(args))
+        if args.command == "dead-letters":
+            return asyncio.run(_dead_letters(args))
         return asyncio.run(_migrate(args))
     except SchemaConflictError as exc:
         print(f"m: schema conflict: {exc}", file=sys.stderr)
@@ -292,6 +300,33 @@ async def _enqueue(args: argparse.Namespace) -> int:
     async with _connected(broker):
         job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
     print(job_id)
+    return 0
+
+
+async def _dead_letters(args: argparse.Namespace) -> int:
+    """``m dead-letters list``: when, which job, attempts and the reason's first line."""
+    _configure_logging(args)
+    broker = open_broker(args.broker)
+    if Capability.DEAD_LETTER_INSPECTION not in broker.capabilities:
+        raise ConfigurationError(f"{broker.display_url} cannot read its dead letters back")
+    async with _connected(broker):
+        letters = await broker.dead_letters(10_000 if args.job else args.limit)
+    rows = []
+    for letter in letters:
+        try:
+            message = decode_message(letter.body)
+            job, job_id = message.job_name, message.id
+        except MessageDecodeError:
+            job, job_id = "-", "-"
+        if args.job is None or job == args.job:
+            rows.append((letter, job, job_id))
+    for letter, job, job_id in rows[-args.limit :]:
+        when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(timespec="seconds")
+        reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
+        print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
+        print(f"    {reason}")
+    shown = len(rows[-args.limit :])
+    print(f"{shown} dead letter(s)" + (f" of job {args.job}" if args.job else ""))
     return 0
 
 
