@@ -46,7 +46,7 @@ def replicas_ride_out(
     disrupted = time.time()
     windows = disrupt()
     back = time.time()
-    wait_for_slot(log, int(back) + 8, timeout=60)
+    wait_for_slot(log, int(back) + 6, timeout=60)
     last = int(time.time()) - 2
     stop_all(workers)
     runs = slot_runs(log)

@@ -58,14 +58,14 @@ def test_three_replicas_count_each_slot_once_between_two_scrapes(
             )  # fmt: skip
         for w in procs.started:
             w.wait_for("worker starting: role=ticker", timeout=30)
-        time.sleep(1.5)  # every replica past its first slot
+        time.sleep(1)  # every replica past its first slot
         first_at = late_in_a_second()
         first = [scrape(p) for p in ports]
-        time.sleep(4)
+        time.sleep(2)
         last_at = late_in_a_second()
         last = [scrape(p) for p in ports]
         slots = last_at - first_at
-        assert slots >= 4
+        assert slots >= 2
         enqueued = sum(
             ticks(b, "enqueued") - ticks(a, "enqueued") for a, b in zip(first, last, strict=True)
         )

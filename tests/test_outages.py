@@ -43,7 +43,7 @@ def test_workers_ride_out_a_restart_and_a_pause_longer_than_grace(
 ) -> None:
     own, options = server
     ns = namespace(own.url)
-    outage = GRACE + SKEW + 3  # long enough that ticks held up in it are past their grace
+    outage = GRACE + SKEW + 2  # long enough that ticks held up in it are past their grace
 
     def restart_then_pause() -> list[tuple[float, float]]:
         down = own.restart(outage)
