@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from framework_m_core import JobMessage, decode_message
+
 M = str(Path(sys.executable).with_name("m"))
 REPO = Path(__file__).resolve().parents[3]
 
@@ -149,3 +151,13 @@ def test_python_dash_m_is_the_same_command() -> None:
     assert result.returncode == 0
     assert "worker" in result.stdout
     assert "migrate" in result.stdout
+
+
+def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
+    from framework_m_core.cli import _fresh
+
+    tick = JobMessage("t", deduplication_id="tick:t:60", scheduled_at=60, not_after=95.0)
+    again = decode_message(_fresh(tick.encode()))
+    assert again.not_after is None
+    assert (again.id, again.scheduled_at, again.deduplication_id) == (tick.id, 60, "tick:t:60")
+    assert _fresh(b"not json") == b"not json"

@@ -237,9 +237,21 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
         rows = await self._run(
             lambda db: db.execute(
-                "SELECT body, reason, attempts, dead_at FROM fm_dead WHERE queue = ? "
+                "SELECT body, reason, attempts, dead_at, id FROM fm_dead WHERE queue = ? "
                 "ORDER BY id DESC LIMIT ?",
                 (self.settings.queue, max(0, limit)),
             ).fetchall()
         )
-        return [DeadLetter(bytes(b), r, n, t) for b, r, n, t in reversed(rows)]
+        return [DeadLetter(bytes(b), r, n, t, ref=i) for b, r, n, t, i in reversed(rows)]
+
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        ids = [(letter.ref, self.settings.queue) for letter in letters]
+
+        def remove(db: sqlite3.Connection) -> int:
+            with _transaction(db):
+                return sum(
+                    db.execute("DELETE FROM fm_dead WHERE id = ? AND queue = ?", row).rowcount
+                    for row in ids
+                )
+
+        return int(await self._run(remove))

@@ -37,6 +37,7 @@ log = logging.getLogger("framework_m.nats")
 # "duplicate message id is in process": a clustered stream is still storing the
 # first publish of this id (servers >= 2.11). Ask again until it answers duplicate.
 _ERR_DUPLICATE_IN_PROCESS = 10158
+_ERR_SEQUENCE_NOT_FOUND = 10043
 _PUBLISH_TRIES = 4
 _INITIAL_CONNECT_ROUNDS = 3
 _PUBLISH_TIMEOUT = 5.0
@@ -50,6 +51,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
     capabilities = frozenset(
         {
             C.DEAD_LETTER_INSPECTION,
+            C.DEAD_LETTER_REMOVAL,
             C.CROSS_PROCESS,
             C.NEW_ID_AFTER_WINDOW,
             C.REDELIVER_ON_CLOSE,
@@ -344,7 +346,24 @@ class NatsBroker(BaseBroker[NatsSettings]):
             except NotFoundError:
                 seq -= 1
                 continue
-            out.append(wire.dead_letter(raw.data or b"", dict(raw.headers or {})))
+            out.append(wire.dead_letter(raw.data or b"", dict(raw.headers or {}), seq))
             seq -= 1
         out.reverse()
         return out
+
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        removed = 0
+        for letter in letters:
+            if not isinstance(letter.ref, int):
+                continue
+            with server_errors("deleting a dead letter"):
+                try:
+                    await self.js.delete_msg(self.settings.dead_letter_stream, letter.ref)
+                except NotFoundError:  # gone already
+                    continue
+                except APIError as exc:
+                    if exc.err_code == _ERR_SEQUENCE_NOT_FOUND:  # gone already
+                        continue
+                    raise
+            removed += 1
+        return removed

@@ -46,12 +46,14 @@ def dead_letter_headers(stream: str, seq: int, reason: str, attempt: int) -> dic
     }
 
 
-def dead_letter(body: bytes, headers: dict[str, str]) -> DeadLetter:
+def dead_letter(body: bytes, headers: dict[str, str], seq: int) -> DeadLetter:
+    """The dead letter stored at ``seq`` of the dead-letter stream."""
     return DeadLetter(
         body=body,
         reason=_from_header(headers.get(REASON, "")),
         attempts=int(_number(headers.get(ATTEMPTS))),
         dead_lettered_at=_number(headers.get(DEAD_AT)),
+        ref=seq,
     )
 
 

@@ -45,6 +45,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     capabilities = frozenset(
         {
             C.DEAD_LETTER_INSPECTION,
+            C.DEAD_LETTER_REMOVAL,
             C.REDELIVER_ON_CLOSE,
             C.REDELIVER_ON_DISCONNECT,
             C.CROSS_PROCESS,
@@ -308,6 +309,31 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             return out[-limit:]
         except AMQP_ERRORS as exc:
             raise BrokerError(f"cannot read {self.settings.dead}: {exc}") from None
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        """Every message is fetched; those named are acked, the rest put back in order."""
+        refs = {letter.ref for letter in letters if letter.ref is not None}
+        if not refs:
+            return 0
+        channel = await self.link.side_channel()
+        try:
+            queue = await channel.get_queue(self.settings.dead)
+            kept: list[AbstractIncomingMessage] = []
+            removed = 0
+            while (msg := await queue.get(no_ack=False, fail=False)) is not None:
+                if msg.message_id in refs:
+                    await msg.ack()
+                    removed += 1
+                else:
+                    kept.append(msg)
+            if kept:
+                await kept[-1].nack(multiple=True, requeue=True)
+            return removed
+        except AMQP_ERRORS as exc:
+            raise BrokerError(f"cannot remove from {self.settings.dead}: {exc}") from None
         finally:
             if not channel.is_closed:
                 await channel.close()

@@ -83,6 +83,7 @@ def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
             ATTEMPTS_HEADER: delivery.attempt,
             DEAD_AT_HEADER: f"{time.time():.3f}",
         },
+        message_id=uuid.uuid4().hex,  # names it for removal
         delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
     )
 
@@ -107,6 +108,7 @@ def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter
             reason=str(headers[REASON_HEADER]),
             attempts=_count(headers.get(ATTEMPTS_HEADER)),
             dead_lettered_at=_float(headers.get(DEAD_AT_HEADER)),
+            ref=msg.message_id,
         )
     deaths = headers.get("x-death")
     death: dict[str, Any] = deaths[0] if isinstance(deaths, list) and deaths else {}  # type: ignore[assignment]
@@ -126,6 +128,7 @@ def dead_letter(msg: AbstractIncomingMessage, delivery_limit: int) -> DeadLetter
         reason=reason,
         attempts=attempts,
         dead_lettered_at=at.timestamp() if isinstance(at, datetime) else 0.0,
+        ref=msg.message_id,
     )
 
 

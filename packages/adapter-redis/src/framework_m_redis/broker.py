@@ -54,6 +54,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
     capabilities = frozenset(
         {
             C.DEAD_LETTER_INSPECTION,
+            C.DEAD_LETTER_REMOVAL,
             C.CROSS_PROCESS,
             C.NEW_ID_AFTER_WINDOW,
             C.REDELIVER_ON_CLOSE,
@@ -287,11 +288,21 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 reason=text(fields.get(b"r", b"")),
                 attempts=_count(fields.get(b"n")) or 0,
                 dead_lettered_at=_time(fields.get(b"t")),
+                ref=text(eid),
             )
-            for _, fields in entries
+            for eid, fields in entries
         ]
         out.reverse()
         return out
+
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        ids = [letter.ref for letter in letters if isinstance(letter.ref, str)]
+        if not ids:
+            return 0
+        try:
+            return int(await self.client.xdel(self.settings.dead, *ids))
+        except RedisError as exc:
+            raise BrokerError(f"redis xdel of dead letters failed: {exc}") from None
 
 
 def _count(raw: bytes | None) -> int | None:

@@ -47,6 +47,8 @@ class DeadLetter:
     reason: str
     attempts: int
     dead_lettered_at: float
+    #: The adapter's own name for it (a stream sequence, an entry id), for removal.
+    ref: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

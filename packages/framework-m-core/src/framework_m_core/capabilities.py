@@ -37,6 +37,8 @@ class Capability(StrEnum):
     #: A message that reaches the broker after its ``not_after`` is never run: the
     #: broker refuses to store it, or its deliveries say when it was stored.
     STORE_DEADLINE = "store_deadline"
+    #: ``remove_dead_letters()`` deletes dead letters that ``dead_letters()`` returned.
+    DEAD_LETTER_REMOVAL = "dead_letter_removal"
 
     @property
     def promise(self) -> str:
@@ -54,6 +56,7 @@ _PROMISES = {
     Capability.NEW_ID_AFTER_WINDOW: "an id reused after the window gets a new job id",
     Capability.UNCOUNTED_RELEASE: "a release is not counted as an attempt",
     Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
+    Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -18,6 +19,7 @@ from zoneinfo import ZoneInfo
 from . import logs, metrics
 from .adapters.registry import open_broker
 from .app import App, load_app
+from .broker import DeadLetter
 from .capabilities import Capability
 from .errors import ConfigurationError, FrameworkMError, MessageDecodeError, SchemaConflictError
 from .messages import decode_message, loads_strict, tick_deduplication_id
@@ -128,11 +130,22 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     d = sub.add_parser("dead-letters", help="inspect dead letters")
     d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
-    d_list = d_sub.add_parser("list", help="the latest dead letters, oldest first")
-    broker_arg(d_list)
-    d_list.add_argument("--job", default=None, help="only this job's")
-    d_list.add_argument("--limit", type=_positive_int, default=20, help="at most this many (20)")
-    for command in (w, s, e, g, d_list):
+    d_actions = [
+        d_sub.add_parser("list", help="the latest dead letters, oldest first"),
+        d_sub.add_parser(
+            "requeue", help="put the latest dead letters' jobs back, with a fresh attempt count"
+        ),
+        d_sub.add_parser("purge", help="delete the latest dead letters"),
+    ]
+    for action in d_actions:
+        broker_arg(action)
+        action.add_argument("--job", default=None, help="only this job's")
+        action.add_argument(
+            "--limit", type=_positive_int, default=20, help="at most this many, latest (20)"
+        )
+        if action is not d_actions[0]:
+            action.add_argument("--yes", action="store_true", help="do not ask")
+    for command in (w, s, e, g, *d_actions):
         _logging_args(command, top=False)
     return parser
 
@@ -304,30 +317,67 @@ async def _enqueue(args: argparse.Namespace) -> int:
 
 
 async def _dead_letters(args: argparse.Namespace) -> int:
-    """``m dead-letters list``: when, which job, attempts and the reason's first line."""
+    """``m dead-letters list|requeue|purge``: the latest dead letters, of one job or all."""
     _configure_logging(args)
     broker = open_broker(args.broker)
-    if Capability.DEAD_LETTER_INSPECTION not in broker.capabilities:
-        raise ConfigurationError(f"{broker.display_url} cannot read its dead letters back")
+    needs = {Capability.DEAD_LETTER_INSPECTION}
+    if args.action != "list":
+        needs.add(Capability.DEAD_LETTER_REMOVAL)
+    if missing := needs - broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} cannot {args.action} dead letters "
+            f"(no {', '.join(sorted(missing))})"
+        )
     async with _connected(broker):
         letters = await broker.dead_letters(10_000 if args.job else args.limit)
-    rows = []
-    for letter in letters:
-        try:
-            message = decode_message(letter.body)
-            job, job_id = message.job_name, message.id
-        except MessageDecodeError:
-            job, job_id = "-", "-"
-        if args.job is None or job == args.job:
-            rows.append((letter, job, job_id))
-    for letter, job, job_id in rows[-args.limit :]:
-        when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(timespec="seconds")
-        reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
-        print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
-        print(f"    {reason}")
-    shown = len(rows[-args.limit :])
-    print(f"{shown} dead letter(s)" + (f" of job {args.job}" if args.job else ""))
+        rows = [row for row in map(_described, letters) if args.job in (None, row[1])]
+        rows = rows[-args.limit :]
+        for letter, job, job_id in rows:
+            when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(
+                timespec="seconds"
+            )
+            reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
+            print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
+            print(f"    {reason}")
+        which = f" of job {args.job}" if args.job else ""
+        if args.action == "list" or not rows:
+            print(f"{len(rows)} dead letter(s){which}")
+            return 0
+        if not args.yes and not _confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
+            print("nothing done")
+            return 1
+        for letter, job, job_id in rows:
+            if args.action == "requeue":
+                await broker.requeue(_fresh(letter.body))
+                log.info("requeued %s[%s]; it was dead-lettered: %s", job, job_id, letter.reason)
+            await broker.remove_dead_letters([letter])
+        print(f"{args.action}d {len(rows)} dead letter(s){which}")
     return 0
+
+
+def _described(letter: DeadLetter) -> tuple[DeadLetter, str, str]:
+    try:
+        message = decode_message(letter.body)
+    except MessageDecodeError:
+        return letter, "-", "-"
+    return letter, message.job_name, message.id
+
+
+def _fresh(body: bytes) -> bytes:
+    """A dead job as it goes back: a tick's enqueue deadline has passed, so it is dropped."""
+    try:
+        message = decode_message(body)
+    except MessageDecodeError:
+        return body  # put back as it was: the worker dead-letters it again, saying why
+    if message.not_after is None:
+        return body
+    return dataclasses.replace(message, not_after=None).encode()
+
+
+def _confirmed(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise ConfigurationError(f"{question} Not asked without a terminal: add --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 async def _migrate(args: argparse.Namespace) -> int:

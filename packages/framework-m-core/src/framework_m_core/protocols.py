@@ -144,6 +144,18 @@ class ConsumerProtocol(Protocol):
         cannot read its dead letters back returns an empty sequence.
         """
 
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        """Delete ``letters`` (as :meth:`dead_letters` returned them) from the dead-letter
+        place; return how many were still there. Idempotent: a letter already gone
+        counts 0. Letters not named stay, in their order.
+
+        *Optional* (:attr:`~.Capability.DEAD_LETTER_REMOVAL`): without it this raises
+        :class:`~.errors.BrokerError`. ``m dead-letters requeue`` and ``purge`` use it.
+        """
+        from .errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} cannot remove dead letters")
+
     @abstractmethod
     async def requeue(self, body: bytes) -> None:
         """Put ``body`` on the work queue as it is, as a new message with ``attempt`` 1.

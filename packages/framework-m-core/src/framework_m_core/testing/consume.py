@@ -258,6 +258,25 @@ class ConsumeContract(ContractBase):
             assert list(await broker.dead_letters()) == []
             await holder.ack(held)
 
+    @requires(Capability.DEAD_LETTER_INSPECTION, Capability.DEAD_LETTER_REMOVAL)
+    async def test_removed_dead_letters_are_gone_and_the_rest_stay_in_order(
+        self, broker: BrokerProtocol
+    ) -> None:
+        for i in range(3):
+            await broker.enqueue("job", i=i)
+        for d in sorted(
+            await receive_all(broker, ack=False), key=lambda d: decode_message(d.body).kwargs["i"]
+        ):
+            await broker.dead_letter(d, f"reason {decode_message(d.body).kwargs['i']}")
+        letters = list(await broker.dead_letters())
+        assert [d.reason for d in letters] == ["reason 0", "reason 1", "reason 2"]
+        assert await broker.remove_dead_letters([letters[1]]) == 1
+        assert [d.reason for d in await broker.dead_letters()] == ["reason 0", "reason 2"]
+        assert await broker.remove_dead_letters([letters[1]]) == 0  # gone already
+        assert await broker.remove_dead_letters(list(await broker.dead_letters())) == 2
+        assert list(await broker.dead_letters()) == []
+        assert list(await broker.receive(10, 0.3)) == []  # removing runs nothing
+
     @requires(Capability.DEAD_LETTER_INSPECTION)
     async def test_a_dead_letter_keeps_body_reason_attempt_and_time(
         self, broker: BrokerProtocol

@@ -30,6 +30,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     capabilities = frozenset(
         {
             C.DEAD_LETTER_INSPECTION,
+            C.DEAD_LETTER_REMOVAL,
             C.REDELIVER_ON_CLOSE,
             C.NEW_ID_AFTER_WINDOW,
             C.UNCOUNTED_RELEASE,
@@ -186,8 +187,19 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         entry = self._settle(delivery)
         if entry is not None:
-            self._q.dead.append(DeadLetter(entry.body, reason, delivery.attempt, time.time()))
+            self._q.dead.append(
+                DeadLetter(entry.body, reason, delivery.attempt, time.time(), ref=object())
+            )
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
         dead = list(self._q.dead)
         return dead[-limit:] if limit > 0 else []
+
+    async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
+        refs = {id(letter.ref) for letter in letters if letter.ref is not None}
+        dead = self._q.dead
+        kept = [d for d in dead if id(d.ref) not in refs]
+        removed = len(dead) - len(kept)
+        dead.clear()
+        dead.extend(kept)
+        return removed
