@@ -19,28 +19,22 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
 from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, InvalidJobError, MessageDecodeError
-from framework_m_core.messages import JobMessage, decode_message
+from framework_m_core.errors import BrokerError
+from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import schema, wire
-from .errors import TRANSIENT, describe, server_errors
+from . import deadletters, publishing, schema, wire
+from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
 
 log = logging.getLogger("framework_m.nats")
 
-# "duplicate message id is in process": a clustered stream is still storing the
-# first publish of this id (servers >= 2.11). Ask again until it answers duplicate.
-_ERR_DUPLICATE_IN_PROCESS = 10158
-_ERR_SEQUENCE_NOT_FOUND = 10043
-_PUBLISH_TRIES = 4
 _INITIAL_CONNECT_ROUNDS = 3
-_PUBLISH_TIMEOUT = 5.0
 # Longest wait for the rest of a batch once the first delivery is in.
 _BATCH_FILL = 0.2
 
@@ -105,7 +99,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         except Exception as exc:  # nats-py raises several unrelated types here
             raise BrokerError(f"cannot connect to {self.display_url}: {describe(exc)}") from None
         nc.options["max_reconnect_attempts"] = -1
-        self._nc, self._js = nc, nc.jetstream(timeout=_PUBLISH_TIMEOUT)
+        self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
         self._psub, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -157,7 +151,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         nc = await self._link()
         with server_errors("reading the server's clock"):
             reply = await nc.request(
-                f"$JS.API.STREAM.INFO.{self.settings.stream}", b"", timeout=_PUBLISH_TIMEOUT
+                f"$JS.API.STREAM.INFO.{self.settings.stream}", b"", timeout=publishing.TIMEOUT
             )
         return wire.server_time(reply.data)
 
@@ -191,56 +185,16 @@ class NatsBroker(BaseBroker[NatsSettings]):
         ack = await self._publish_once(self.settings.jobs_subject, body, {wire.MSG_ID: msg_id})
         if not ack.duplicate:
             return PublishResult(message.id)
-        return PublishResult(await self._job_id_at(ack.seq, msg_id), duplicate=True)
+        original = await publishing.job_id_at(self.js, self.settings.stream, ack.seq, msg_id)
+        return PublishResult(original, duplicate=True)
 
     async def _publish_once(self, subject: str, body: bytes, headers: dict[str, str]) -> Any:
-        """Publish with retries; the Nats-Msg-Id makes every retry idempotent."""
-        nc = await self._link()
-        if (size := wire.size_with_headers(body, headers)) > nc.max_payload:
-            # nats-py leaves the headers out of its own check; the server would close us.
-            raise InvalidJobError(
-                f"a message of {size:,} bytes with its headers is over the server's "
-                f"max_payload of {nc.max_payload:,}"
-            )
-        delay = 0.05
-        for attempt in range(1, _PUBLISH_TRIES + 1):
-            try:
-                self._require_link()  # never into nats-py's reconnect buffer
-                return await self.js.publish(
-                    subject, body, headers=headers, timeout=_PUBLISH_TIMEOUT
-                )
-            except APIError as exc:
-                if exc.err_code != _ERR_DUPLICATE_IN_PROCESS or attempt == _PUBLISH_TRIES:
-                    raise BrokerError(f"publish to {subject} refused: {describe(exc)}") from None
-            except TRANSIENT as exc:
-                if attempt == _PUBLISH_TRIES:
-                    raise BrokerError(
-                        f"publish to {subject} failed after {attempt} tries: {describe(exc)}"
-                    ) from None
-                log.debug("publish to %s failed (%s); retrying", subject, describe(exc))
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
-
-    async def _job_id_at(self, seq: int, msg_id: str) -> str:
-        """The id of the job stored at ``seq`` (the original of a duplicate)."""
-        try:
-            with server_errors("reading the original of a duplicate"):
-                raw = await self.js.get_msg(self.settings.stream, seq)
-            return decode_message(raw.data or b"").id
-        except (NotFoundError, MessageDecodeError) as exc:
-            log.warning("original of duplicate %s (seq %d) unreadable: %s", msg_id, seq, exc)
-            return f"{self.settings.stream}:{seq}"
+        return await publishing.publish_once(await self._link(), self.js, subject, body, headers)
 
     async def requeue(self, body: bytes) -> None:
         await self._publish_once(self.settings.jobs_subject, body, {})
 
     # -- consuming ---------------------------------------------------------------------
-
-    def _require_link(self) -> None:
-        """Raise a transient error while the client is reconnecting."""
-        if not self._connected(self._nc).is_connected:
-            raise nats.errors.ConnectionReconnectingError
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         nc = await self._link()
@@ -332,38 +286,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._settled(res)
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
-        with server_errors("reading dead letters"):
-            return await self._dead_letters(limit)
-
-    async def _dead_letters(self, limit: int) -> Sequence[DeadLetter]:
-        name = self.settings.dead_letter_stream
-        info = await self.js.stream_info(name)
-        out: list[DeadLetter] = []
-        seq = info.state.last_seq
-        while seq >= max(1, info.state.first_seq) and len(out) < limit:
-            try:
-                raw = await self.js.get_msg(name, seq)
-            except NotFoundError:
-                seq -= 1
-                continue
-            out.append(wire.dead_letter(raw.data or b"", dict(raw.headers or {}), seq))
-            seq -= 1
-        out.reverse()
-        return out
+        return await deadletters.latest(self.js, self.settings.dead_letter_stream, limit)
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
-        removed = 0
-        for letter in letters:
-            if not isinstance(letter.ref, int):
-                continue
-            with server_errors("deleting a dead letter"):
-                try:
-                    await self.js.delete_msg(self.settings.dead_letter_stream, letter.ref)
-                except NotFoundError:  # gone already
-                    continue
-                except APIError as exc:
-                    if exc.err_code == _ERR_SEQUENCE_NOT_FOUND:  # gone already
-                        continue
-                    raise
-            removed += 1
-        return removed
+        return await deadletters.remove(self.js, self.settings.dead_letter_stream, letters)
