@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue
-from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError, PublishError
+from aio_pika.exceptions import ChannelInvalidStateError, PublishError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
 from framework_m_core.capabilities import Capability as C
@@ -29,7 +29,7 @@ from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import wire
+from . import deadletters, publishing, wire
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
@@ -120,31 +120,11 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     # -- publishing --------------------------------------------------------------------
 
     async def _exchange_ready(self) -> AbstractExchange:
-        """The exchange, with the jobs queue bound to it (once per connection).
-
-        A duplicate and a message that no binding takes both come back as a return;
-        binding again (idempotent) before the first publish keeps the second case from
-        passing for the first and losing a job silently.
-        """
+        """The exchange, with the jobs queue bound to it (once per connection)."""
         if self._exchange is None:
-            s, channel = self.settings, self.link.channel()
-            try:
-                exchange = await channel.get_exchange(s.exchange)
-                await (await channel.get_queue(s.jobs)).bind(exchange)
-            except aiormq.exceptions.ChannelNotFoundEntity as exc:
-                await self.link.reopen()
-                raise BrokerError(
-                    f"{exc.args[0] if exc.args else exc}: run schema sync (m migrate)"
-                ) from None
-            except aiormq.exceptions.ChannelAccessRefused as exc:
-                # A producer without configure permission: publish without the guarantee.
-                await self.link.reopen()
-                self._warn_unbound(str(exc))
-                exchange = await self.link.channel().get_exchange(s.exchange)
-            except aiormq.exceptions.AMQPError as exc:
-                await self.link.reopen()
-                raise BrokerError(f"cannot use exchange {s.exchange}: {exc}") from None
-            self._exchange = exchange
+            self._exchange = await publishing.bound_exchange(
+                self.link, self.settings, self._warn_unbound
+            )
         return self._exchange
 
     def _warn_unbound(self, reason: str) -> None:
@@ -179,20 +159,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     async def _publish_now(self, message: JobMessage, body: bytes) -> PublishResult:
         await self.link.ensure_open()
         exchange = self._exchange or await self._exchange_ready()
-        try:
-            await exchange.publish(wire.job(message, body), routing_key="", mandatory=True)
-        except PublishError:  # basic.return: routed nowhere
-            if message.deduplication_id is None:
-                raise BrokerError(
-                    f"exchange {self.settings.exchange} routed a job nowhere: is the queue "
-                    "bound? run `m migrate`"
-                ) from None
-            return PublishResult(message.id, duplicate=True)
-        except DeliveryError as exc:  # basic.nack: the broker did not take it
-            raise BrokerError(f"the broker refused the job (basic.nack): {exc}") from None
-        except AMQP_ERRORS as exc:
-            raise BrokerError(f"publish failed: {exc}") from None
-        return PublishResult(message.id)
+        return await publishing.publish_job(exchange, self.settings, message, body)
 
     async def requeue(self, body: bytes) -> None:
         await self.link.ensure_open()
@@ -294,49 +261,10 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         await self._ack(delivery)
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
-        """Peek: every message is fetched, then all are put back in order."""
-        if limit < 1:
-            return []
-        channel = await self.link.side_channel()
-        try:
-            queue = await channel.get_queue(self.settings.dead)
-            taken: list[AbstractIncomingMessage] = []
-            while (msg := await queue.get(no_ack=False, fail=False)) is not None:
-                taken.append(msg)
-            out = [wire.dead_letter(m, self.settings.delivery_limit) for m in taken]
-            if taken:
-                await taken[-1].nack(multiple=True, requeue=True)
-            return out[-limit:]
-        except AMQP_ERRORS as exc:
-            raise BrokerError(f"cannot read {self.settings.dead}: {exc}") from None
-        finally:
-            if not channel.is_closed:
-                await channel.close()
+        return await deadletters.latest(self.link, self.settings, limit)
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
-        """Every message is fetched; those named are acked, the rest put back in order."""
-        refs = {letter.ref for letter in letters if letter.ref is not None}
-        if not refs:
-            return 0
-        channel = await self.link.side_channel()
-        try:
-            queue = await channel.get_queue(self.settings.dead)
-            kept: list[AbstractIncomingMessage] = []
-            removed = 0
-            while (msg := await queue.get(no_ack=False, fail=False)) is not None:
-                if msg.message_id in refs:
-                    await msg.ack()
-                    removed += 1
-                else:
-                    kept.append(msg)
-            if kept:
-                await kept[-1].nack(multiple=True, requeue=True)
-            return removed
-        except AMQP_ERRORS as exc:
-            raise BrokerError(f"cannot remove from {self.settings.dead}: {exc}") from None
-        finally:
-            if not channel.is_closed:
-                await channel.close()
+        return await deadletters.remove(self.link, self.settings, letters)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

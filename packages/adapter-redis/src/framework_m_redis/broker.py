@@ -13,7 +13,6 @@ consumer and delivery, so a late settle never touches a reclaimed job.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
@@ -29,7 +28,7 @@ from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMEr
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import connection, schema, scripts
+from . import connection, deadletters, schema, scripts
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -195,7 +194,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             raise BrokerError(f"redis receive failed: {exc}") from None
 
     def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int) -> Delivery:
-        before = _count(fields.get(b"a"))
+        before = deadletters.count(fields.get(b"a"))
         if before is None:  # not written by this adapter: count its deliveries alone
             log.warning("entry %s has an invalid attempts field; counting deliveries", text(eid))
             before = 0
@@ -276,50 +275,10 @@ class RedisBroker(BaseBroker[RedisSettings]):
         )
 
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
-        if limit < 1:
-            return []
-        try:
-            entries = await self.client.xrevrange(self.settings.dead, count=limit)
-        except RedisError as exc:
-            raise BrokerError(f"redis xrevrange failed: {exc}") from None
-        out = [
-            DeadLetter(
-                body=fields.get(b"b", b""),
-                reason=text(fields.get(b"r", b"")),
-                attempts=_count(fields.get(b"n")) or 0,
-                dead_lettered_at=_time(fields.get(b"t")),
-                ref=text(eid),
-            )
-            for eid, fields in entries
-        ]
-        out.reverse()
-        return out
+        return await deadletters.latest(self.client, self.settings.dead, limit)
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
-        ids = [letter.ref for letter in letters if isinstance(letter.ref, str)]
-        if not ids:
-            return 0
-        try:
-            return int(await self.client.xdel(self.settings.dead, *ids))
-        except RedisError as exc:
-            raise BrokerError(f"redis xdel of dead letters failed: {exc}") from None
-
-
-def _count(raw: bytes | None) -> int | None:
-    """An attempts field: 0 when absent, None when it is not a count this adapter wrote."""
-    if raw is None or raw == b"":
-        return 0
-    if len(raw) > 9 or not raw.isdigit():  # no sign, no exponent, below a billion
-        return None
-    return int(raw)
-
-
-def _time(raw: bytes | None) -> float:
-    try:
-        value = float(raw or 0)
-    except ValueError:
-        return 0.0
-    return value if math.isfinite(value) else 0.0
+        return await deadletters.remove(self.client, self.settings.dead, letters)
 
 
 def _now_ms() -> int:

@@ -1,0 +1,66 @@
+"""Publishing jobs through the deduplication exchange, and what its answers mean."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import aiormq
+from aio_pika.abc import AbstractExchange
+from aio_pika.exceptions import DeliveryError, PublishError
+
+from framework_m_core.broker import PublishResult
+from framework_m_core.errors import BrokerError
+from framework_m_core.messages import JobMessage
+
+from . import wire
+from .connection import AMQP_ERRORS, Link
+from .settings import RabbitSettings
+
+
+async def bound_exchange(
+    link: Link, s: RabbitSettings, unbound: Callable[[str], None]
+) -> AbstractExchange:
+    """The exchange, with the jobs queue bound to it again (idempotent).
+
+    A duplicate and a message that no binding takes both come back as a return;
+    binding before the first publish keeps the second case from passing for the
+    first and losing a job silently. A user that may not bind gets ``unbound(why)``.
+    """
+    channel = link.channel()
+    try:
+        exchange = await channel.get_exchange(s.exchange)
+        await (await channel.get_queue(s.jobs)).bind(exchange)
+    except aiormq.exceptions.ChannelNotFoundEntity as exc:
+        await link.reopen()
+        raise BrokerError(
+            f"{exc.args[0] if exc.args else exc}: run schema sync (m migrate)"
+        ) from None
+    except aiormq.exceptions.ChannelAccessRefused as exc:
+        # A producer without configure permission: publish without the guarantee.
+        await link.reopen()
+        unbound(str(exc))
+        exchange = await link.channel().get_exchange(s.exchange)
+    except aiormq.exceptions.AMQPError as exc:
+        await link.reopen()
+        raise BrokerError(f"cannot use exchange {s.exchange}: {exc}") from None
+    return exchange
+
+
+async def publish_job(
+    exchange: AbstractExchange, s: RabbitSettings, message: JobMessage, body: bytes
+) -> PublishResult:
+    """Publish confirmed and mandatory: a return is a duplicate (a job with a dedup id)
+    or a missing binding (one without); a nack is a refusal."""
+    try:
+        await exchange.publish(wire.job(message, body), routing_key="", mandatory=True)
+    except PublishError:  # basic.return: routed nowhere
+        if message.deduplication_id is None:
+            raise BrokerError(
+                f"exchange {s.exchange} routed a job nowhere: is the queue bound? run `m migrate`"
+            ) from None
+        return PublishResult(message.id, duplicate=True)
+    except DeliveryError as exc:  # basic.nack: the broker did not take it
+        raise BrokerError(f"the broker refused the job (basic.nack): {exc}") from None
+    except AMQP_ERRORS as exc:
+        raise BrokerError(f"publish failed: {exc}") from None
+    return PublishResult(message.id)
