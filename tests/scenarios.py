@@ -42,7 +42,7 @@ def replicas_ride_out(
         env={"FM_SLOT_LOG": str(log)},
     )  # fmt: skip
     first = int(time.time()) + 1
-    wait_for_slot(log, first + 4, timeout=20)
+    wait_for_slot(log, first + 3, timeout=20)
     disrupted = time.time()
     windows = disrupt()
     back = time.time()

@@ -145,7 +145,7 @@ EXPRESSIONS = st.tuples(
 ).map(lambda f: " ".join(x for x in f if x is not None))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     expr=EXPRESSIONS,
     tz=st.sampled_from(ZONES),
