@@ -85,13 +85,16 @@ class Execution:
         self.stats = stats
         self.observer = observer or Observer()
 
-    def _job_name(self, delivery: Delivery) -> str:
-        """The registered job a delivery names, or ``unknown`` (labels stay bounded)."""
+    def _job_name(self, name: str | None) -> str:
+        """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
+        return name if name is not None and name in self.app.jobs else UNKNOWN_JOB
+
+    def _named_in(self, delivery: Delivery) -> str:
+        """The registered job a delivery names, or ``unknown``."""
         try:
-            name = decode_message(delivery.body).job_name
+            return self._job_name(decode_message(delivery.body).job_name)
         except MessageDecodeError:
             return UNKNOWN_JOB
-        return name if name in self.app.jobs else UNKNOWN_JOB
 
     async def run(self, delivery: Delivery) -> None:
         try:
@@ -108,7 +111,7 @@ class Execution:
         try:
             await self.broker.release(delivery)
             self.stats.released += 1
-            self.observer.job_finished(self._job_name(delivery), "released", None)
+            self.observer.job_finished(self._named_in(delivery), "released", None)
         except Exception as exc:
             log.error("release failed (%s): the broker redelivers after its timeout", exc)
 
@@ -170,7 +173,7 @@ class Execution:
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             self.stats.late_dropped += 1
-            self.observer.job_finished(self._job_name(delivery), "late_dropped", None)
+            self.observer.job_finished(self._job_name(message.job_name), "late_dropped", None)
             _job_log(message, delivery).warning(
                 "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
                 "enqueued later than grace allows, not run",
@@ -273,6 +276,7 @@ class Execution:
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
             self.stats.dead_lettered += 1
-            self.observer.job_finished(self._job_name(delivery), "dead_lettered", duration)
+            name = self._job_name(message.job_name if message else None)
+            self.observer.job_finished(name, "dead_lettered", duration)
             logger = job_log if message is None else _job_log(message, delivery)
             logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))
