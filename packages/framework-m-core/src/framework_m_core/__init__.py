@@ -6,7 +6,7 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 """
 
 from .app import App, load_app
-from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult
+from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
 from .capabilities import Capability
 from .errors import (
     AppLoadError,
@@ -61,6 +61,7 @@ __all__ = [
     "JobSpec",
     "MessageDecodeError",
     "PublishResult",
+    "QueueStats",
     "Schedule",
     "ScheduleError",
     "SchemaChange",

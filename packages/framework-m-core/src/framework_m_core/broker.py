@@ -51,6 +51,23 @@ class DeadLetter:
     ref: Any = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What a queue holds now, by the broker's own numbers; None where it cannot tell.
+
+    ``ready`` messages wait for a consumer; ``reserved`` ones were delivered and not
+    settled; ``scheduled`` ones wait out a retry's delay (None: the broker keeps them
+    as reserved, and ``reserved`` counts them); ``consumers`` are the consumers the
+    broker knows attached.
+    """
+
+    ready: int | None = None
+    reserved: int | None = None
+    scheduled: int | None = None
+    dead_letters: int | None = None
+    consumers: int | None = None
+
+
 @dataclass(slots=True)
 class BrokerStats:
     """Counters of one broker instance."""

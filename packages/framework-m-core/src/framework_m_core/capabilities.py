@@ -39,6 +39,8 @@ class Capability(StrEnum):
     STORE_DEADLINE = "store_deadline"
     #: ``remove_dead_letters()`` deletes dead letters that ``dead_letters()`` returned.
     DEAD_LETTER_REMOVAL = "dead_letter_removal"
+    #: ``queue_stats()`` reports the broker's own counts of ready messages and dead letters.
+    QUEUE_STATS = "queue_stats"
 
     @property
     def promise(self) -> str:
@@ -57,6 +59,7 @@ _PROMISES = {
     Capability.UNCOUNTED_RELEASE: "a release is not counted as an attempt",
     Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
     Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
+    Capability.QUEUE_STATS: "queue_stats() counts ready, reserved and dead messages",
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
-    from .broker import BrokerStats, DeadLetter, Delivery, PublishResult
+    from .broker import BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
     from .capabilities import Capability
     from .messages import JobMessage
     from .schema import SchemaPlan
@@ -250,6 +250,25 @@ class BrokerProtocol(JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, Pro
         duplicate. Of several publishes of one ``deduplication_id`` at once,
         exactly one is not a duplicate.
         """
+
+    async def queue_stats(self) -> QueueStats:
+        """How many messages the queue holds now, by the broker's own numbers.
+
+        ``ready`` counts messages no consumer holds, ``reserved`` deliveries not
+        settled, ``scheduled`` retries waiting out their delay (None when the broker
+        holds them as reserved: ``reserved`` then counts them too), ``dead_letters``
+        the dead-letter place, ``consumers`` the consumers attached. Counts every
+        connection's messages, not this instance's; may trail a settle by a moment;
+        changes nothing and costs a few round trips, so a scrape may call it.
+
+        *Optional* (:attr:`~.Capability.QUEUE_STATS`): with it ``ready`` and
+        ``dead_letters`` are numbers; a field the broker cannot tell is None. Without
+        it every field is None. Raises :class:`~.errors.BrokerError` when the broker
+        cannot be reached.
+        """
+        from .broker import QueueStats
+
+        return QueueStats()
 
     @abstractmethod
     async def connect(self) -> None:

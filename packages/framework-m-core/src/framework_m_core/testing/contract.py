@@ -9,6 +9,7 @@ from .hostile import HostileInputContract
 from .processes import ProcessContract
 from .runtime import WorkerContract
 from .schema_sync import SchemaContract
+from .stats import StatsContract
 
 
 class BrokerContract(
@@ -18,6 +19,7 @@ class BrokerContract(
     SchemaContract,
     WorkerContract,
     HostileInputContract,
+    StatsContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from ...capabilities import Capability as C
 from ...errors import BrokerError, DeliveryLostError
 from ...messages import JobMessage
@@ -35,6 +35,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.NEW_ID_AFTER_WINDOW,
             C.UNCOUNTED_RELEASE,
             C.STORE_DEADLINE,
+            C.QUEUE_STATS,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -85,6 +86,8 @@ class MemoryBroker(BaseBroker[MemorySettings]):
                 held[0].deliveries -= 1  # not worked on: not an attempt
                 queue.put(held[0], first=True)
         self._mine.clear()
+        if queue is not None:
+            queue.consumers.discard(id(self))
 
     async def server_time(self) -> float | None:
         """The clock of the process the queue lives in (:attr:`clock`)."""
@@ -122,6 +125,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         q = self._q
+        q.consumers.add(id(self))
         deadline = time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -194,6 +198,17 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     async def dead_letters(self, limit: int = 100) -> Sequence[DeadLetter]:
         dead = list(self._q.dead)
         return dead[-limit:] if limit > 0 else []
+
+    async def queue_stats(self) -> QueueStats:
+        q = self._q
+        q.promote(time.monotonic())
+        return QueueStats(
+            ready=len(q.ready),
+            reserved=len(q.reserved),
+            scheduled=len(q.delayed),
+            dead_letters=len(q.dead),
+            consumers=len(q.consumers),
+        )
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         refs = {id(letter.ref) for letter in letters if letter.ref is not None}

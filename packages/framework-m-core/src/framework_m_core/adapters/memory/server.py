@@ -37,6 +37,7 @@ class Queue:
     dedup_expiry: list[tuple[float, str]] = field(default_factory=list)
     dead: deque[DeadLetter] = field(default_factory=lambda: deque(maxlen=_MAX_DEAD_LETTERS))
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    consumers: set[int] = field(default_factory=set)  # ids of brokers that received, open
     seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def wake(self) -> None:
