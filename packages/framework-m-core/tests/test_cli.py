@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -144,6 +148,49 @@ def test_migrate_dry_run_on_memory() -> None:
     assert "create queue memory://default: in-process queue" in result.stdout
 
 
+@pytest.fixture
+def framework_m_log_level() -> Iterator[None]:
+    """``main()`` in-process sets framework-m's log level: put it back for later tests."""
+    logger = logging.getLogger("framework_m")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
+@pytest.mark.usefixtures("framework_m_log_level")
+def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    from framework_m_core.adapters.memory import MemoryBroker, reset
+    from framework_m_core.cli import main
+
+    url = "memory://status-test"
+    assert main(["status", "--broker", url]) == 0
+    shown = capsys.readouterr().out
+    assert "differs: run m migrate (1 change(s))" in shown
+    assert "ready           -" in shown
+
+    async def fill() -> None:
+        async with MemoryBroker.from_url(url) as broker:
+            await broker.sync_schema()
+            for _ in range(2):
+                await broker.enqueue("job")
+            [delivery, _] = await broker.receive(2, 1)
+            await broker.retry(delivery, 60)
+
+    try:
+        asyncio.run(fill())
+        assert main(["status", "--broker", url, "--broker", url]) == 0
+        shown = capsys.readouterr().out
+        assert shown.count("schema          in sync") == 2
+        assert "retry-scheduled 1" in shown
+        assert main(["status", "--broker", url, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["schema_in_sync"] is True
+        counts = [report[k] for k in ("ready", "reserved", "scheduled", "dead_letters")]
+        assert counts == [1, 0, 1, 0]  # the broker closed: the held delivery is ready again
+    finally:
+        reset(url.removeprefix("memory://"))
+
+
 def test_python_dash_m_is_the_same_command() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "framework_m_core", "--help"], capture_output=True, text=True
@@ -154,7 +201,7 @@ def test_python_dash_m_is_the_same_command() -> None:
 
 
 def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
-    from framework_m_core.cli import _fresh
+    from framework_m_core.inspection import _fresh
 
     tick = JobMessage("t", deduplication_id="tick:t:60", scheduled_at=60, not_after=95.0)
     again = decode_message(_fresh(tick.encode()))

@@ -66,3 +66,51 @@ async def test_ticks_and_the_last_slot_are_recorded(memory: MemoryBroker) -> Non
     assert last == int(last)
     assert time.time() - 5 < last <= time.time()
     assert value(text, 'framework_m_job_slot_lag_seconds_count{job="tick"}') >= 2
+
+
+async def test_queue_depth_is_sampled_from_the_broker_at_each_scrape(
+    memory: MemoryBroker,
+) -> None:
+    metrics = Metrics(concurrency=1, broker=memory)
+    for i in range(3):
+        await memory.enqueue("job", i=i)
+    queue = f'queue="{memory.display_url}"'
+    text = (await metrics.scrape()).decode()
+    assert value(text, f'framework_m_queue_messages{{{queue},state="ready"}}') == 3
+    assert value(text, f'framework_m_queue_messages{{{queue},state="dead"}}') == 0
+    [delivery, *_] = await memory.receive(1, 1)
+    await memory.dead_letter(delivery, "poison")
+    metrics._sampled_at -= 10  # the next scrape samples again, not the reused one
+    text = (await metrics.scrape()).decode()
+    assert value(text, f'framework_m_queue_messages{{{queue},state="ready"}}') == 2
+    assert value(text, f'framework_m_queue_messages{{{queue},state="dead"}}') == 1
+    assert value(text, f"framework_m_queue_consumers{{{queue}}}") == 1
+    await memory.close()  # the broker cannot answer: no depth rather than a stale one
+    metrics._sampled_at -= 10
+    text = (await metrics.scrape()).decode()
+    assert "framework_m_queue_messages{" not in text
+    assert value(text, 'framework_m_broker_errors_total{operation="stats"}') == 1
+
+
+async def test_a_lost_broker_is_counted_and_its_return_is_a_reconnect(
+    memory: MemoryBroker,
+) -> None:
+    app, metrics = App(), Metrics(concurrency=1, broker=memory)
+
+    @app.job
+    async def ok(ctx: JobContext) -> None: ...
+
+    async with running_worker(app, memory, observer=metrics) as worker:
+        await memory.enqueue("ok")
+        await wait_until(lambda: worker.stats.succeeded == 1)
+        assert metrics.connected == 1
+        await memory.close()  # every receive now fails
+        await wait_until(lambda: metrics.broker_errors["receive"] >= 2)
+        assert value(metrics.exposition().decode(), "framework_m_broker_connected") == 0
+        await memory.connect()
+        await memory.enqueue("ok")
+        await wait_until(lambda: worker.stats.succeeded == 2)
+    text = metrics.exposition().decode()
+    assert value(text, "framework_m_broker_connected") == 1
+    assert value(text, "framework_m_broker_reconnects_total") == 1
+    assert value(text, 'framework_m_broker_errors_total{operation="receive"}') >= 2

@@ -1,28 +1,27 @@
-"""The ``m`` command: ``m worker``, ``m schedules``, ``m enqueue``, ``m migrate``."""
+"""The ``m`` command: ``m worker``, ``schedules``, ``enqueue``, ``migrate``, ``status``,
+``dead-letters``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from . import logs, metrics
-from .adapters.registry import open_broker
+from . import inspection, logs, metrics
+from .adapters.registry import connected, open_broker
 from .app import App, load_app
-from .broker import DeadLetter
 from .capabilities import Capability
-from .errors import ConfigurationError, FrameworkMError, MessageDecodeError, SchemaConflictError
-from .messages import decode_message, loads_strict, tick_deduplication_id
+from .errors import ConfigurationError, FrameworkMError, SchemaConflictError
+from .messages import loads_strict, tick_deduplication_id
 from .metrics import Metrics
 from .probes import ProbeServer, parse_address
 from .protocols import BrokerProtocol
@@ -128,6 +127,16 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
     broker_arg(g)
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    st = sub.add_parser(
+        "status", help="per queue: counts, dead letters, windows, schema in sync or not"
+    )
+    st.add_argument(
+        "--broker",
+        action="append",
+        help="broker URL; repeat it for several queues "
+        f"(env M_BROKER_URL; default {DEFAULT_BROKER})",
+    )
+    st.add_argument("--json", action="store_true", help="print JSON")
     d = sub.add_parser("dead-letters", help="inspect dead letters")
     d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
     d_actions = [
@@ -145,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         if action is not d_actions[0]:
             action.add_argument("--yes", action="store_true", help="do not ask")
-    for command in (w, s, e, g, *d_actions):
+    for command in (w, s, e, g, st, *d_actions):
         _logging_args(command, top=False)
     return parser
 
@@ -189,7 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "enqueue":
             return asyncio.run(_enqueue(args))
         if args.command == "dead-letters":
-            return asyncio.run(_dead_letters(args))
+            _configure_logging(args)
+            return asyncio.run(inspection.dead_letters(args))
+        if args.command == "status":
+            _configure_logging(args)
+            args.broker = args.broker or [os.environ.get("M_BROKER_URL", DEFAULT_BROKER)]
+            return asyncio.run(inspection.status(args))
         return asyncio.run(_migrate(args))
     except SchemaConflictError as exc:
         print(f"m: schema conflict: {exc}", file=sys.stderr)
@@ -215,7 +229,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         ticker = InProcessTickerAdapter(
             app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
         )
-    observer = Metrics(args.concurrency) if args.http and metrics.available() else None
+    observer = Metrics(args.concurrency, broker) if args.http and metrics.available() else None
     if ticker is not None:
         ticker.observer = observer or ticker.observer
     worker = Worker(
@@ -230,13 +244,13 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
     _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
     async with contextlib.AsyncExitStack() as stack:
         if args.http:
-            exposition = observer.exposition if observer is not None else None
+            exposition = observer.scrape if observer is not None else None
             probes = ProbeServer(
                 *parse_address(args.http), worker.liveness, worker.readiness, exposition
             )
             await probes.start()
             stack.push_async_callback(probes.close)
-        await stack.enter_async_context(_connected(broker))
+        await stack.enter_async_context(connected(broker))
         await worker.prepare()
         log.info(
             "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
@@ -310,80 +324,16 @@ async def _enqueue(args: argparse.Namespace) -> int:
             f"{broker.display_url} lives inside one process: a job enqueued here would be lost "
             "when this command exits; use a shared broker URL"
         )
-    async with _connected(broker):
+    async with connected(broker):
         job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
     print(job_id)
     return 0
 
 
-async def _dead_letters(args: argparse.Namespace) -> int:
-    """``m dead-letters list|requeue|purge``: the latest dead letters, of one job or all."""
-    _configure_logging(args)
-    broker = open_broker(args.broker)
-    needs = {Capability.DEAD_LETTER_INSPECTION}
-    if args.action != "list":
-        needs.add(Capability.DEAD_LETTER_REMOVAL)
-    if missing := needs - broker.capabilities:
-        raise ConfigurationError(
-            f"{broker.display_url} cannot {args.action} dead letters "
-            f"(no {', '.join(sorted(missing))})"
-        )
-    async with _connected(broker):
-        letters = await broker.dead_letters(10_000 if args.job else args.limit)
-        rows = [row for row in map(_described, letters) if args.job in (None, row[1])]
-        rows = rows[-args.limit :]
-        for letter, job, job_id in rows:
-            when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(
-                timespec="seconds"
-            )
-            reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
-            print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
-            print(f"    {reason}")
-        which = f" of job {args.job}" if args.job else ""
-        if args.action == "list" or not rows:
-            print(f"{len(rows)} dead letter(s){which}")
-            return 0
-        if not args.yes and not _confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
-            print("nothing done")
-            return 1
-        for letter, job, job_id in rows:
-            if args.action == "requeue":
-                await broker.requeue(_fresh(letter.body))
-                log.info("requeued %s[%s]; it was dead-lettered: %s", job, job_id, letter.reason)
-            await broker.remove_dead_letters([letter])
-        print(f"{args.action}d {len(rows)} dead letter(s){which}")
-    return 0
-
-
-def _described(letter: DeadLetter) -> tuple[DeadLetter, str, str]:
-    try:
-        message = decode_message(letter.body)
-    except MessageDecodeError:
-        return letter, "-", "-"
-    return letter, message.job_name, message.id
-
-
-def _fresh(body: bytes) -> bytes:
-    """A dead job as it goes back: a tick's enqueue deadline has passed, so it is dropped."""
-    try:
-        message = decode_message(body)
-    except MessageDecodeError:
-        return body  # put back as it was: the worker dead-letters it again, saying why
-    if message.not_after is None:
-        return body
-    return dataclasses.replace(message, not_after=None).encode()
-
-
-def _confirmed(question: str) -> bool:
-    if not sys.stdin.isatty():
-        raise ConfigurationError(f"{question} Not asked without a terminal: add --yes")
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-
-
 async def _migrate(args: argparse.Namespace) -> int:
     _configure_logging(args)
     broker = open_broker(args.broker)
-    async with _connected(broker):
+    async with connected(broker):
         plan = await broker.plan_schema()
         print(plan.describe())
         if args.dry_run or plan.in_sync:
@@ -391,15 +341,6 @@ async def _migrate(args: argparse.Namespace) -> int:
         await broker.sync_schema()
         print("applied")
     return 0
-
-
-@contextlib.asynccontextmanager
-async def _connected(broker: BrokerProtocol) -> AsyncIterator[BrokerProtocol]:
-    await broker.connect()
-    try:
-        yield broker
-    finally:
-        await broker.close()
 
 
 if __name__ == "__main__":

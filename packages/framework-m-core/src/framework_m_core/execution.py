@@ -199,6 +199,7 @@ class Execution:
                 log.warning("%s: %s not possible (%s)", label, what, exc)
                 return False
             except Exception as exc:
+                self.observer.broker_error("settle")
                 if time.monotonic() + delay > deadline:
                     log.error(
                         "%s: %s failed (%s); the broker will deliver it again", label, what, exc

@@ -5,18 +5,24 @@ Names follow Prometheus conventions (``framework_m_`` prefix, ``_total`` counter
 
 The hot path only adds to plain numbers (the event loop is one thread): the
 metric families are built from them when ``/metrics`` is scraped, so a worker
-with metrics on drains its queue about as fast as one without.
+with metrics on drains its queue about as fast as one without. The queue's depth
+comes from the broker's own numbers (``queue_stats()``), sampled at the scrape.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from .observe import JobOutcome, Observer, TickOutcome
+from .broker import QueueStats
+from .capabilities import Capability
+from .observe import BrokerOperation, JobOutcome, Observer, TickOutcome
+from .protocols import BrokerProtocol
 
 try:
     import prometheus_client as prom
@@ -28,6 +34,10 @@ try:
 except ImportError:  # the extra is not installed
     prom = None  # type: ignore[assignment]
 
+log = logging.getLogger("framework_m.metrics")
+
+_SAMPLE_TIMEOUT = 2.0  # a scrape waits at most this long for the broker's numbers
+_SAMPLE_REUSE = 1.0  # scrapes closer together than this share one sample
 _BOUNDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 
 
@@ -59,10 +69,16 @@ class _Histogram:
 class Metrics(Observer):
     """What this replica's ticker and worker did, exposed in the Prometheus format."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, broker: BrokerProtocol | None = None) -> None:
         if prom is None:
             raise RuntimeError("prometheus-client is not installed: framework-m-core[metrics]")
         self.concurrency = concurrency
+        self.broker = broker
+        self.connected = 0
+        self.reconnects = 0
+        self.broker_errors: defaultdict[str, int] = defaultdict(int)
+        self.queue: QueueStats | None = None  # the last sample, None when it failed
+        self._sampled_at = -_SAMPLE_REUSE
         self.running_jobs = 0
         self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.last_slot: dict[str, int] = {}
@@ -76,6 +92,34 @@ class Metrics(Observer):
 
     def exposition(self) -> bytes:
         return bytes(prom.generate_latest(self.registry))
+
+    async def scrape(self) -> bytes:
+        """The exposition, with the queue's numbers sampled from the broker now."""
+        await self._sample()
+        return self.exposition()
+
+    async def _sample(self) -> None:
+        broker = self.broker
+        if broker is None or Capability.QUEUE_STATS not in broker.capabilities:
+            return
+        if time.monotonic() - self._sampled_at < _SAMPLE_REUSE:
+            return
+        self._sampled_at = time.monotonic()
+        try:
+            async with asyncio.timeout(_SAMPLE_TIMEOUT):
+                self.queue = await broker.queue_stats()
+        except Exception as exc:  # a scrape shows no depth rather than a stale one
+            self.queue = None
+            self.broker_errors["stats"] += 1
+            log.debug("queue stats of %s not sampled: %s", broker.display_url, exc)
+
+    def broker_connected(self, up: bool) -> None:
+        if up and not self.connected and self.broker_errors["receive"]:
+            self.reconnects += 1
+        self.connected = int(up)
+
+    def broker_error(self, operation: BrokerOperation) -> None:
+        self.broker_errors[operation] += 1
 
     def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
         self.ticks[job, outcome] += count
@@ -148,3 +192,49 @@ class _Collector:
         yield GaugeMetricFamily(
             "framework_m_concurrency", "Handlers allowed at once", m.concurrency
         )
+        yield from _broker_families(m)
+
+
+def _broker_families(m: Metrics) -> Iterator[Any]:
+    yield GaugeMetricFamily(
+        "framework_m_broker_connected", "1 while the broker answers this worker", m.connected
+    )
+    yield CounterMetricFamily(
+        "framework_m_broker_reconnects",
+        "Times the broker answered again after failing",
+        m.reconnects,
+    )
+    errors = CounterMetricFamily(
+        "framework_m_broker_errors",
+        "Failed broker calls (publish, receive, settle, stats), retried or not",
+        labels=["operation"],
+    )
+    for operation, value in sorted(m.broker_errors.items()):
+        errors.add_metric([operation], value)
+    yield errors
+    if m.queue is None or m.broker is None:
+        return
+    queue = m.broker.display_url
+    messages = GaugeMetricFamily(
+        "framework_m_queue_messages",
+        "Messages in the queue by state (ready, reserved, scheduled, dead), "
+        "by the broker's own numbers at the scrape",
+        labels=["queue", "state"],
+    )
+    for state, count in (
+        ("ready", m.queue.ready),
+        ("reserved", m.queue.reserved),
+        ("scheduled", m.queue.scheduled),
+        ("dead", m.queue.dead_letters),
+    ):
+        if count is not None:
+            messages.add_metric([queue, state], count)
+    yield messages
+    if m.queue.consumers is not None:
+        consumers = GaugeMetricFamily(
+            "framework_m_queue_consumers",
+            "Consumers the broker knows attached to the queue",
+            labels=["queue"],
+        )
+        consumers.add_metric([queue], m.queue.consumers)
+        yield consumers

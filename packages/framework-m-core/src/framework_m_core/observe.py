@@ -10,6 +10,7 @@ from typing import Literal
 
 TickOutcome = Literal["enqueued", "duplicate", "late", "failed", "clock_held"]
 JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "late_dropped"]
+BrokerOperation = Literal["publish", "receive", "settle", "stats"]
 UNKNOWN_JOB = "unknown"
 
 
@@ -28,3 +29,9 @@ class Observer:
 
     def running(self, delta: int) -> None:
         """The number of handlers running changed by ``delta``."""
+
+    def broker_connected(self, up: bool) -> None:
+        """The broker answered (``up``) or stopped answering; called on each change."""
+
+    def broker_error(self, operation: BrokerOperation) -> None:
+        """A call to the broker failed (it may be retried)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .errors import ConfigurationError
 
@@ -43,7 +43,7 @@ class ProbeServer:
         port: int,
         liveness: Probe,
         readiness: Probe,
-        metrics: Callable[[], bytes] | None = None,
+        metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
         self.host, self.port = host, port
         self._routes = {"/healthz": liveness, "/readyz": readiness}
@@ -69,7 +69,7 @@ class ProbeServer:
         try:
             async with asyncio.timeout(5):
                 request = await reader.readuntil(b"\r\n\r\n")
-            status, body, kind = self._answer(request[:_MAX_REQUEST])
+            status, body, kind = await self._answer(request[:_MAX_REQUEST])
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             status, body, kind = 400, b"bad request", _TEXT
         except ConnectionError:
@@ -83,7 +83,7 @@ class ProbeServer:
             await writer.drain()
             writer.close()
 
-    def _answer(self, request: bytes) -> tuple[int, bytes, str]:
+    async def _answer(self, request: bytes) -> tuple[int, bytes, str]:
         parts = request.split(b"\r\n", 1)[0].split()
         if len(parts) != 3 or parts[0] not in (b"GET", b"HEAD"):
             return 405, b"only GET /healthz, /readyz and /metrics", _TEXT
@@ -91,7 +91,7 @@ class ProbeServer:
         if path == "/metrics":
             if self._metrics is None:
                 return 404, b"no metrics: pip install 'framework-m-core[metrics]'", _TEXT
-            return 200, self._metrics(), _PROMETHEUS
+            return 200, await self._metrics(), _PROMETHEUS
         probe = self._routes.get(path)
         if probe is None:
             return 404, b"not found: GET /healthz, /readyz or /metrics", _TEXT

@@ -274,6 +274,7 @@ class InProcessTickerAdapter:
                     log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
                     return
                 except Exception as exc:  # whatever the adapter raises: retried within grace
+                    self.observer.broker_error("publish")
                     late = self._clock() - slot
                     if late + delay > self.grace or self._stop.is_set():
                         reason = "no answer in time" if isinstance(exc, TimeoutError) else exc

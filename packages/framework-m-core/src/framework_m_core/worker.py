@@ -64,7 +64,8 @@ class Worker:
         self.progress_interval = progress_interval
         self.migrate = migrate  # False: check the schema read-only, refuse when it differs
         self.stats = WorkerStats()
-        self._execution = Execution(app, broker, self.stats, observer)
+        self._observer = observer or Observer()
+        self._execution = Execution(app, broker, self.stats, self._observer)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # stop without waiting for the receive in progress
         self._inflight: set[asyncio.Task[None]] = set()
@@ -115,6 +116,7 @@ class Worker:
         if self.ticker is not None:
             self.ticker.check()
         self._prepared = True
+        self._observer.broker_connected(True)
 
     def liveness(self) -> tuple[bool, str]:
         """Whether the worker is alive (its ticker and consumer run, or it is starting)."""
@@ -185,6 +187,9 @@ class Worker:
                 try:
                     deliveries = await self._receive(free)
                 except Exception as exc:  # broker down: keep trying, say so
+                    self._observer.broker_error("receive")
+                    if self._broker_problem is None:
+                        self._observer.broker_connected(False)
                     self._broker_problem = str(exc) or type(exc).__name__
                     log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
                     with contextlib.suppress(TimeoutError):
@@ -192,6 +197,8 @@ class Worker:
                             await self._stopping.wait()
                     backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
                     continue
+                if self._broker_problem is not None:
+                    self._observer.broker_connected(True)
                 backoff, self._broker_problem = 0.1, None
                 for delivery in deliveries:
                     self.stats.received += 1

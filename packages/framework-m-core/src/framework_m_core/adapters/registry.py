@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from importlib.metadata import EntryPoint, entry_points
 from urllib.parse import urlsplit
 
@@ -62,3 +64,13 @@ def open_broker(url: str) -> BrokerProtocol:
         raise ConfigurationError(f"adapter {ep.value} does not implement BrokerProtocol")
     as_capabilities(broker.capabilities, ep.value)  # an unknown one is an error
     return broker
+
+
+@contextlib.asynccontextmanager
+async def connected(broker: BrokerProtocol) -> AsyncIterator[BrokerProtocol]:
+    """``broker`` connected for the ``async with`` block, closed after it however it ends."""
+    await broker.connect()
+    try:
+        yield broker
+    finally:
+        await broker.close()
