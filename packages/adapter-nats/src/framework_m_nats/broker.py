@@ -21,13 +21,13 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import deadletters, publishing, schema, wire
+from . import deadletters, publishing, schema, stats, wire
 from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
@@ -48,6 +48,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.DEAD_LETTER_REMOVAL,
             C.CROSS_PROCESS,
             C.NEW_ID_AFTER_WINDOW,
+            C.QUEUE_STATS,
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
         }
@@ -273,13 +274,9 @@ class NatsBroker(BaseBroker[NatsSettings]):
         if (res := self._reserved(delivery)) is None:
             return
         seq = res.msg.metadata.sequence.stream if res.msg.metadata.sequence else 0
-        stream, body = self.settings.stream, delivery.body
-        headers = wire.dead_letter_headers(stream, seq, reason, delivery.attempt)
-        if wire.size_with_headers(body, headers) > res.client.max_payload:
-            reason = (
-                f"body of {len(body):,} bytes not kept: over max_payload with the reason; {reason}"
-            )
-            headers, body = wire.dead_letter_headers(stream, seq, reason, delivery.attempt), b""
+        body, headers = wire.dead_letter_copy(
+            self.settings.stream, seq, delivery, reason, res.client.max_payload
+        )
         await self._publish_once(self.settings.dead_subject, body, headers)
         with server_errors("term"):
             await res.msg.term()
@@ -290,3 +287,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         return await deadletters.remove(self.js, self.settings.dead_letter_stream, letters)
+
+    async def queue_stats(self) -> QueueStats:
+        """Counts of the durable consumer and the dead-letter stream, in two JetStream
+        requests (:mod:`.stats`): ``ready`` num_pending; ``reserved`` num_ack_pending, with
+        retries waiting out their delay and deliveries handed back or past ack_wait until
+        redelivered; ``scheduled`` None (counted in ``reserved``); ``dead_letters`` the
+        dead-letter stream's messages; ``consumers`` None (pull consumers count no clients).
+        """
+        await self._link()
+        return await stats.read(self.js, self.settings)

@@ -7,7 +7,7 @@ import re
 import time
 from datetime import datetime
 
-from framework_m_core.broker import DeadLetter
+from framework_m_core.broker import DeadLetter, Delivery
 
 MSG_ID = "Nats-Msg-Id"
 REASON = "Framework-M-Reason"
@@ -44,6 +44,19 @@ def dead_letter_headers(stream: str, seq: int, reason: str, attempt: int) -> dic
         ORIGIN_SEQ: str(seq),
         DEAD_AT: f"{time.time():.3f}",
     }
+
+
+def dead_letter_copy(
+    stream: str, seq: int, delivery: Delivery, reason: str, max_payload: int
+) -> tuple[bytes, dict[str, str]]:
+    """Body and headers of the dead-letter copy of ``delivery`` (stored at ``seq``); the
+    body is left out, and the reason says so, when both would not fit ``max_payload``."""
+    body = delivery.body
+    headers = dead_letter_headers(stream, seq, reason, delivery.attempt)
+    if size_with_headers(body, headers) > max_payload:
+        reason = f"body of {len(body):,} bytes not kept: over max_payload with the reason; {reason}"
+        headers, body = dead_letter_headers(stream, seq, reason, delivery.attempt), b""
+    return body, headers
 
 
 def dead_letter(body: bytes, headers: dict[str, str], seq: int) -> DeadLetter:
