@@ -1,14 +1,23 @@
-"""Redis specifics: URL parsing, schema sync, queue bound, key layout."""
+"""Redis specifics: URL parsing, schema sync, queue bound, key layout, queue stats."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import redis.asyncio as aioredis
 
-from framework_m_core import BrokerError, ConfigurationError, Delivery, SchemaConflictError
+from framework_m_core import (
+    BrokerError,
+    ConfigurationError,
+    Delivery,
+    QueueStats,
+    SchemaConflictError,
+)
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.testing import PROMPT
 from framework_m_redis import RedisBroker, parse_url
+from framework_m_redis import stats as redis_stats
 from framework_m_redis.testing import RedisNamespace
 
 from .conftest import REDIS_URL
@@ -149,3 +158,36 @@ async def test_hostile_attempt_fields_count_as_the_deliveries_alone(
         # Reclaimed from a silent consumer: the delivery count is the server's own.
         again = await broker.receive(100, 1 + PROMPT)
         assert sorted((d.body, d.attempt) for d in again)[:2] == [(b"0", 2), (b"1", 2)]
+
+
+async def test_queue_stats_before_sync_and_with_a_due_retry_change_nothing(
+    namespace: RedisNamespace,
+) -> None:
+    async with RedisBroker.from_url(namespace.url()) as broker:
+        await broker.requeue(b"x")  # no consumer group yet: nothing can be held
+        assert await broker.queue_stats() == QueueStats(1, 0, 0, 0, 0)
+        await broker.sync_schema()
+        [delivery] = await broker.receive(1, 2)
+        await broker.retry(delivery, 0)  # due at once; no receive has moved it back
+        stats = await broker.queue_stats()
+        assert (stats.ready, stats.reserved, stats.scheduled) == (1, 0, 0)
+        assert await broker.client.zcard(broker.settings.delayed) == 1  # not promoted
+        assert (await broker.receive(1, 2))[0].body == delivery.body
+
+
+async def test_queue_stats_count_consumers_seen_within_twice_the_visibility_timeout(
+    namespace: RedisNamespace,
+) -> None:
+    url = namespace.url(visibility_timeout=0.5)  # a 1 s window
+    async with RedisBroker.from_url(url) as watcher, RedisBroker.from_url(url) as worker:
+        await watcher.sync_schema()
+        await watcher.enqueue("job")
+        assert await worker.receive(1, 2)  # then silent, as if it had crashed
+        # Every server shows the window when told to count (a delivery restarts idle):
+        assert (await redis_stats.read(watcher._run, watcher.settings, seen_since=0)).consumers == 1
+        version = (await watcher.client.info("server"))["redis_version"]
+        counts = tuple(map(int, version.split(".")[:2])) >= (7, 2)
+        assert (await watcher.queue_stats()).consumers == (1 if counts else None)
+        await asyncio.sleep(1.2)
+        assert (await redis_stats.read(watcher._run, watcher.settings, seen_since=0)).consumers == 0
+        assert (await watcher.queue_stats()).consumers == (0 if counts else None)

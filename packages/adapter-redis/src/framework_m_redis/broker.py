@@ -22,13 +22,13 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import connection, deadletters, schema, scripts
+from . import connection, deadletters, schema, scripts, stats
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -59,6 +59,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.REDELIVER_ON_CLOSE,
             C.UNCOUNTED_RELEASE,
             C.STORE_DEADLINE,
+            C.QUEUE_STATS,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -279,6 +280,14 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         return await deadletters.remove(self.client, self.settings.dead, letters)
+
+    async def queue_stats(self) -> QueueStats:
+        """One read-only script, one round trip (``stats.py``). ``ready``: stream entries
+        no consumer holds (XLEN - XPENDING, exact: settles XDEL) plus retries already due;
+        ``reserved``: the group's pending entries; ``scheduled``: retries not yet due in
+        the delayed set; ``dead_letters``: XLEN of the dead stream; ``consumers``: those
+        seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
+        return await stats.read(self._run, self.settings)
 
 
 def _now_ms() -> int:

@@ -100,7 +100,34 @@ end
 return #due
 """
 
-NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE")
+# Reads only (see stats.py). KEYS: stream, delayed set, dead stream.
+# ARGV: group, now ms, consumer window ms, the version from which XINFO CONSUMERS' idle
+# counts every read attempt (below it consumers is false: nil).
+# Returns {ready, reserved, scheduled, dead letters, consumers}.
+STATS = """
+local due = redis.call('ZCOUNT', KEYS[2], '-inf', ARGV[2])
+local scheduled = redis.call('ZCARD', KEYS[2]) - due
+local entries = redis.call('XLEN', KEYS[1])
+local dead = redis.call('XLEN', KEYS[3])
+local summary = redis.pcall('XPENDING', KEYS[1], ARGV[1])
+if summary.err then
+  if not string.find(summary.err, 'NOGROUP', 1, true) then return redis.error_reply(summary.err) end
+  return {entries + due, 0, scheduled, dead, 0}
+end
+local reserved = summary[1]
+local consumers = false
+if (redis.REDIS_VERSION_NUM or 0) >= tonumber(ARGV[4]) then
+  consumers = 0
+  for _, info in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+    for i = 1, #info - 1, 2 do
+      if info[i] == 'idle' and info[i + 1] <= tonumber(ARGV[3]) then consumers = consumers + 1 end
+    end
+  end
+end
+return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
+"""
+
+NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE", "STATS")
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not
 # run, keys included; raises where the server has no redis.acl_check_cmd (< 7.0).
