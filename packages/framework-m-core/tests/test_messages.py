@@ -21,6 +21,15 @@ def test_round_trip() -> None:
     assert decode_message(msg.encode()) == msg
 
 
+def test_meta_travels_and_a_message_without_it_still_decodes() -> None:
+    traced = JobMessage("report", meta={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"})
+    assert decode_message(traced.encode()) == traced
+    older = b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"scheduled_at":null}'
+    assert decode_message(older).meta == {}
+    with pytest.raises(InvalidJobError, match="meta of job 'report'"):
+        JobMessage("report", meta={"k": "line\nbreak"}).encode()
+
+
 def test_non_json_kwargs_name_the_key() -> None:
     with pytest.raises(InvalidJobError, match="key 'when'"):
         JobMessage("job", {"ok": 1, "when": object()}).encode()
@@ -123,6 +132,21 @@ def test_credentials_are_masked(url: str, shown: str) -> None:
         (b'{"v":1,"id":"' + b"x" * 5000 + b'","job":"j","kwargs":{},"enqueued_at":1}', "'id'"),
         (b'{"v":1,"id":"a","job":"j\\n","kwargs":{},"enqueued_at":1}', "invalid job name"),
         (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":-5}', "unix time"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"meta":[]}', "'meta'"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"meta":{"k":1}}', "'meta'"),
+        (b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"meta":{"a b":"c"}}', "'meta'"),
+        (
+            b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"meta":{"k":"'
+            + b"x" * 5000
+            + b'"}}',
+            "'meta'",
+        ),
+        (
+            b'{"v":1,"id":"a","job":"j","kwargs":{},"enqueued_at":1,"meta":{'
+            + b",".join(b'"k%d":"v"' % i for i in range(17))
+            + b"}}",
+            "more than 16",
+        ),
     ],
 )
 def test_hostile_bodies_are_refused_with_a_reason_and_nothing_else(body: bytes, says: str) -> None:

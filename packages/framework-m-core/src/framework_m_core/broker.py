@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
 
+from . import tracing
 from .capabilities import Capability, as_capabilities
 from .errors import BrokerError, InvalidJobError, SchemaConflictError
 from .messages import JobMessage, validate_deduplication_id, validate_job_name
@@ -178,6 +179,14 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def _send(self, message: JobMessage) -> PublishResult:
         message = self._prepare(message)
+        if tracing.active():
+            with tracing.sending(message, self.display_url) as (traced, span):
+                result = await self._encode_and_publish(traced)
+                tracing.sent(span, result)
+                return result
+        return await self._encode_and_publish(message)
+
+    async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
         body = message.encode()
         limit = self.max_body_size
         if limit is not None and len(body) > limit:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from . import tracing
 from .app import App
 from .broker import Delivery
 from .errors import DeliveryLostError, MessageDecodeError
@@ -143,18 +144,31 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {exc}"
             await self._dead_letter(delivery, reason, message)
             return
+        if tracing.active():
+            with tracing.processing(message, delivery.attempt, self.broker.display_url) as span:
+                await self._attempt(spec, message, delivery, span)
+        else:
+            await self._attempt(spec, message, delivery, None)
+
+    async def _attempt(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, span: object
+    ) -> None:
+        """Run the handler, then settle the delivery by its result."""
         started = time.perf_counter()
         failure = await self._run_handler(spec, message, delivery)
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is None:
+            tracing.finished(span, "succeeded", None, None)
             if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
                 self.stats.succeeded += 1
                 self.observer.job_finished(spec.name, "succeeded", duration)
         elif delivery.attempt >= spec.max_attempts:
             reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
+            tracing.finished(span, "dead_lettered", failure.error, reason)
             await self._dead_letter(delivery, reason, message, failure.error, duration)
         else:
+            tracing.finished(span, "retried", failure.error, failure.reason)
             delay = spec.retry_delay(delivery.attempt)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1

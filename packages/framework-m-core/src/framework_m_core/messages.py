@@ -11,6 +11,10 @@ the message may still be stored: a tick must not be enqueued past its slot's
 grace. Brokers that can check it when storing do, and the worker drops a
 delivery whose broker says it was stored later.
 
+``meta`` (optional, absent when empty) is an object of at most
+:data:`MAX_META_ENTRIES` short strings that travel with the job without reaching
+its handler: the trace context (``traceparent``, ``tracestate``) when tracing is on.
+
 ``kwargs`` nest arrays and objects at most :data:`MAX_NESTING` levels deep:
 enqueue refuses deeper ones and the worker dead-letters them.
 
@@ -41,6 +45,9 @@ _ID_RE = re.compile(rf"[!-~]{{1,{MAX_ID_LENGTH}}}")
 _LATEST = 253402300800  # 10000-01-01T00:00:00Z
 # Deepest nesting of arrays and objects in kwargs (kwargs itself is level 1).
 MAX_NESTING = 64
+MAX_META_ENTRIES = 16
+_META_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_META_VALUE_MAX = 1024
 _VALID_NAMES: set[str] = set()
 
 
@@ -114,6 +121,20 @@ def _first_bad_key(kwargs: dict[str, Any]) -> str | None:
     return None
 
 
+def meta_problem(meta: object) -> str | None:
+    """What is wrong with ``meta`` as a message's metadata, or None when it is fine."""
+    if not isinstance(meta, dict):
+        return "must be an object"
+    if len(meta) > MAX_META_ENTRIES:
+        return f"has {len(meta)} entries, more than {MAX_META_ENTRIES}"
+    for key, value in meta.items():
+        if not isinstance(key, str) or not _META_KEY_RE.fullmatch(key):
+            return f"key {str(key)[:80]!r} is not 1-64 letters, digits, '_', '.' or '-'"
+        if not isinstance(value, str) or len(value) > _META_VALUE_MAX or not value.isprintable():
+            return f"value of {key!r} is not a printable string of at most {_META_VALUE_MAX}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class JobMessage:
     """One job as it travels through a broker."""
@@ -125,6 +146,7 @@ class JobMessage:
     enqueued_at: float = 0.0
     scheduled_at: int | None = None  # unix seconds of the schedule slot, ticked jobs only
     not_after: float | None = None  # latest unix time it may be stored (ticks: slot + grace)
+    meta: dict[str, str] = field(default_factory=dict)  # e.g. the trace context
 
     def encode(self) -> bytes:
         """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
@@ -146,10 +168,15 @@ class JobMessage:
         dedup = "null" if self.deduplication_id is None else _quote(self.deduplication_id)
         scheduled = "null" if self.scheduled_at is None else str(int(self.scheduled_at))
         deadline = "" if self.not_after is None else f',"not_after":{float(self.not_after)!r}'
+        meta = ""
+        if self.meta:
+            if (problem := meta_problem(self.meta)) is not None:
+                raise InvalidJobError(f"meta of job {self.job_name!r} {problem}")
+            meta = f',"meta":{_ENCODER.encode(self.meta)}'
         return (
             f'{{"v":{WIRE_VERSION},"id":{_quote(self.id)},"job":{_quote(self.job_name)},'
             f'"enqueued_at":{float(self.enqueued_at)!r},"scheduled_at":{scheduled},'
-            f'"dedup_id":{dedup}{deadline},"kwargs":{kwargs}}}'
+            f'"dedup_id":{dedup}{deadline}{meta},"kwargs":{kwargs}}}'
         ).encode()
 
 
@@ -194,6 +221,9 @@ def decode_message(body: bytes) -> JobMessage:
     not_after = data.get("not_after")
     if not_after is not None and not _is_time(not_after):
         raise MessageDecodeError("field 'not_after' must be a unix time or null")
+    meta = data.get("meta", {})
+    if (problem := meta_problem(meta)) is not None:
+        raise MessageDecodeError(f"field 'meta' {problem}")
     return JobMessage(
         job_name=job_name,
         kwargs=kwargs,
@@ -202,6 +232,7 @@ def decode_message(body: bytes) -> JobMessage:
         enqueued_at=float(enqueued_at),  # type: ignore[arg-type]
         scheduled_at=scheduled_at,
         not_after=None if not_after is None else float(not_after),
+        meta=meta,
     )
 
 
