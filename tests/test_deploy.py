@@ -63,6 +63,24 @@ def test_workers_drain_inside_the_grace_period_and_probe_their_own_port() -> Non
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
+def test_the_autoscaler_scales_the_job_only_pool_on_the_ready_messages() -> None:
+    [hpa] = [
+        d for path in MANIFESTS for d in documents(path) if d["kind"] == "HorizontalPodAutoscaler"
+    ]
+    target = hpa["spec"]["scaleTargetRef"]["name"]
+    [pool] = [
+        d
+        for p in MANIFESTS
+        for d in documents(p)
+        if d["metadata"]["name"] == target and d["kind"] == "Deployment"
+    ]
+    assert "--no-scheduler" in pool["spec"]["template"]["spec"]["containers"][0]["args"]
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["external"]["metric"]["name"] == "framework_m_queue_ready"
+    text = (DEPLOY / "kubernetes" / "worker-autoscaler.yaml").read_text()
+    assert 'framework_m_queue_messages{state="ready"}' in text  # the metric it is built from
+
+
 def test_the_image_runs_m_as_a_non_root_user() -> None:
     lines = (DEPLOY / "Dockerfile").read_text().splitlines()
     assert "USER 10001" in lines
