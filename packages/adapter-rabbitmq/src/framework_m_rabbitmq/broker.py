@@ -23,13 +23,13 @@ import aiormq
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue
 from aio_pika.exceptions import ChannelInvalidStateError, PublishError
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import deadletters, publishing, wire
+from . import deadletters, publishing, stats, wire
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
@@ -49,6 +49,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.REDELIVER_ON_CLOSE,
             C.REDELIVER_ON_DISCONNECT,
             C.CROSS_PROCESS,
+            C.QUEUE_STATS,
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
             C.UNCOUNTED_RELEASE,
         }
@@ -65,7 +66,6 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._consumer_tag: str | None = None
         self._handed_out: dict[int, AbstractIncomingMessage] = {}  # received, maybe unsettled
         self._starting: asyncio.Future[None] | None = None
-        self._retry_queues: set[str] = set()
         self._unbound_warned = False
         # Publishes of one deduplication id on this connection go one at a time: a return
         # is matched to its publish by message id, which the id's publishes share.
@@ -82,7 +82,6 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._exchange = self._consuming = self._starting = self._consumer_tag = None
         self._buffer = asyncio.Queue()
         self._handed_out = {}  # the channel they arrived on is gone
-        self._retry_queues.clear()  # a new connection may meet a broker that lost them
 
     async def connect(self) -> None:
         await self.link.open()
@@ -172,8 +171,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
                 message, routing_key=queue, mandatory=True
             )
         except PublishError:
-            self._retry_queues.discard(queue)  # declared again on the next try
-            raise BrokerError(f"queue {queue} does not exist") from None
+            raise _NoSuchQueue(f"queue {queue} does not exist: run `m migrate`") from None
         except AMQP_ERRORS as exc:
             raise BrokerError(f"publish to {queue} failed: {exc}") from None
 
@@ -239,15 +237,17 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         if msg is None:
             return
         name, ttl = self.settings.retry_queue(delay)
-        if name not in self._retry_queues:
+        copy = wire.retry_copy(delivery, msg.message_id)
+        try:  # schema sync declared the bucket: declaring needs the configure permission
+            await self._publish_to(copy, name)
+        except _NoSuchQueue:
             arguments = self.settings.retry_args(ttl)
             refused = await self.link.probe(
                 lambda ch: ch.declare_queue(name, durable=True, arguments=arguments)
             )
             if refused is not None:
-                raise BrokerError(f"cannot declare retry queue {name}: {refused}")
-            self._retry_queues.add(name)
-        await self._publish_to(wire.retry_copy(delivery, msg.message_id), name)
+                raise BrokerError(f"cannot declare retry queue {name}: {refused}") from None
+            await self._publish_to(copy, name)
         await self._ack(delivery)
 
     async def extend(self, delivery: Delivery) -> None:
@@ -265,6 +265,14 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         return await deadletters.remove(self.link, self.settings, letters)
+
+    async def queue_stats(self) -> QueueStats:
+        """Passive declares (:mod:`.stats`); ``reserved`` None: AMQP counts no unacked."""
+        return await stats.read(self.link)
+
+
+class _NoSuchQueue(BrokerError):
+    """A mandatory publish to a queue that does not exist came back."""
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

@@ -1,4 +1,5 @@
-"""RabbitMQ schema sync: the dedup exchange, the jobs and dead queues, the delivery-limit policy.
+"""RabbitMQ schema sync: the dedup exchange, the jobs, dead and retry queues, the delivery-limit
+policy.
 
 Exchange and queue arguments cannot change in place: a differing one is
 refused with RabbitMQ's own words. The delivery limit, the one setting
@@ -31,6 +32,12 @@ PLUGIN_HINT = (
 )
 
 Declare = Callable[..., Awaitable[Any]]  # (channel, passive=...)
+
+
+async def _declare_retry_queue(
+    channel: Any, passive: bool, *, name: str, arguments: dict[str, Any]
+) -> Any:
+    return await channel.declare_queue(name, durable=True, arguments=arguments, passive=passive)
 
 
 class RabbitSchema:
@@ -68,12 +75,21 @@ class RabbitSchema:
                 lambda ch, passive: ch.declare_queue(s.dead, durable=True, passive=passive),
                 "durable dead-letter queue",
             ),
+            *(
+                (
+                    f"queue {name}",
+                    functools.partial(_declare_retry_queue, name=name, arguments=s.retry_args(ms)),
+                    f"retry queue: holds a retried job {ms} ms, then back to {s.jobs}",
+                )
+                for name, ms in s.retry_queues
+            ),
         ]
 
     async def plan(self) -> SchemaPlan:
         self.link.channel()  # the connected guard
         changes: list[SchemaChange] = []
-        warnings: list[str] = []
+        unchecked: list[str] = []
+        refusal: Exception | None = None
         for target, declare, detail in self._declarations():
             missing = await self.link.probe(functools.partial(declare, passive=True))
             if missing is not None:
@@ -85,15 +101,20 @@ class RabbitSchema:
                 continue
             refused = await self.link.probe(functools.partial(declare, passive=False))
             if isinstance(refused, aiormq.exceptions.ChannelAccessRefused):
-                warnings.append(
-                    f"cannot check the arguments of {target}: {self._no_permission(refused)}"
-                )
+                unchecked.append(target)
+                refusal = refused
             elif refused is not None:
                 detail = (
                     f"exists with other arguments ({refused}); delete it (after moving its "
                     "messages) and run `m migrate`"
                 )
                 changes.append(SchemaChange("refuse", target, detail))
+        warnings = []
+        if refusal is not None:
+            warnings.append(
+                f"cannot check the arguments of {', '.join(unchecked)}: "
+                f"{self._no_permission(refusal)}"
+            )
         return SchemaPlan(tuple(changes + await self._plan_policy()), tuple(warnings))
 
     def _no_permission(self, refused: Exception) -> str:
@@ -161,6 +182,8 @@ class RabbitSchema:
             await channel.declare_queue(s.dead, durable=True)
             jobs = await channel.declare_queue(s.jobs, durable=True, arguments=s.jobs_args)
             await jobs.bind(exchange)
+            for name, ms in s.retry_queues:
+                await channel.declare_queue(name, durable=True, arguments=s.retry_args(ms))
         except aiormq.exceptions.AMQPError as exc:
             await self.link.reopen()
             if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):

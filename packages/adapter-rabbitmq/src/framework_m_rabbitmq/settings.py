@@ -77,6 +77,11 @@ class RabbitSettings:
         return f"{self.queue}.retry.{ms}", ms
 
     @property
+    def retry_queues(self) -> list[tuple[str, int]]:
+        """Every bucket's retry queue and its TTL in ms (schema sync declares them all)."""
+        return [(f"{self.queue}.retry.{ms}", ms) for ms in RETRY_BUCKETS_MS]
+
+    @property
     def exchange_args(self) -> dict[str, Any]:
         return {
             "x-cache-size": self.cache_size,
