@@ -1,9 +1,10 @@
 """``m dead-letters requeue`` and ``purge`` on every real broker: a dead job comes back
-and runs, with a fresh attempt count; purged letters are gone."""
+and runs, with a fresh attempt count; purged letters are gone. ``m status`` counts them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
@@ -58,7 +59,14 @@ def test_a_requeued_dead_job_runs_again_and_a_purged_one_is_gone(server: str) ->
             return [d.reason for d in await broker.dead_letters()]
 
     try:
+        fresh = m("status", "--broker", url)
+        assert fresh.returncode == 0, fresh.stderr
+        assert "differs: run m migrate" in fresh.stdout
         asyncio.run(dead_letter_both())
+        status = json.loads(m("status", "--broker", url, "--json").stdout)
+        assert status["schema_in_sync"] is True
+        assert (status["ready"], status["dead_letters"]) == (0, 2)
+        assert status["scheduled"] in (0, None)
         refused = m("dead-letters", "requeue", "--broker", url, "--job", "flaky")
         assert refused.returncode == 2
         assert "add --yes" in refused.stderr

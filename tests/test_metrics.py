@@ -22,7 +22,7 @@ SERVERS = [
     "redis://127.0.0.1:6379/0",
     "amqp://guest:guest@127.0.0.1:5672/",
 ]
-SAMPLE = re.compile(r"^(framework_m_\w+)\{([^}]*)\} ([0-9.e+]+)$", re.M)
+SAMPLE = re.compile(r"^(framework_m_\w+)(?:\{([^}]*)\})? ([0-9.e+]+)$", re.M)
 
 
 def scrape(port: int) -> dict[tuple[str, str], float]:
@@ -75,6 +75,14 @@ def test_three_replicas_count_each_slot_once_between_two_scrapes(
             assert seen - ticks(a, "enqueued") - ticks(a, "duplicate") == slots
             assert b[("framework_m_tick_last_slot_timestamp_seconds", 'job="record"')] == last_at
             assert ticks(b, "failed") == ticks(b, "late") == 0
+            assert b[("framework_m_broker_connected", "")] == 1
+            depth = {
+                labels.rsplit("state=", 1)[1]: value
+                for (name, labels), value in b.items()
+                if name == "framework_m_queue_messages"
+            }  # the broker's own counts: the record jobs run at once, none fail
+            assert depth['"dead"'] == 0
+            assert 0 <= depth['"ready"'] <= 3
         for w in procs.started:
             w.signal(signal.SIGTERM)
         for w in procs.started:

@@ -56,7 +56,8 @@ class DeadLetter:
 class QueueStats:
     """What a queue holds now, by the broker's own numbers; None where it cannot tell.
 
-    ``ready`` messages wait for a consumer; ``reserved`` ones were delivered and not
+    ``ready`` messages wait for a consumer (on brokers that deliver ahead, those a
+    consumer prefetched are not among them); ``reserved`` ones were delivered and not
     settled; ``scheduled`` ones wait out a retry's delay (None: the broker keeps them
     as reserved, and ``reserved`` counts them); ``consumers`` are the consumers the
     broker knows attached.
