@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult
+from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
@@ -243,6 +243,25 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
             ).fetchall()
         )
         return [DeadLetter(bytes(b), r, n, t, ref=i) for b, r, n, t, i in reversed(rows)]
+
+    async def queue_stats(self) -> QueueStats:
+        """Counts of the queue's rows: reserved while a reservation runs, scheduled while a
+        retry's due time is ahead, ready otherwise; ``consumers`` None (nobody registers)."""
+        q, now = self.settings.queue, time.time()
+
+        def count(db: sqlite3.Connection) -> tuple[int, int, int, int]:
+            ready, reserved, scheduled = db.execute(
+                "SELECT COUNT(*) FILTER (WHERE (until IS NULL OR until <= ?) AND due <= ?), "
+                "COUNT(*) FILTER (WHERE until > ?), "
+                "COUNT(*) FILTER (WHERE (until IS NULL OR until <= ?) AND due > ?) "
+                "FROM fm_jobs WHERE queue = ?",
+                (now, now, now, now, now, q),
+            ).fetchone()
+            [dead] = db.execute("SELECT COUNT(*) FROM fm_dead WHERE queue = ?", (q,)).fetchone()
+            return ready, reserved, scheduled, dead
+
+        ready, reserved, scheduled, dead = await self._run(count)
+        return QueueStats(ready, reserved, scheduled, dead)
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         ids = [(letter.ref, self.settings.queue) for letter in letters]
