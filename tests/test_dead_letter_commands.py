@@ -59,9 +59,6 @@ def test_a_requeued_dead_job_runs_again_and_a_purged_one_is_gone(server: str) ->
             return [d.reason for d in await broker.dead_letters()]
 
     try:
-        fresh = m("status", "--broker", url)
-        assert fresh.returncode == 0, fresh.stderr
-        assert "differs: run m migrate" in fresh.stdout
         asyncio.run(dead_letter_both())
         status = json.loads(m("status", "--broker", url, "--json").stdout)
         assert status["schema_in_sync"] is True

@@ -136,6 +136,27 @@ class Link:
             if not channel.is_closed:
                 await channel.close()
 
+    async def probe_all(
+        self, declares: list[Callable[[AbstractChannel], Awaitable[Any]]]
+    ) -> list[aiormq.exceptions.ChannelClosed | None]:
+        """Run declarations one after another on a side channel (a new one after each
+        refusal, which closes it); return each one's refusal, if any."""
+        out: list[aiormq.exceptions.ChannelClosed | None] = []
+        channel: AbstractChannel | None = None
+        try:
+            for declare in declares:
+                if channel is None or channel.is_closed:
+                    channel = await self.side_channel()
+                try:
+                    await declare(channel)
+                    out.append(None)
+                except aiormq.exceptions.ChannelClosed as exc:
+                    out.append(exc)
+        finally:
+            if channel is not None and not channel.is_closed:
+                await channel.close()
+        return out
+
     async def exchange_type_known(self) -> bool:
         """Declare and delete a probe exchange of the dedup type on a connection of its own:
         RabbitMQ answers an unknown type by closing the whole connection."""

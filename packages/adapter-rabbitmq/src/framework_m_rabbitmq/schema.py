@@ -90,16 +90,29 @@ class RabbitSchema:
         changes: list[SchemaChange] = []
         unchecked: list[str] = []
         refusal: Exception | None = None
-        for target, declare, detail in self._declarations():
-            missing = await self.link.probe(functools.partial(declare, passive=True))
-            if missing is not None:
+        declarations = self._declarations()
+        missing = await self.link.probe_all(
+            [functools.partial(declare, passive=True) for _, declare, _ in declarations]
+        )
+        present = [d for d, gone in zip(declarations, missing, strict=True) if gone is None]
+        refusals = dict(
+            zip(
+                [target for target, _, _ in present],
+                await self.link.probe_all(
+                    [functools.partial(declare, passive=False) for _, declare, _ in present]
+                ),
+                strict=True,
+            )
+        )
+        for target, _, detail in declarations:
+            if target not in refusals:
                 if target.startswith("exchange") and not await self.link.exchange_type_known():
                     detail = f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
                     changes.append(SchemaChange("refuse", target, detail))
                 else:
                     changes.append(SchemaChange("create", target, detail))
                 continue
-            refused = await self.link.probe(functools.partial(declare, passive=False))
+            refused = refusals[target]
             if isinstance(refused, aiormq.exceptions.ChannelAccessRefused):
                 unchecked.append(target)
                 refusal = refused
