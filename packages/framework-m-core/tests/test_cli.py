@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -191,6 +192,29 @@ def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[
         reset(url.removeprefix("memory://"))
 
 
+def test_version_names_core_and_every_installed_adapter() -> None:
+    import framework_m_core
+
+    result = m("--version")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"framework-m-core {framework_m_core.__version__}"
+    for adapter in ("framework-m-nats", "framework-m-redis", "framework-m-rabbitmq"):
+        assert any(line.startswith(f"{adapter} ") for line in lines), lines
+
+
+def test_a_core_whose_installed_metadata_is_another_release_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from framework_m_core import about
+
+    monkeypatch.setattr(about, "version", lambda name: "0.36.4")
+    problem = about.mismatch()
+    assert problem is not None
+    assert "framework-m-core is 0.36.4" in problem
+    assert "another project's" in problem
+
+
 def test_python_dash_m_is_the_same_command() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "framework_m_core", "--help"], capture_output=True, text=True
@@ -208,3 +232,55 @@ def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
     assert again.not_after is None
     assert (again.id, again.scheduled_at, again.deduplication_id) == (tick.id, 60, "tick:t:60")
     assert _fresh(b"not json") == b"not json"
+
+
+def test_without_loop_signal_handlers_signals_still_stop_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the event loop takes no signal handlers (Windows), signal.signal does."""
+    from framework_m_core import App, JobContext, Worker
+    from framework_m_core.adapters.memory import MemoryBroker, reset
+    from framework_m_core.cli import _signals_stop
+
+    def refused(*args: object) -> None:
+        raise NotImplementedError
+
+    monkeypatch.setattr(asyncio.SelectorEventLoop, "add_signal_handler", refused)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    app, finished = App(), []
+
+    @app.job
+    async def slow(ctx: JobContext, n: int) -> None:
+        await asyncio.sleep(0.3 if n == 1 else 60)
+        finished.append(n)
+
+    async def scenario() -> Worker:
+        async with MemoryBroker.from_url("memory://signals-test") as broker:
+            await broker.sync_schema()
+            await broker.enqueue("slow", n=1)
+            worker = Worker(app, broker, concurrency=1)
+            with _signals_stop(worker):
+                task = asyncio.create_task(worker.run())
+                while worker.stats.received == 0:
+                    await asyncio.sleep(0.01)
+                signal.raise_signal(signal.SIGTERM)  # graceful: the running job finishes
+                await asyncio.wait_for(task, 10)
+            assert finished == [1]
+            await broker.enqueue("slow", n=2)
+            worker = Worker(app, broker, concurrency=1)
+            with _signals_stop(worker):
+                task = asyncio.create_task(worker.run())
+                while worker.stats.received == 0:
+                    await asyncio.sleep(0.01)
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)  # a second one: hand the job back now
+                await asyncio.wait_for(task, 10)
+            return worker
+
+    try:
+        worker = asyncio.run(scenario())
+    finally:
+        reset("signals-test")
+    assert worker.stats.released == 1
+    assert finished == [1]
+    assert {s: signal.getsignal(s) for s in before} == before  # put back on exit

@@ -5,6 +5,7 @@ enqueue each due slot with the same ``deduplication_id`` and the broker keeps
 the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 """
 
+from .about import PROJECT, __version__
 from .app import App, load_app
 from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
 from .capabilities import Capability
@@ -37,6 +38,7 @@ from .ticker import InProcessTickerAdapter
 from .worker import Worker
 
 __all__ = [
+    "PROJECT",
     "App",
     "AppLoadError",
     "BaseBroker",
@@ -73,6 +75,7 @@ __all__ = [
     "UnknownBrokerError",
     "Worker",
     "WorkerFailedError",
+    "__version__",
     "cron",
     "decode_message",
     "every",

@@ -12,11 +12,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from . import inspection, logs, metrics
+from . import about, inspection, logs, metrics
 from .adapters.registry import connected, open_broker
 from .app import App, load_app
 from .capabilities import Capability
@@ -54,9 +55,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _Versions(argparse.Action):
+    """``m --version``: core's version and each installed adapter's, then exit."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        for name, number in about.installed_versions():
+            print(f"{name} {number}")
+        if (problem := about.mismatch()) is not None:
+            parser.exit(2, f"m: error: {problem}\n")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="m", description="framework-m: leaderless scheduled and background jobs."
+    )
+    parser.add_argument(
+        "--version", action=_Versions, nargs=0, help="print the versions of core and adapters"
     )
     _logging_args(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -190,6 +205,9 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if (problem := about.mismatch()) is not None:
+        print(f"m: error: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.command == "worker":
             return _worker(args)
@@ -241,8 +259,8 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         migrate=not args.no_migrate,
         observer=observer,
     )
-    _handle_signals(worker)  # first thing: a SIGTERM during start-up stops cleanly
     async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(_signals_stop(worker))  # first: a SIGTERM in start-up stops cleanly
         if args.http:
             exposition = observer.scrape if observer is not None else None
             probes = ProbeServer(
@@ -265,8 +283,13 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         await worker.run()
 
 
-def _handle_signals(worker: Worker) -> None:
-    """SIGTERM/SIGINT stop gracefully; a second one hands running jobs back at once."""
+@contextlib.contextmanager
+def _signals_stop(worker: Worker) -> Iterator[None]:
+    """SIGTERM/SIGINT stop gracefully; a second one hands running jobs back at once.
+
+    Through the event loop where it takes signal handlers; else (Windows, or a loop not
+    in the main thread) through :func:`signal.signal`, restored on exit.
+    """
     loop = asyncio.get_running_loop()
     signals = 0
 
@@ -279,8 +302,22 @@ def _handle_signals(worker: Worker) -> None:
         else:
             worker.abort()
 
+    restore: dict[signal.Signals, Any] = {}
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError):
+            restore[signum] = signal.signal(
+                signum, lambda n, _: loop.call_soon_threadsafe(on_signal, n)
+            )
+    try:
+        yield
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in restore:
+                signal.signal(signum, restore[signum])
+            else:
+                loop.remove_signal_handler(signum)
 
 
 def _schedules(args: argparse.Namespace) -> int:
