@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,11 @@ def test_definition_errors() -> None:
 
     with pytest.raises(JobDefinitionError, match="registered twice"):
         app.job(name="dup")(dup)
-    with pytest.raises(JobDefinitionError, match="async def"):
+    with pytest.raises(JobDefinitionError, match="'async def' or 'def' function"):
 
         @app.job
-        def sync_handler(ctx: JobContext) -> None: ...
+        async def generator(ctx: JobContext) -> AsyncIterator[None]:
+            yield None
 
     with pytest.raises(JobDefinitionError, match="invalid job name"):
         app.job(name="has space")(dup)

@@ -249,8 +249,11 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     app, finished = App(), []
 
+    started = [asyncio.Event(), asyncio.Event()]
+
     @app.job
     async def slow(ctx: JobContext, n: int) -> None:
+        started[n - 1].set()
         await asyncio.sleep(0.3 if n == 1 else 60)
         finished.append(n)
 
@@ -261,8 +264,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
             worker = Worker(app, broker, concurrency=1)
             with _signals_stop(worker):
                 task = asyncio.create_task(worker.run())
-                while worker.stats.received == 0:
-                    await asyncio.sleep(0.01)
+                await asyncio.wait_for(started[0].wait(), 10)
                 signal.raise_signal(signal.SIGTERM)  # graceful: the running job finishes
                 await asyncio.wait_for(task, 10)
             assert finished == [1]
@@ -270,8 +272,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
             worker = Worker(app, broker, concurrency=1)
             with _signals_stop(worker):
                 task = asyncio.create_task(worker.run())
-                while worker.stats.received == 0:
-                    await asyncio.sleep(0.01)
+                await asyncio.wait_for(started[1].wait(), 10)
                 signal.raise_signal(signal.SIGINT)
                 signal.raise_signal(signal.SIGINT)  # a second one: hand the job back now
                 await asyncio.wait_for(task, 10)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -11,9 +13,14 @@ from types import MappingProxyType
 from typing import Any, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
-from .jobs import Handler, JobSpec
+from .jobs import Handler, JobSpec, State
 from .messages import validate_job_name
 from .schedules import Schedule, to_schedule
+
+log = logging.getLogger("framework_m.worker")
+
+# ``async def hook(state)`` or ``def hook(state)``: sets up (or tears down) ``state``.
+Hook = Callable[[State], Any]
 
 
 class App:
@@ -39,6 +46,10 @@ class App:
             "max_backoff": max_backoff,
         }
         self._jobs: dict[str, JobSpec] = {}
+        self._on_startup: list[Hook] = []
+        self._on_shutdown: list[Hook] = []
+        #: Set up by the startup hooks; every handler reads it as ``ctx.state``.
+        self.state = State()
 
     @overload
     def job(self, handler: Handler, /) -> Handler: ...
@@ -73,7 +84,8 @@ class App:
         backoff: float | None = None,
         max_backoff: float | None = None,
     ) -> Handler | Callable[[Handler], Handler]:
-        """Register an ``async def handler(ctx, **kwargs)`` as a job.
+        """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
+        runs in the worker's thread pool (``threads``), so it may block.
 
         ``schedule`` is a cron string (evaluated in ``tz``, default UTC) or a
         :class:`~.schedules.Schedule`; ``every`` is an interval in seconds or a
@@ -102,6 +114,38 @@ class App:
 
         return register(handler) if handler is not None else register
 
+    def on_startup(self, hook: Hook) -> Hook:
+        """Register ``hook(state)`` (``async def`` or ``def``) to run when a worker starts,
+        after schema sync and before any job or tick: put shared resources (a database
+        pool, a client) on ``state``; handlers read them as ``ctx.state``. Hooks run in
+        the order registered; one that raises stops the worker's start."""
+        return self._add_hook(hook, self._on_startup, "on_startup")
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        """Register ``hook(state)`` to run when a worker stops, after its last job ended
+        or was handed back; hooks run in reverse order, each even if another raised."""
+        return self._add_hook(hook, self._on_shutdown, "on_shutdown")
+
+    def _add_hook(self, hook: Hook, hooks: list[Hook], kind: str) -> Hook:
+        if not callable(hook) or inspect.isasyncgenfunction(hook) or inspect.isclass(hook):
+            raise JobDefinitionError(f"{kind} takes a function hook(state), got {hook!r}")
+        hooks.append(hook)
+        return hook
+
+    async def startup(self) -> None:
+        """Run the startup hooks in order (the worker calls this)."""
+        for hook in self._on_startup:
+            log.debug("startup hook %s", _name(hook))
+            await _call(hook, self.state)
+
+    async def shutdown(self) -> None:
+        """Run the shutdown hooks in reverse order; each failure is logged, not raised."""
+        for hook in reversed(self._on_shutdown):
+            try:
+                await _call(hook, self.state)
+            except Exception:
+                log.exception("shutdown hook %s failed", _name(hook))
+
     def _pick(self, value: Any, key: str) -> Any:
         return value if value is not None else self._defaults[key]
 
@@ -113,6 +157,16 @@ class App:
     def scheduled(self) -> Iterator[JobSpec]:
         """The jobs that have a schedule."""
         return (spec for spec in self._jobs.values() if spec.schedule is not None)
+
+
+async def _call(hook: Hook, state: State) -> None:
+    result = hook(state)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _name(hook: Hook) -> str:
+    return str(getattr(hook, "__qualname__", hook))
 
 
 def load_app(target: str) -> App:

@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--no-scheduler", action="store_true", help="run jobs only; publish no ticks")
     w.add_argument("--concurrency", type=_positive_int, default=10, help="jobs at once (10)")
     w.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="threads for plain 'def' handlers (default: --concurrency)",
+    )
+    w.add_argument(
         "--grace",
         type=_seconds,
         default=None,
@@ -255,6 +261,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         broker,
         ticker=ticker,
         concurrency=args.concurrency,
+        threads=args.threads,
         shutdown_timeout=args.shutdown_timeout,
         migrate=not args.no_migrate,
         observer=observer,

@@ -8,10 +8,13 @@ task tree relies on it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -79,9 +82,15 @@ class Execution:
     """Runs deliveries of ``app``'s jobs on ``broker``; counts into ``stats``."""
 
     def __init__(
-        self, app: App, broker: BrokerProtocol, stats: WorkerStats, observer: Observer | None = None
+        self,
+        app: App,
+        broker: BrokerProtocol,
+        stats: WorkerStats,
+        observer: Observer | None = None,
+        threads: Executor | None = None,
     ) -> None:
         self.app = app
+        self.threads = threads  # where plain ``def`` handlers run (None: asyncio's default)
         self.broker = broker
         self.stats = stats
         self.observer = observer or Observer()
@@ -247,9 +256,15 @@ class Execution:
                 deduplication_id=message.deduplication_id,
                 queue=self.broker,
                 log=_job_log(message, delivery),
+                state=self.app.state,
             )
             async with asyncio.timeout(spec.timeout) as deadline:
-                await spec.handler(ctx, **message.kwargs)
+                if spec.blocking:  # in the thread pool, with this task's context (a span)
+                    call = functools.partial(spec.handler, ctx, **message.kwargs)
+                    run = contextvars.copy_context().run
+                    await asyncio.get_running_loop().run_in_executor(self.threads, run, call)
+                else:
+                    await spec.handler(ctx, **message.kwargs)
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
                 return _Failure(f"timed out after {spec.timeout:g}s")

@@ -6,9 +6,10 @@ import inspect
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobDefinitionError
@@ -17,7 +18,12 @@ from .schedules import Schedule
 if TYPE_CHECKING:
     from .protocols import JobQueueProtocol
 
-Handler = Callable[..., Awaitable[Any]]
+# ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
+Handler = Callable[..., Any]
+
+
+class State(SimpleNamespace):
+    """What an app's startup hooks set up for its handlers (``ctx.state.db``...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,7 @@ class JobContext:
     queue: JobQueueProtocol  # to enqueue follow-up jobs
     # Its records carry job, job_id, attempt and (ticked jobs) slot: see framework_m_core.logs.
     log: logging.LoggerAdapter[logging.Logger]
+    state: State = field(default_factory=State)  # the app's, as its startup hooks left it
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +56,16 @@ class JobSpec:
     max_backoff: float = 300.0
 
     def __post_init__(self) -> None:
-        if not inspect.iscoroutinefunction(self.handler):
+        handler = self.handler
+        if (
+            not callable(handler)
+            or inspect.isasyncgenfunction(handler)
+            or inspect.isgeneratorfunction(handler)
+            or inspect.isclass(handler)
+        ):
             raise JobDefinitionError(
-                f"job {self.name!r}: handler must be an 'async def' function taking (ctx, **kwargs)"
+                f"job {self.name!r}: handler must be an 'async def' or 'def' function "
+                "taking (ctx, **kwargs)"
             )
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise JobDefinitionError(f"job {self.name!r}: max_attempts must be an integer")
@@ -62,6 +76,11 @@ class JobSpec:
         for label, value in (("backoff", self.backoff), ("max_backoff", self.max_backoff)):
             if not (math.isfinite(value) and value >= 0):
                 raise JobDefinitionError(f"job {self.name!r}: {label} must be >= 0 seconds")
+
+    @property
+    def blocking(self) -> bool:
+        """A plain ``def`` handler: the worker runs it in its thread pool."""
+        return not inspect.iscoroutinefunction(self.handler)
 
     def retry_delay(self, attempt: int) -> float:
         """Delay before the attempt after ``attempt``: exponential, capped, +-10% jitter."""

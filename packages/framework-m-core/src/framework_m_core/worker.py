@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .app import App
@@ -52,9 +53,12 @@ class Worker:
         progress_interval: float = 60.0,
         migrate: bool = True,
         observer: Observer | None = None,
+        threads: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if threads is not None and threads < 1:
+            raise ValueError("threads must be >= 1")
         self.app = app
         self.broker = broker
         self.ticker = ticker
@@ -65,7 +69,13 @@ class Worker:
         self.migrate = migrate  # False: check the schema read-only, refuse when it differs
         self.stats = WorkerStats()
         self._observer = observer or Observer()
-        self._execution = Execution(app, broker, self.stats, self._observer)
+        # Plain ``def`` handlers run here: ``threads`` of them at once (default: concurrency).
+        self._threads = (
+            ThreadPoolExecutor(threads or concurrency, thread_name_prefix="framework-m-job")
+            if any(spec.blocking for spec in app.jobs.values())
+            else None
+        )
+        self._execution = Execution(app, broker, self.stats, self._observer, self._threads)
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # stop without waiting for the receive in progress
         self._inflight: set[asyncio.Task[None]] = set()
@@ -137,7 +147,8 @@ class Worker:
         return True, "ok"
 
     async def run(self) -> None:
-        """Sync the schema, then tick and consume until :meth:`stop`.
+        """Sync the schema, run the app's startup hooks, then tick and consume until
+        :meth:`stop`; the shutdown hooks run after the last job ended or was handed back.
 
         Raises :class:`WorkerFailedError` after a graceful stop when the ticker or
         the consumer died; ``CancelledError`` propagates once every delivery is
@@ -145,6 +156,7 @@ class Worker:
         """
         if not self._prepared:
             await self.prepare()
+        await self.app.startup()
         try:
             async with asyncio.TaskGroup() as tree:
                 if self.ticker is not None:
@@ -156,6 +168,9 @@ class Worker:
                     self.stop()
                     progress.cancel()
         finally:
+            if self._threads is not None:  # a blocking handler past the deadline runs on
+                self._threads.shutdown(wait=False, cancel_futures=True)
+            await self.app.shutdown()
             s = self.stats
             log.info(
                 "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released",
