@@ -6,6 +6,7 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 """
 
 from .about import PROJECT, __version__
+from .adapters.registry import connect, open_broker
 from .app import App, load_app
 from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
 from .capabilities import Capability
@@ -76,9 +77,11 @@ __all__ = [
     "Worker",
     "WorkerFailedError",
     "__version__",
+    "connect",
     "cron",
     "decode_message",
     "every",
     "load_app",
+    "open_broker",
     "tick_deduplication_id",
 ]

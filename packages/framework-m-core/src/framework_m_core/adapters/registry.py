@@ -67,6 +67,23 @@ def open_broker(url: str) -> BrokerProtocol:
 
 
 @contextlib.asynccontextmanager
+async def connect(url: str, *, migrate: bool = False) -> AsyncIterator[BrokerProtocol]:
+    """The broker for ``url``, connected for the ``async with`` block and closed after it:
+    how an application (a web app's lifespan, a script) gets a queue to enqueue on.
+
+    With ``migrate`` the broker's schema is synced first (that needs the rights
+    ``m migrate`` needs); otherwise it must exist already, which a worker's start or
+    ``m migrate`` sees to. Raises :class:`~.errors.ConfigurationError` for a bad URL and
+    :class:`~.errors.BrokerError` when the broker cannot be reached.
+    """
+    broker = open_broker(url)
+    async with connected(broker):
+        if migrate:
+            await broker.sync_schema()
+        yield broker
+
+
+@contextlib.asynccontextmanager
 async def connected(broker: BrokerProtocol) -> AsyncIterator[BrokerProtocol]:
     """``broker`` connected for the ``async with`` block, closed after it however it ends."""
     await broker.connect()
