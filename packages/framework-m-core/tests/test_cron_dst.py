@@ -10,9 +10,7 @@ transition of 2025-2028, from random start instants.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import uuid
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -20,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext, cron, decode_message
-from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core import App, JobContext, cron
 from framework_m_core.cronspec import parse
-from framework_m_core.testing import receive_all
+from framework_m_core.testing import ticks_between
 from framework_m_core.zones import clock_of
 
 ZONES = [
@@ -169,34 +166,17 @@ def test_replicas_agree_and_follow_the_rule_around_transitions(
     assert all(a < b for a, b in itertools.pairwise(want))
 
 
-class VirtualTicker(InProcessTickerAdapter):
-    """A ticker whose clock jumps to each wake-up instead of sleeping: hours in a moment."""
-
-    def __init__(self, app: App, broker: MemoryBroker, start: float, end: float) -> None:
-        self.now, self.end = start, end
-        broker.clock = lambda: self.now  # the broker's clock is the machine's: the same
-        super().__init__(app.jobs.values(), broker, grace=30, clock=lambda: self.now)
-
-    async def _sleep_until(self, wake_at: float) -> None:
-        if wake_at > self.end:
-            self.stop()
-        self.now = max(self.now, wake_at)
-        await asyncio.sleep(0)
-
-
-async def ticked(tz: str, expr: str, start: float, end: float, queue: str) -> list[str]:
+async def ticked(tz: str, expr: str, start: float, end: float) -> list[str]:
     """The dedup ids a ticker started at ``start`` enqueues until ``end``."""
     app = App()
 
     @app.job(schedule=expr, tz=tz)
     async def job(ctx: JobContext) -> None: ...
 
-    broker = MemoryBroker(MemorySettings(queue, dedup_window=86_400))
-    async with broker:
-        await broker.sync_schema()
-        await VirtualTicker(app, broker, start, end).run()
-        got = await receive_all(broker, quiet=0.05)
-    return [decode_message(d.body).deduplication_id or "" for d in got]
+    ticks = await ticks_between(
+        app, datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
+    )
+    return [t.deduplication_id for t in ticks]
 
 
 @pytest.mark.anyio
@@ -216,9 +196,8 @@ async def test_two_tickers_started_apart_enqueue_the_same_slots_on_the_change_da
     before it; from the later start on they enqueue the same dedup ids."""
     late_start = local(tz, *day, hour, 1)
     end = late_start + 5 * 3600
-    tag = uuid.uuid4().hex[:8]
-    early = await ticked(tz, expr, late_start - 86_400, end, f"early-{tag}")
-    late = await ticked(tz, expr, late_start, end, f"late-{tag}")
+    early = await ticked(tz, expr, late_start - 86_400, end)
+    late = await ticked(tz, expr, late_start, end)
     assert late
     assert [i for i in early if int(i.rsplit(":", 1)[1]) > late_start] == late
     assert late == [f"tick:job:{s}" for s in chain(expr, tz, late_start, end)]

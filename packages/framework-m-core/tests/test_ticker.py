@@ -5,6 +5,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,7 +22,7 @@ from framework_m_core import (
 )
 from framework_m_core import ticker as ticker_module
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
-from framework_m_core.testing import receive_all, synced, wait_until
+from framework_m_core.testing import receive_all, synced, ticks_between, wait_until
 from framework_m_core.ticker import check_grace, default_grace
 
 pytestmark = pytest.mark.anyio
@@ -363,3 +364,13 @@ class TestClockCheck:
         assert caplog.text.count("the broker exposes no clock") == 1
         assert ticker.clock_check is not None
         assert ticker.clock_check.offset is None
+
+
+async def test_a_ticker_started_between_slots_fires_each_later_slot_once() -> None:
+    app = app_every(900)
+    start = datetime(2026, 5, 1, 10, 7, tzinfo=UTC)  # 7 minutes past a slot: inside no grace
+    ticks = await ticks_between(app, start, start + timedelta(hours=1))
+    assert [t.slot.strftime("%H:%M") for t in ticks] == ["10:15", "10:30", "10:45", "11:00"]
+    assert [t.deduplication_id for t in ticks] == [
+        f"tick:tick:{int(t.slot.timestamp())}" for t in ticks
+    ]

@@ -23,7 +23,7 @@ from framework_m_core import (
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.schema import SchemaPlan
-from framework_m_core.testing import receive_all, running_worker, synced, wait_until
+from framework_m_core.testing import drain, receive_all, running_worker, synced, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -153,9 +153,10 @@ async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
         calls += 1
 
     await memory.enqueue("needs_to", too="typo")
-    async with running_worker(app, memory, fetch_timeout=0.1) as worker:
-        await wait_until(lambda: worker.stats.dead_lettered == 1)
+    ran = await drain(app, memory)
     assert calls == 0
+    assert ran.names("dead_lettered") == ["needs_to"]
+    assert "kwargs do not match handler of 'needs_to'" in ran.dead_lettered[0][1]
     [dead] = await memory.dead_letters()
     assert "kwargs do not match handler of 'needs_to'" in dead.reason
 

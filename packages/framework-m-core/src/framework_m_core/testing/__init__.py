@@ -16,6 +16,9 @@ that one area can be run or marked xfail on its own; :class:`BrokerContract` is
 their union. Tests state
 what they need with :func:`requires` and are skipped with the reason when the
 adapter lacks it. Requires pytest and anyio (``framework-m-core[testing]``).
+
+For testing an application's own jobs (no pytest needed): :func:`run_job`,
+:func:`drain` and :func:`ticks_between` (see :mod:`.jobs`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ _LAZY = {
     "running_worker": ".helpers",
     "synced": ".helpers",
     "wait_until": ".helpers",
+    "Drained": ".jobs",
+    "Tick": ".jobs",
+    "drain": ".jobs",
+    "run_job": ".jobs",
+    "ticks_between": ".jobs",
     "requires": ".requirements",
     "any_of": ".requirements",
     "Requirement": ".requirements",

@@ -115,7 +115,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
-        q.put(server.Entry(body))
+        q.put(server.Entry(body, stored_at=self.clock()))
         return PublishResult(message.id)
 
     async def requeue(self, body: bytes) -> None:
