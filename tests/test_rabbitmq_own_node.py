@@ -248,7 +248,7 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
         said = result.stdout + result.stderr
         assert "no exchange type 'x-message-deduplication'" in said
         assert "rabbitmq-message-deduplication" in said
-        assert "plugin/build.sh" in said
+        assert "python -m framework_m_rabbitmq.plugin build" in said
         assert "Traceback" not in said
 
 

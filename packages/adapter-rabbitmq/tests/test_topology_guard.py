@@ -78,3 +78,20 @@ async def test_a_retry_into_a_lost_retry_queue_keeps_the_job(url: str) -> None:
         assert third.attempt == 3
         await broker.ack(third)
         assert await broker.receive(1, 0.5) == []
+
+
+def test_the_plugin_sources_and_their_build_command_are_reachable_from_the_package() -> None:
+    import subprocess
+    import sys
+
+    from framework_m_rabbitmq import plugin
+
+    where = plugin.sources()
+    assert (where / "build.sh").is_file()
+    assert (where / "src" / "rabbit_exchange_type_fm_dedup.erl").is_file()
+    shown = subprocess.run(
+        [sys.executable, "-m", "framework_m_rabbitmq.plugin", "path"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert shown.stdout.strip() == str(where)
+    assert plugin.main(["nonsense"]) == 2

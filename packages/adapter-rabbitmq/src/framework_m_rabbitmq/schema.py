@@ -28,7 +28,7 @@ log = logging.getLogger("framework_m.rabbitmq")
 
 PLUGIN_HINT = (
     "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
-    "(packages/adapter-rabbitmq/plugin/build.sh)"
+    "(python -m framework_m_rabbitmq.plugin build)"
 )
 
 Declare = Callable[..., Awaitable[Any]]  # (channel, passive=...)

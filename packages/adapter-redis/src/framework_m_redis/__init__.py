@@ -1,6 +1,18 @@
 """Redis broker adapter of framework-m (``redis://`` and ``rediss://``)."""
 
+try:
+    import framework_m_core.about  # noqa: F401  (framework-m's core has it)
+except ImportError as exc:  # none, or the package index's framework-m-core: another project
+    raise ImportError(
+        f"{__name__} needs framework-m's framework-m-core (>=0.1,<0.2), and the "
+        "framework_m_core found is another distribution's (the package index's "
+        "framework-m-core belongs to another project): install core built from "
+        "framework-m's repository, as its README says"
+    ) from exc
+
 from .broker import RedisBroker
 from .settings import RedisSettings, parse_url
+
+__version__ = "0.1.0"
 
 __all__ = ["RedisBroker", "RedisSettings", "parse_url"]
