@@ -28,7 +28,7 @@ from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMEr
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import connection, deadletters, schema, scripts, stats
+from . import connection, deadletters, publishing, schema, scripts, stats
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -118,17 +118,8 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)
-        try:
+        with publishing.redis_errors(name, self.settings):
             return await self._scripts[name](keys=keys, args=args)
-        except ResponseError as exc:
-            if "FRAMEWORK_M_FULL" in str(exc):
-                raise BrokerError(
-                    f"queue {self.settings.queue!r} holds max_len={self.settings.max_len} "
-                    "jobs: refusing to enqueue more (workers are behind)"
-                ) from None
-            raise BrokerError(f"redis refused {name.lower()}: {exc}") from None
-        except (RedisError, OSError) as exc:
-            raise BrokerError(f"redis {name.lower()} failed: {exc}") from None
 
     # -- schema ------------------------------------------------------------------------
 
@@ -141,21 +132,17 @@ class RedisBroker(BaseBroker[RedisSettings]):
     # -- publishing --------------------------------------------------------------------
 
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-        s = self.settings
-        dedup = message.deduplication_id
-        deadline = "" if message.not_after is None else int(message.not_after * 1000)
-        window_ms, has_dedup = int(s.dedup_window * 1000), "1" if dedup else "0"
-        stored, job_id = await self._run(
-            "ENQUEUE",
-            [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream],
-            [message.id, body, window_ms, s.max_len, has_dedup, deadline],
-        )
-        if stored == 2:
-            raise BrokerError(
-                f"{message.job_name}: Redis refused it, past its not_after deadline "
-                f"({message.not_after:.3f})"
-            )
-        return PublishResult(text(job_id), duplicate=not stored)
+        call = publishing.enqueue_call(self.settings, message, body)
+        return publishing.result(message, await self._run("ENQUEUE", **call))
+
+    async def _publish_many(
+        self, messages: Sequence[JobMessage], bodies: Sequence[bytes]
+    ) -> list[PublishResult]:
+        if self.settings.cluster:  # a cluster pipeline may split: one by one, 100 in flight
+            return await super()._publish_many(messages, bodies)
+        self._connected(self._client)
+        script = self._scripts["ENQUEUE"]
+        return await publishing.publish_many(self.client, script, self.settings, messages, bodies)
 
     async def requeue(self, body: bytes) -> None:
         try:

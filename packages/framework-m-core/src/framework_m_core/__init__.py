@@ -8,7 +8,15 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
-from .broker import BaseBroker, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
+from .broker import (
+    BaseBroker,
+    BrokerStats,
+    DeadLetter,
+    Delivery,
+    Job,
+    PublishResult,
+    QueueStats,
+)
 from .capabilities import Capability
 from .errors import (
     AppLoadError,
@@ -57,6 +65,7 @@ __all__ = [
     "FrameworkMError",
     "InProcessTickerAdapter",
     "InvalidJobError",
+    "Job",
     "JobContext",
     "JobDefinitionError",
     "JobMessage",

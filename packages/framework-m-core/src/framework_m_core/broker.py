@@ -1,81 +1,41 @@
-"""Data the ports exchange, and :class:`BaseBroker`, the shared half of every adapter."""
+""":class:`BaseBroker`, the shared half of every adapter, and the records the ports
+exchange (defined in :mod:`~.records`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from . import tracing
 from .capabilities import Capability, as_capabilities
 from .errors import BrokerError, InvalidJobError, SchemaConflictError
 from .messages import JobMessage, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
+from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
 from .schema import SchemaPlan, SchemaRaceError
+
+__all__ = [
+    "BaseBroker",
+    "BrokerSettings",
+    "BrokerStats",
+    "DeadLetter",
+    "Delivery",
+    "Job",
+    "PublishResult",
+    "QueueStats",
+]
 
 log = logging.getLogger("framework_m.broker")
 
 T = TypeVar("T")
 S = TypeVar("S", bound="BrokerSettings")
 _SCHEMA_ROUNDS = 3
-
-
-class PublishResult(NamedTuple):
-    """What a publish did: the job id stored under, and whether it was a duplicate."""
-
-    job_id: str
-    duplicate: bool = False
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One reserved message handed to a consumer."""
-
-    body: bytes
-    attempt: int  # 1 for the first delivery
-    handle: Any = field(default=None, repr=False)  # adapter-private token
-    stored_at: float | None = None  # when the broker stored the message, by its clock, if known
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A message that will not be delivered again, with why."""
-
-    body: bytes
-    reason: str
-    attempts: int
-    dead_lettered_at: float
-    #: The adapter's own name for it (a stream sequence, an entry id), for removal.
-    ref: Any = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """What a queue holds now, by the broker's own numbers; None where it cannot tell.
-
-    ``ready`` messages wait for a consumer (on brokers that deliver ahead, those a
-    consumer prefetched are not among them); ``reserved`` ones were delivered and not
-    settled; ``scheduled`` ones wait out a retry's delay (None: the broker keeps them
-    as reserved, and ``reserved`` counts them); ``consumers`` are the consumers the
-    broker knows attached.
-    """
-
-    ready: int | None = None
-    reserved: int | None = None
-    scheduled: int | None = None
-    dead_letters: int | None = None
-    consumers: int | None = None
-
-
-@dataclass(slots=True)
-class BrokerStats:
-    """Counters of one broker instance."""
-
-    enqueued: int = 0
-    duplicates: int = 0
+_BATCH_IN_FLIGHT = 100
 
 
 class BrokerSettings(Protocol):
@@ -188,6 +148,11 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._encode_and_publish(message)
 
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
+        result = await self._publish(message, self._body(message))
+        self._count(message, result)
+        return result
+
+    def _body(self, message: JobMessage) -> bytes:
         body = message.encode()
         limit = self.max_body_size
         if limit is not None and len(body) > limit:
@@ -195,7 +160,9 @@ class BaseBroker(BrokerProtocol, Generic[S]):
                 f"job {message.job_name!r} is {len(body):,} bytes encoded; "
                 f"{self.display_url} stores at most {limit:,}"
             )
-        result = await self._publish(message, body)
+        return body
+
+    def _count(self, message: JobMessage, result: PublishResult) -> None:
         if result.duplicate:
             self.stats.duplicates += 1
             log.debug(
@@ -206,7 +173,37 @@ class BaseBroker(BrokerProtocol, Generic[S]):
             )
         else:
             self.stats.enqueued += 1
-        return result
+
+    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+        messages = [
+            self._prepare(
+                JobMessage(
+                    job_name=validate_job_name(job.job_name),
+                    kwargs=dict(job.kwargs),
+                    deduplication_id=validate_deduplication_id(job.deduplication_id),
+                    enqueued_at=time.time(),
+                )
+            )
+            for job in jobs
+        ]
+        if tracing.active():  # a span for each, as enqueue() makes
+            return [(await self._send(m)).job_id for m in messages]
+        bodies = [self._body(m) for m in messages]  # all valid before anything is sent
+        results = await self._publish_many(messages, bodies)
+        for message, result in zip(messages, results, strict=True):
+            self._count(message, result)
+        return [result.job_id for result in results]
+
+    async def _publish_many(
+        self, messages: Sequence[JobMessage], bodies: Sequence[bytes]
+    ) -> list[PublishResult]:
+        """:meth:`_publish` of each, up to 100 at once; adapters that can send a batch in
+        fewer round trips (a pipeline) override this. Results in the messages' order."""
+        out: list[PublishResult] = []
+        for start in range(0, len(messages), _BATCH_IN_FLIGHT):
+            chunk = range(start, min(start + _BATCH_IN_FLIGHT, len(messages)))
+            out += await asyncio.gather(*(self._publish(messages[i], bodies[i]) for i in chunk))
+        return out
 
     @abstractmethod
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:

@@ -16,13 +16,13 @@ connected guard) and leaves the abstract methods below.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
-    from .broker import BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
     from .capabilities import Capability
     from .messages import JobMessage
+    from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
     from .schema import SchemaPlan
 
 
@@ -54,6 +54,22 @@ class JobQueueProtocol(Protocol):
         exception) when the broker cannot be reached or refuses the job; retrying
         with the same ``deduplication_id`` is then safe.
         """
+
+    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+        """Enqueue each :class:`~.broker.Job` of ``jobs``; return their ids, in order.
+
+        Each job is an :meth:`enqueue`: the same validation, and a duplicate (of an
+        earlier job, or of one before it in the batch) gets the original's id.
+        Every job is validated before any is sent: one invalid job raises
+        :class:`~.errors.InvalidJobError` and sends nothing. Adapters send the batch
+        in fewer round trips than one by one where the broker allows. On
+        :class:`~.errors.BrokerError` some jobs may be stored already: sending the
+        batch again is safe for the jobs that carry a ``deduplication_id``.
+        This default enqueues them one after another.
+        """
+        return [
+            await self.enqueue(job.job_name, job.deduplication_id, **job.kwargs) for job in jobs
+        ]
 
 
 @runtime_checkable
@@ -266,7 +282,7 @@ class BrokerProtocol(JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, Pro
         it every field is None. Raises :class:`~.errors.BrokerError` when the broker
         cannot be reached.
         """
-        from .broker import QueueStats
+        from .records import QueueStats
 
         return QueueStats()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .batch import BatchContract
 from .connection import ConnectionContract
 from .consume import ConsumeContract
 from .enqueue import EnqueueContract
@@ -14,6 +15,7 @@ from .stats import StatsContract
 
 class BrokerContract(
     EnqueueContract,
+    BatchContract,
     ConsumeContract,
     ConnectionContract,
     SchemaContract,

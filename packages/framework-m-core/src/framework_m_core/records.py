@@ -1,0 +1,73 @@
+"""The records the ports exchange: deliveries, dead letters, counts, results.
+
+:mod:`~.broker` re-exports them beside :class:`~.broker.BaseBroker`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class Job(NamedTuple):
+    """One job of an :meth:`~.protocols.JobQueueProtocol.enqueue_many` batch."""
+
+    job_name: str
+    kwargs: Mapping[str, Any] = {}
+    deduplication_id: str | None = None
+
+
+class PublishResult(NamedTuple):
+    """What a publish did: the job id stored under, and whether it was a duplicate."""
+
+    job_id: str
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One reserved message handed to a consumer."""
+
+    body: bytes
+    attempt: int  # 1 for the first delivery
+    handle: Any = field(default=None, repr=False)  # adapter-private token
+    stored_at: float | None = None  # when the broker stored the message, by its clock, if known
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that will not be delivered again, with why."""
+
+    body: bytes
+    reason: str
+    attempts: int
+    dead_lettered_at: float
+    #: The adapter's own name for it (a stream sequence, an entry id), for removal.
+    ref: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What a queue holds now, by the broker's own numbers; None where it cannot tell.
+
+    ``ready`` messages wait for a consumer (on brokers that deliver ahead, those a
+    consumer prefetched are not among them); ``reserved`` ones were delivered and not
+    settled; ``scheduled`` ones wait out a retry's delay (None: the broker keeps them
+    as reserved, and ``reserved`` counts them); ``consumers`` are the consumers the
+    broker knows attached.
+    """
+
+    ready: int | None = None
+    reserved: int | None = None
+    scheduled: int | None = None
+    dead_letters: int | None = None
+    consumers: int | None = None
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    """Counters of one broker instance."""
+
+    enqueued: int = 0
+    duplicates: int = 0
