@@ -365,25 +365,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "redis-per-process-dedup",
         "redis",
         "replicas in separate processes share the dedup",
-        f"{REDIS}/broker.py",
+        f"{REDIS}/publishing.py",
         (
             (
-                "        dedup = message.deduplication_id\n        deadline = ",
-                "        dedup = message.deduplication_id\n"
-                "        if dedup is not None and _SEEN.get(dedup, ('', 0.0))[1] > time.time():\n"
-                "            return PublishResult(_SEEN[dedup][0], duplicate=True)\n"
-                "        if dedup is not None:\n"
-                "            _SEEN[dedup] = (message.id, time.time() + s.dedup_window)\n"
-                "        deadline = ",
+                "s.dedup_key(dedup) if dedup",
+                's.dedup_key(f"{dedup}:{os.getpid()}") if dedup',
             ),
-            (
-                'has_dedup = int(s.dedup_window * 1000), "1" if dedup else "0"',
-                'has_dedup = int(s.dedup_window * 1000), "0"',
-            ),
-            (
-                "_PROMOTE_BATCH = 500\n",
-                "_PROMOTE_BATCH = 500\n_SEEN: dict[str, tuple[str, float]] = {}\n",
-            ),
+            ("import contextlib\n", "import contextlib\nimport os\n"),
         ),
         ("test_processes_publishing_the_same_ids", "test_worker_processes_run_each_slot"),
     ),
@@ -391,9 +379,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "redis-short-window",
         "redis",
         "an id is a duplicate for the whole window",
-        f"{REDIS}/broker.py",
-        "window_ms, has_dedup = int(s.dedup_window * 1000),",
-        "window_ms, has_dedup = int(s.dedup_window * 250),",
+        f"{REDIS}/publishing.py",
+        "int(s.dedup_window * 1000), s.max_len,",
+        "int(s.dedup_window * 250), s.max_len,",
         "test_an_id_is_a_duplicate_for_the_whole_window",
     ),
     m(
@@ -495,9 +483,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "redis-driver-error",
         "redis",
         "a driver error surfaces as BrokerError",
-        f"{REDIS}/broker.py",
-        "        except (RedisError, OSError) as exc:\n"
-        '            raise BrokerError(f"redis {name.lower()} failed: {exc}") from None\n',
+        f"{REDIS}/publishing.py",
+        "    except (RedisError, OSError) as exc:\n"
+        '        raise BrokerError(f"redis {name.lower()} failed: {exc}") from None\n',
         "",
         "test_a_lost_server_is_a_broker_error",
     ),
