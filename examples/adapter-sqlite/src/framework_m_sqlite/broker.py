@@ -132,7 +132,8 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
                         "SELECT job_id FROM fm_dedup WHERE queue = ? AND dedup_id = ?", (q, dedup)
                     ).fetchone()
                     return PublishResult(original, duplicate=True)
-            db.execute("INSERT INTO fm_jobs (queue, body, due) VALUES (?, ?, ?)", (q, body, now))
+            due = max(now, message.not_before or now)  # a delayed job waits until due
+            db.execute("INSERT INTO fm_jobs (queue, body, due) VALUES (?, ?, ?)", (q, body, due))
         return PublishResult(message.id)
 
     async def requeue(self, body: bytes) -> None:

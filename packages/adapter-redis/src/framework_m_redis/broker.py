@@ -60,6 +60,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.UNCOUNTED_RELEASE,
             C.STORE_DEADLINE,
             C.QUEUE_STATS,
+            C.DELAYED_ENQUEUE,
         }
     )
     parse_url = staticmethod(parse_url)

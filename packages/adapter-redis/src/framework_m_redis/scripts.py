@@ -1,10 +1,11 @@
 """Lua scripts: each one step that Redis runs atomically. Every key is in one hash slot."""
 
-# KEYS: stream, dedup key (the stream again when there is no dedup id)
+# KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set
 # ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"),
-#       not_after in unix ms ("" for none)
+#       not_after in unix ms ("" for none), due in unix ms ("" for now)
 # Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
 # arrived after its not_after (say, a command Redis ran only once a pause ended).
+# A job with a due time waits in the delayed set (as a retry does) until PROMOTE.
 ENQUEUE = """
 if ARGV[6] ~= '' then
   local t = redis.call('TIME')
@@ -20,7 +21,11 @@ if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[4]) then
   if ARGV[5] == '1' then redis.call('DEL', KEYS[2]) end
   return redis.error_reply('FRAMEWORK_M_FULL the queue holds its max_len of jobs')
 end
-redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
+if ARGV[7] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[7], '0\\n' .. ARGV[2])
+else
+  redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
+end
 return {1, ARGV[1]}
 """
 

@@ -8,13 +8,14 @@ import logging
 import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from . import tracing
 from .capabilities import Capability, as_capabilities
 from .errors import BrokerError, InvalidJobError, SchemaConflictError
-from .messages import JobMessage, validate_deduplication_id, validate_job_name
+from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
 from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
 from .schema import SchemaPlan, SchemaRaceError
@@ -119,6 +120,26 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         )
         return (await self._send(message)).job_id
 
+    async def enqueue_at(
+        self,
+        when: datetime | float,
+        job_name: str,
+        /,
+        deduplication_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        if Capability.DELAYED_ENQUEUE not in self.capabilities:
+            return await super().enqueue_at(when, job_name, deduplication_id, **kwargs)
+        due, now = due_time(when), time.time()
+        message = JobMessage(
+            job_name=validate_job_name(job_name),
+            kwargs=kwargs,
+            deduplication_id=validate_deduplication_id(deduplication_id),
+            enqueued_at=now,
+            not_before=due if due > now else None,
+        )
+        return (await self._send(message)).job_id
+
     async def publish(self, message: JobMessage) -> PublishResult:
         validate_job_name(message.job_name)
         validate_deduplication_id(message.deduplication_id)
@@ -207,7 +228,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     @abstractmethod
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-        """Store ``body`` unless ``message.deduplication_id`` was seen inside the window.
+        """Store ``body`` unless ``message.deduplication_id`` was seen inside the window;
+        with ``message.not_before`` (adapters with ``DELAYED_ENQUEUE``), hold it until then.
 
         Returns the stored job's id and ``duplicate=False``, or the original's id
         and ``duplicate=True``. Raises :class:`~.errors.BrokerError` on failure.

@@ -41,6 +41,8 @@ class Capability(StrEnum):
     DEAD_LETTER_REMOVAL = "dead_letter_removal"
     #: ``queue_stats()`` reports the broker's own counts of ready messages and dead letters.
     QUEUE_STATS = "queue_stats"
+    #: ``enqueue_at()`` and ``enqueue_in()`` hold a job until it is due.
+    DELAYED_ENQUEUE = "delayed_enqueue"
 
     @property
     def promise(self) -> str:
@@ -60,6 +62,7 @@ _PROMISES = {
     Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
     Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
     Capability.QUEUE_STATS: "queue_stats() counts ready, reserved and dead messages",
+    Capability.DELAYED_ENQUEUE: "enqueue_at()/enqueue_in() hold a job until it is due",
 }
 
 

@@ -66,6 +66,16 @@ class _Versions(argparse.Action):
         parser.exit()
 
 
+def _instant(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time, got {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time's offset (+00:00 or Z): {text!r}")
+    return when
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="m", description="framework-m: leaderless scheduled and background jobs."
@@ -144,6 +154,15 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("job", help="job name")
     e.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
     e.add_argument("--dedup-id", default=None, help="deduplication id")
+    when = e.add_mutually_exclusive_group()
+    when.add_argument(
+        "--in", dest="delay", type=_seconds, default=None, metavar="SECONDS",
+        help="hold the job this many seconds before it runs",
+    )  # fmt: skip
+    when.add_argument(
+        "--at", dest="at", type=_instant, default=None, metavar="TIME",
+        help="hold the job until this ISO 8601 time with its offset (2026-12-24T18:00:00+01:00)",
+    )  # fmt: skip
 
     g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
     broker_arg(g)
@@ -369,7 +388,12 @@ async def _enqueue(args: argparse.Namespace) -> int:
             "when this command exits; use a shared broker URL"
         )
     async with connected(broker):
-        job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
+        if args.delay is not None:
+            job_id = await broker.enqueue_in(args.delay, args.job, args.dedup_id, **kwargs)
+        elif args.at is not None:
+            job_id = await broker.enqueue_at(args.at, args.job, args.dedup_id, **kwargs)
+        else:
+            job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
     print(job_id)
     return 0
 

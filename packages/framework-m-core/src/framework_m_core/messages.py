@@ -11,6 +11,9 @@ the message may still be stored: a tick must not be enqueued past its slot's
 grace. Brokers that can check it when storing do, and the worker drops a
 delivery whose broker says it was stored later.
 
+``not_before`` (optional, absent when none) is when a delayed job becomes due
+(``enqueue_at`` / ``enqueue_in``): the broker holds it until then.
+
 ``meta`` (optional, absent when empty) is an object of at most
 :data:`MAX_META_ENTRIES` short strings that travel with the job without reaching
 its handler: the trace context (``traceparent``, ``tracestate``) when tracing is on.
@@ -30,6 +33,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import InvalidJobError, MessageDecodeError
@@ -85,6 +89,28 @@ def validate_deduplication_id(dedup_id: object) -> str | None:
     if dedup_id != dedup_id.strip():  # some brokers strip header values: ids would merge
         raise InvalidJobError("deduplication_id must not start or end with whitespace")
     return dedup_id
+
+
+def due_time(when: object) -> float:
+    """``when`` (an aware datetime, or unix seconds) as unix seconds; InvalidJobError else."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise InvalidJobError(f"when must be an aware datetime (tzinfo=UTC...), got {when!r}")
+        when = when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float) or not _is_time(when):
+        raise InvalidJobError(f"when must be a unix time in seconds or a datetime, got {when!r}")
+    return float(when)
+
+
+def delay_seconds(delay: object) -> float:
+    """``delay`` (seconds, or a timedelta) as seconds; InvalidJobError unless finite and >= 0."""
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidJobError(f"delay must be seconds or a timedelta, got {delay!r}")
+    if not math.isfinite(delay) or not 0 <= delay < _LATEST:
+        raise InvalidJobError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+    return float(delay)
 
 
 def _reject_non_finite(value: str) -> Any:
@@ -147,6 +173,7 @@ class JobMessage:
     scheduled_at: int | None = None  # unix seconds of the schedule slot, ticked jobs only
     not_after: float | None = None  # latest unix time it may be stored (ticks: slot + grace)
     meta: dict[str, str] = field(default_factory=dict)  # e.g. the trace context
+    not_before: float | None = None  # a delayed job: unix time it becomes due
 
     def encode(self) -> bytes:
         """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
@@ -168,6 +195,10 @@ class JobMessage:
         dedup = "null" if self.deduplication_id is None else _quote(self.deduplication_id)
         scheduled = "null" if self.scheduled_at is None else str(int(self.scheduled_at))
         deadline = "" if self.not_after is None else f',"not_after":{float(self.not_after)!r}'
+        if self.not_before is not None:
+            if not _is_time(self.not_before):
+                raise InvalidJobError(f"not_before of job {self.job_name!r} is not a unix time")
+            deadline += f',"not_before":{float(self.not_before)!r}'
         meta = ""
         if self.meta:
             if (problem := meta_problem(self.meta)) is not None:
@@ -221,6 +252,9 @@ def decode_message(body: bytes) -> JobMessage:
     not_after = data.get("not_after")
     if not_after is not None and not _is_time(not_after):
         raise MessageDecodeError("field 'not_after' must be a unix time or null")
+    not_before = data.get("not_before")
+    if not_before is not None and not _is_time(not_before):
+        raise MessageDecodeError("field 'not_before' must be a unix time or null")
     meta = data.get("meta", {})
     if (problem := meta_problem(meta)) is not None:
         raise MessageDecodeError(f"field 'meta' {problem}")
@@ -233,6 +267,7 @@ def decode_message(body: bytes) -> JobMessage:
         scheduled_at=scheduled_at,
         not_after=None if not_after is None else float(not_after),
         meta=meta,
+        not_before=None if not_before is None else float(not_before),
     )
 
 

@@ -15,8 +15,10 @@ connected guard) and leaves the abstract methods below.
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
@@ -70,6 +72,43 @@ class JobQueueProtocol(Protocol):
         return [
             await self.enqueue(job.job_name, job.deduplication_id, **job.kwargs) for job in jobs
         ]
+
+    async def enqueue_at(
+        self,
+        when: datetime | float,
+        job_name: str,
+        /,
+        deduplication_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Enqueue ``job_name`` to run no sooner than ``when`` (an aware datetime or unix
+        seconds); return its job id.
+
+        Like :meth:`enqueue` in every other way: validation, and a duplicate inside the
+        window (counted from this call) returns the original's id. The broker holds the
+        job until it is due, across a restart where it persists its queue; a ``when``
+        that has passed enqueues it at once. A naive datetime, or a time that is not
+        a finite unix time, raises :class:`~.errors.InvalidJobError`. *Optional*
+        (:attr:`~.Capability.DELAYED_ENQUEUE`): without it this raises
+        :class:`~.errors.BrokerError` and sends nothing.
+        """
+        from .errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} cannot hold a job until it is due")
+
+    async def enqueue_in(
+        self,
+        delay: timedelta | float,
+        job_name: str,
+        /,
+        deduplication_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """:meth:`enqueue_at` ``delay`` (seconds, or a timedelta; not negative) from now."""
+        from .messages import delay_seconds
+
+        when = time.time() + delay_seconds(delay)
+        return await self.enqueue_at(when, job_name, deduplication_id, **kwargs)
 
 
 @runtime_checkable

@@ -41,9 +41,7 @@ class BatchContract(ContractBase):
         )
         assert ids[0] == earlier
         assert ids[1] == ids[2] != ids[3]
-        got = sorted(
-            (decode_message(d.body).kwargs.get("day", 0) for d in await receive_all(broker))
-        )
+        got = sorted(decode_message(d.body).kwargs.get("day", 0) for d in await receive_all(broker))
         assert got == [0, 2, 4]
         assert (broker.stats.enqueued, broker.stats.duplicates) == (3, 2)
 

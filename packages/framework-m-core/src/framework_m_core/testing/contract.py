@@ -5,6 +5,7 @@ from __future__ import annotations
 from .batch import BatchContract
 from .connection import ConnectionContract
 from .consume import ConsumeContract
+from .delayed import DelayedContract
 from .enqueue import EnqueueContract
 from .hostile import HostileInputContract
 from .processes import ProcessContract
@@ -16,6 +17,7 @@ from .stats import StatsContract
 class BrokerContract(
     EnqueueContract,
     BatchContract,
+    DelayedContract,
     ConsumeContract,
     ConnectionContract,
     SchemaContract,

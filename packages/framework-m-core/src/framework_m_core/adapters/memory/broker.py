@@ -36,6 +36,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.UNCOUNTED_RELEASE,
             C.STORE_DEADLINE,
             C.QUEUE_STATS,
+            C.DELAYED_ENQUEUE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -115,7 +116,11 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
-        q.put(server.Entry(body, stored_at=self.clock()))
+        entry, now = server.Entry(body, stored_at=self.clock()), self.clock()
+        if message.not_before is not None and message.not_before > now:
+            q.put_later(entry, time.monotonic() + message.not_before - now)
+        else:
+            q.put(entry)
         return PublishResult(message.id)
 
     async def requeue(self, body: bytes) -> None:

@@ -1,0 +1,45 @@
+"""``m enqueue --in/--at`` on a real broker: the job waits in the broker until due."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+from framework_m_core import connect
+from framework_m_core.records import QueueStats
+from framework_m_core.testing import namespace
+
+from .conftest import REPO
+
+
+def m(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "framework_m_core", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_enqueue_in_and_at_hold_the_job_and_a_naive_time_is_refused() -> None:
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+
+    async def stats(migrate: bool = False) -> QueueStats:
+        async with connect(url, migrate=migrate) as broker:
+            return await broker.queue_stats()
+
+    try:
+        asyncio.run(stats(migrate=True))
+        later = m("enqueue", "report", "--in", "3600", "--broker", url)
+        assert later.returncode == 0, later.stderr
+        overdue = m("enqueue", "report", "--at", "2020-01-01T00:00:00Z", "--broker", url)
+        assert overdue.returncode == 0, overdue.stderr
+        held = asyncio.run(stats())
+        assert (held.ready, held.scheduled) == (1, 1)  # the overdue one is ready at once
+        naive = m("enqueue", "report", "--at", "2030-01-01T00:00", "--broker", url)
+        assert naive.returncode == 2
+        assert "offset" in naive.stderr
+        both = m("enqueue", "report", "--in", "5", "--at", "2030-01-01T00:00Z", "--broker", url)
+        assert both.returncode == 2
+    finally:
+        asyncio.run(ns.drop())
