@@ -112,13 +112,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     async def enqueue(
         self, job_name: str, /, deduplication_id: str | None = None, **kwargs: Any
     ) -> str:
-        message = JobMessage(
-            job_name=validate_job_name(job_name),
-            kwargs=kwargs,
-            deduplication_id=validate_deduplication_id(deduplication_id),
-            enqueued_at=time.time(),
-        )
-        return (await self._send(message)).job_id
+        return (await self._send(_message(job_name, deduplication_id, kwargs))).job_id
 
     async def enqueue_at(
         self,
@@ -130,14 +124,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     ) -> str:
         if Capability.DELAYED_ENQUEUE not in self.capabilities:
             return await super().enqueue_at(when, job_name, deduplication_id, **kwargs)
-        due, now = due_time(when), time.time()
-        message = JobMessage(
-            job_name=validate_job_name(job_name),
-            kwargs=kwargs,
-            deduplication_id=validate_deduplication_id(deduplication_id),
-            enqueued_at=now,
-            not_before=due if due > now else None,
-        )
+        due = due_time(when)
+        message = _message(job_name, deduplication_id, kwargs, not_before=due)
         return (await self._send(message)).job_id
 
     async def publish(self, message: JobMessage) -> PublishResult:
@@ -197,14 +185,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
         messages = [
-            self._prepare(
-                JobMessage(
-                    job_name=validate_job_name(job.job_name),
-                    kwargs=dict(job.kwargs),
-                    deduplication_id=validate_deduplication_id(job.deduplication_id),
-                    enqueued_at=time.time(),
-                )
-            )
+            self._prepare(_message(job.job_name, job.deduplication_id, dict(job.kwargs)))
             for job in jobs
         ]
         if tracing.active():  # a span for each, as enqueue() makes
@@ -274,3 +255,20 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _message(
+    job_name: str,
+    deduplication_id: str | None,
+    kwargs: dict[str, Any],
+    not_before: float | None = None,
+) -> JobMessage:
+    """A new job, validated (InvalidJobError); ``not_before`` only while in the future."""
+    now = time.time()
+    return JobMessage(
+        job_name=validate_job_name(job_name),
+        kwargs=kwargs,
+        deduplication_id=validate_deduplication_id(deduplication_id),
+        enqueued_at=now,
+        not_before=not_before if not_before is not None and not_before > now else None,
+    )
