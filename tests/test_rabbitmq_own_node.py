@@ -17,6 +17,7 @@ from pathlib import Path
 import aio_pika
 import pytest
 
+from framework_m_core import decode_message
 from framework_m_core.errors import BrokerError
 from framework_m_core.testing.scenarios import RECORDER_APP
 from framework_m_rabbitmq import RabbitBroker, wire
@@ -209,13 +210,29 @@ def test_dedup_survives_a_broker_restart_only_on_disk(node: RabbitServer) -> Non
             job_id = await broker.enqueue("tick", deduplication_id="tick:tick:1700000000")
             return job_id, broker.stats.duplicates
 
+    async def delay(url: str) -> tuple[str, float]:  # a delayed job goes round a bucket
+        async with RabbitBroker.from_url(url) as broker:
+            job_id = await broker.enqueue_in(6, "later")
+            for got in await broker.receive(10, 1.0):  # the tick above, not the early job
+                assert decode_message(got.body).id != job_id
+                await broker.ack(got)
+            assert (await broker.queue_stats()).scheduled == 1  # it went to wait
+            return job_id, time.time() + 5
+
+    async def delayed_arrives(url: str) -> tuple[str, int, bool]:
+        async with RabbitBroker.from_url(url) as broker:
+            [delivery] = await broker.receive(10, 15)
+            return decode_message(delivery.body).id, delivery.attempt, time.time() >= due
+
     before = {p: asyncio.run(enqueue(url)) for p, url in urls.items()}
     assert [d for _, d in before.values()] == [0, 0]
+    delayed, due = asyncio.run(delay(urls["disk"]))
     node.stop()
     node.start()
     after = {p: asyncio.run(enqueue(url)) for p, url in urls.items()}
     assert {p: after[p][0] == before[p][0] for p in urls} == {"disk": True, "memory": True}
     assert {p: after[p][1] for p in urls} == {"disk": 1, "memory": 0}  # memory forgot
+    assert asyncio.run(delayed_arrives(urls["disk"])) == (delayed, 1, True)  # kept, not early
 
 
 def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(

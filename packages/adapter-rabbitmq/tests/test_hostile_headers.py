@@ -11,7 +11,7 @@ import pytest
 from framework_m_core.testing import PROMPT, receive_all
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace
-from framework_m_rabbitmq.wire import ATTEMPTS_HEADER, REASON_BYTES
+from framework_m_rabbitmq.wire import ATTEMPTS_HEADER, NOT_BEFORE_HEADER, REASON_BYTES
 
 from .conftest import AMQP_URL
 
@@ -51,3 +51,25 @@ async def test_a_long_reason_is_cut_to_fit_a_frame(namespace: RabbitNamespace) -
         assert REASON_BYTES - 4 < len(dead.reason.encode()) <= REASON_BYTES
         await broker.enqueue("job")  # the connection is still up
         assert len(await broker.receive(10, PROMPT)) == 1
+
+
+async def test_a_due_time_that_is_not_one_makes_the_job_due_now(
+    namespace: RabbitNamespace,
+) -> None:
+    """A publisher's x-fm-not-before that is no unix time in ms must not hold a job for
+    ever (nor hop it round the buckets): it is due at once."""
+    hostile: list[Any] = ["soon", -1, 2**62, 2.5e15, [1], True]
+    async with RabbitBroker.from_url(namespace.url()) as broker:
+        await broker.sync_schema()
+        connection = await aio_pika.connect(AMQP_URL)
+        try:
+            channel = await connection.channel()
+            for i, value in enumerate(hostile):
+                message = aio_pika.Message(b"%d" % i, headers={NOT_BEFORE_HEADER: value})
+                await channel.default_exchange.publish(message, routing_key=broker.settings.jobs)
+        finally:
+            await connection.close()
+        got = await receive_all(broker, timeout=PROMPT)
+        assert sorted(int(d.body) for d in got) == list(range(len(hostile)))
+        stats = await broker.queue_stats()
+        assert stats.scheduled == 0  # none went round a bucket

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue
-from aio_pika.exceptions import ChannelInvalidStateError, PublishError
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
@@ -29,7 +30,7 @@ from framework_m_core.errors import BrokerError, DeliveryLostError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import deadletters, publishing, stats, wire
+from . import deadletters, delays, publishing, stats, wire
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
@@ -50,6 +51,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.REDELIVER_ON_DISCONNECT,
             C.CROSS_PROCESS,
             C.QUEUE_STATS,
+            C.DELAYED_ENQUEUE,
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
             C.UNCOUNTED_RELEASE,
         }
@@ -165,15 +167,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         await self._publish_to(aio_pika.Message(body), self.settings.jobs)
 
     async def _publish_to(self, message: aio_pika.Message, queue: str) -> None:
-        """Publish to ``queue`` (confirmed, mandatory); raise BrokerError unless it is there."""
-        try:
-            await self.link.channel().default_exchange.publish(
-                message, routing_key=queue, mandatory=True
-            )
-        except PublishError:
-            raise _NoSuchQueue(f"queue {queue} does not exist: run `m migrate`") from None
-        except AMQP_ERRORS as exc:
-            raise BrokerError(f"publish to {queue} failed: {exc}") from None
+        await publishing.publish_to(self.link, message, queue)
 
     # -- consuming ---------------------------------------------------------------------
 
@@ -185,14 +179,17 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
                 self._starting = asyncio.ensure_future(self._consume())
                 self._starting.add_done_callback(_retrieved)
             await asyncio.shield(self._starting)
-        try:
-            async with asyncio.timeout(timeout):
-                first = await self._buffer.get()
-        except TimeoutError:
-            return []
-        out = [first]
-        while len(out) < max_messages and not self._buffer.empty():
-            out.append(self._buffer.get_nowait())
+        out: list[AbstractIncomingMessage] = []
+        deadline = time.monotonic() + timeout
+        while not out:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    out.append(await self._buffer.get())
+            except TimeoutError:
+                return []
+            while len(out) < max_messages and not self._buffer.empty():
+                out.append(self._buffer.get_nowait())
+            out = [m for m in out if not await self._sent_round(m)]
         for msg in [m for m in self._handed_out.values() if m.processed]:
             del self._handed_out[id(msg)]  # settled since: forget
         self._handed_out.update((id(m), m) for m in out)
@@ -237,18 +234,25 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         if msg is None:
             return
         name, ttl = self.settings.retry_queue(delay)
-        copy = wire.retry_copy(delivery, msg.message_id)
-        try:  # schema sync declared the bucket: declaring needs the configure permission
-            await self._publish_to(copy, name)
-        except _NoSuchQueue:
-            arguments = self.settings.retry_args(ttl)
-            refused = await self.link.probe(
-                lambda ch: ch.declare_queue(name, durable=True, arguments=arguments)
-            )
-            if refused is not None:
-                raise BrokerError(f"cannot declare retry queue {name}: {refused}") from None
-            await self._publish_to(copy, name)
+        await publishing.to_bucket(self.link, name, ttl, wire.retry_copy(delivery, msg.message_id))
         await self._ack(delivery)
+
+    async def _sent_round(self, msg: AbstractIncomingMessage) -> bool:
+        """A delayed job that arrived early waits again in a bucket (:mod:`.delays`)."""
+        left = delays.early(msg)
+        if left is None:
+            return False
+        name, ttl, copy = delays.hop(self.settings, msg, left)
+
+        async def move() -> None:  # both or, on an error, neither: it comes back to try again
+            await publishing.to_bucket(self.link, name, ttl, copy)
+            await msg.ack()
+
+        try:
+            await asyncio.shield(move())  # a cancelled receive must not leave a second copy
+        except (BrokerError, *AMQP_ERRORS) as exc:
+            log.warning("a delayed job could not wait in %s: %s", name, exc)
+        return True
 
     async def extend(self, delivery: Delivery) -> None:
         """RabbitMQ keeps an unacked delivery with its consumer until the channel closes."""
@@ -269,10 +273,6 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     async def queue_stats(self) -> QueueStats:
         """Passive declares (:mod:`.stats`); ``reserved`` None: AMQP counts no unacked."""
         return await stats.read(self.link)
-
-
-class _NoSuchQueue(BrokerError):
-    """A mandatory publish to a queue that does not exist came back."""
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

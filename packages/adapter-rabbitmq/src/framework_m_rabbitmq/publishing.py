@@ -1,9 +1,11 @@
-"""Publishing jobs through the deduplication exchange, and what its answers mean."""
+"""Publishing: jobs through the deduplication exchange (and what its answers mean), copies
+straight to a queue, retries and delayed jobs to their bucket."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import aio_pika
 import aiormq
 from aio_pika.abc import AbstractExchange
 from aio_pika.exceptions import DeliveryError, PublishError
@@ -64,3 +66,32 @@ async def publish_job(
     except AMQP_ERRORS as exc:
         raise BrokerError(f"publish failed: {exc}") from None
     return PublishResult(message.id)
+
+
+class NoSuchQueue(BrokerError):
+    """A mandatory publish to a queue that does not exist came back."""
+
+
+async def publish_to(link: Link, message: aio_pika.Message, queue: str) -> None:
+    """Publish to ``queue`` (confirmed, mandatory); raise BrokerError unless it is there."""
+    try:
+        await link.channel().default_exchange.publish(message, routing_key=queue, mandatory=True)
+    except PublishError:
+        raise NoSuchQueue(f"queue {queue} does not exist: run `m migrate`") from None
+    except AMQP_ERRORS as exc:
+        raise BrokerError(f"publish to {queue} failed: {exc}") from None
+
+
+async def to_bucket(link: Link, name: str, ttl: int, copy: aio_pika.Message) -> None:
+    """Publish ``copy`` to the retry bucket ``name``; declare the bucket only when it went
+    missing (schema sync declares them all: declaring needs the configure permission)."""
+    try:
+        await publish_to(link, copy, name)
+    except NoSuchQueue:
+        arguments = link.settings.retry_args(ttl)
+        refused = await link.probe(
+            lambda ch: ch.declare_queue(name, durable=True, arguments=arguments)
+        )
+        if refused is not None:
+            raise BrokerError(f"cannot declare retry queue {name}: {refused}") from None
+        await publish_to(link, copy, name)

@@ -98,10 +98,16 @@ class RabbitSettings:
         }
 
     def retry_args(self, ttl_ms: int) -> dict[str, Any]:
+        """A retry bucket: a quorum queue whose TTL dead-letters into the jobs queue at
+        least once (a classic queue's dead-lettering drops a message that expires while
+        the jobs queue is not up yet, as after a broker restart)."""
         return {
+            "x-queue-type": "quorum",
             "x-message-ttl": ttl_ms,
             "x-dead-letter-exchange": "",
             "x-dead-letter-routing-key": self.jobs,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
         }
 
     @property

@@ -18,6 +18,7 @@ from framework_m_core.messages import JobMessage
 DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
 NOT_AFTER_HEADER = "x-fm-not-after"  # unix ms: the exchange stores it no later
+NOT_BEFORE_HEADER = "x-fm-not-before"  # unix ms: a delayed job waits until then
 REASON_HEADER = "x-fm-reason"
 DEAD_AT_HEADER = "x-fm-dead-at"
 # Longest reason header, in bytes: a header frame must fit in frame_max (>= 4 KiB).
@@ -46,6 +47,8 @@ def job(message: JobMessage, body: bytes) -> aio_pika.Message:
         headers[DEDUP_HEADER] = message.deduplication_id
     if message.not_after is not None:
         headers[NOT_AFTER_HEADER] = int(message.not_after * 1000)
+    if message.not_before is not None:
+        headers[NOT_BEFORE_HEADER] = int(message.not_before * 1000)
     return aio_pika.Message(
         body,
         headers=headers,
