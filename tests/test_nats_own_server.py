@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import nats
 import pytest
 from nats.js.api import RetentionPolicy, StreamConfig
 
+from framework_m_core import decode_message
 from framework_m_nats import NatsBroker
 from framework_m_nats.testing import NatsNamespace
 
@@ -79,3 +81,27 @@ def test_a_work_queue_stream_forgets_acked_ids_on_restart(server: NatsServer) ->
     server.stop()
     server.start()
     assert not asyncio.run(after())
+
+
+def test_a_delayed_job_survives_a_restart_and_runs_when_due(server: NatsServer) -> None:
+    """The mover has held it (a delayed nak) before the server restarts: after it, the
+    job still comes, not before its time, as a first attempt."""
+    url = NatsNamespace(server.url).url()
+
+    async def before() -> tuple[str, float]:
+        async with NatsBroker.from_url(url) as broker:
+            await broker.sync_schema()
+            due = time.time() + 3
+            job_id = await broker.enqueue_at(due, "later")
+            assert await broker.receive(10, 1.0) == []  # the mover holds it: not due
+            return job_id, due
+
+    async def after(due: float) -> tuple[str, int, bool]:
+        async with NatsBroker.from_url(url) as broker:
+            [delivery] = await broker.receive(10, 15)
+            return decode_message(delivery.body).id, delivery.attempt, time.time() >= due
+
+    job_id, due = asyncio.run(before())
+    server.stop()
+    server.start()
+    assert asyncio.run(after(due)) == (job_id, 1, True)

@@ -41,7 +41,8 @@ async def pre_existing(js: nats.js.JetStreamContext, url: str, **config: object)
 async def test_creates_everything_then_is_idempotent(namespace: NatsNamespace) -> None:
     async with NatsBroker.from_url(namespace.url()) as broker:
         plan = await broker.sync_schema()
-        assert [c.action for c in plan.changes] == ["create", "create", "create"]
+        assert [c.action for c in plan.changes] == ["create"] * 4  # streams, 2 consumers
+        assert "_delayed" in plan.describe()
         assert "duplicate_window 120s" in plan.describe()
         assert (await broker.sync_schema()).in_sync
         assert broker.dedup_window == 120

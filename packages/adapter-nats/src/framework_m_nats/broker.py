@@ -27,7 +27,7 @@ from framework_m_core.errors import BrokerError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import deadletters, publishing, schema, stats, wire
+from . import deadletters, delays, events, publishing, schema, stats, wire
 from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
@@ -49,6 +49,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.CROSS_PROCESS,
             C.NEW_ID_AFTER_WINDOW,
             C.QUEUE_STATS,
+            C.DELAYED_ENQUEUE,
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
         }
@@ -63,6 +64,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._window: float | None = None  # read from the server
         self._ack_wait: float | None = None
         self._held: dict[int, Reservation] = {}
+        self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
 
     @property
     def dedup_window(self) -> float:
@@ -91,10 +93,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         # Give up on a first connection after a few rounds (a clear error beats a silent
         # loop); once connected, reconnect forever (set below).
         options = self.settings.connect_options(_INITIAL_CONNECT_ROUNDS)
-        callbacks = (self._on_error, self._on_disconnected, self._on_reconnected)
-        options |= dict(
-            zip(("error_cb", "disconnected_cb", "reconnected_cb"), callbacks, strict=True)
-        )
+        options |= events.callbacks(lambda: self._nc, self.display_url)
         try:
             nc = await nats.connect(**options)
         except Exception as exc:  # nats-py raises several unrelated types here
@@ -106,6 +105,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             await self._read_server_settings()
 
     async def close(self) -> None:
+        await self._mover.stop()
         nc, psub, held = self._nc, self._psub, list(self._held.values())
         self._nc, self._js, self._psub, self._held = None, None, None, {}
         if nc is None or nc.is_closed:
@@ -121,17 +121,6 @@ class NatsBroker(BaseBroker[NatsSettings]):
         except Exception as exc:
             log.debug("hand-back on close failed: %s", exc)
         await nc.close()
-
-    async def _on_error(self, exc: Exception) -> None:
-        log.warning("nats: %s", describe(exc))
-
-    async def _on_disconnected(self) -> None:
-        if self._nc is not None:  # not closing
-            log.warning("nats: disconnected from %s; reconnecting", self.display_url)
-
-    async def _on_reconnected(self) -> None:
-        url = self._nc.connected_url if self._nc is not None else None
-        log.info("nats: reconnected to %s", f"{url.hostname}:{url.port}" if url else "?")
 
     async def _link(self) -> Client:
         """The client, connected anew if the server closed the last one for good.
@@ -183,7 +172,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
         msg_id = wire.job_msg_id(message.deduplication_id, message.id)
-        ack = await self._publish_once(self.settings.jobs_subject, body, {wire.MSG_ID: msg_id})
+        headers, subject = {wire.MSG_ID: msg_id}, self.settings.jobs_subject
+        if message.not_before is not None:  # waits on the delayed subject (delays.py)
+            headers[wire.NOT_BEFORE], subject = (
+                str(int(message.not_before * 1000)),
+                self.settings.delayed_subject,
+            )
+        ack = await self._publish_once(subject, body, headers)
         if not ack.duplicate:
             return PublishResult(message.id)
         original = await publishing.job_id_at(self.js, self.settings.stream, ack.seq, msg_id)
@@ -199,6 +194,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         nc = await self._link()
+        self._mover.ensure_running()  # a consumer moves the delayed jobs that fall due
         psub = await self._subscription()
         if not nc.is_connected:
             raise BrokerError(f"{self.display_url} is unreachable: reconnecting")

@@ -1,4 +1,5 @@
-"""NATS schema sync: the job stream, the dead-letter stream and the shared pull consumer.
+"""NATS schema sync: the job stream, the dead-letter stream, the shared pull consumer and
+the one that moves delayed jobs when they are due.
 
 The stream keeps *limits* retention: JetStream rebuilds its duplicate map after
 a restart only from messages still stored, so a work-queue stream (which deletes
@@ -39,7 +40,7 @@ _CONSUMER_FIXED = ("ack_policy", "deliver_policy")
 def job_stream(s: NatsSettings) -> StreamConfig:
     return StreamConfig(
         name=s.stream,
-        subjects=[s.jobs_subject],
+        subjects=[s.jobs_subject, s.delayed_subject],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
@@ -73,6 +74,13 @@ def consumer(s: NatsSettings) -> ConsumerConfig:
         max_deliver=-1,
         max_ack_pending=s.max_ack_pending,
         filter_subject=s.jobs_subject,
+    )
+
+
+def delayed_consumer(s: NatsSettings) -> ConsumerConfig:
+    """Reads the delayed jobs: each is held (a delayed nak) until due, then moved."""
+    return dataclasses.replace(
+        consumer(s), durable_name=s.delayed_consumer, filter_subject=s.delayed_subject
     )
 
 
@@ -177,6 +185,7 @@ async def plan(js: JetStreamContext, s: NatsSettings) -> SchemaPlan:
     changes = job_changes + await _plan_stream(js, dead_letter_stream(s))
     if not any(c.action == "refuse" for c in job_changes):
         changes += await _plan_consumer(js, s.stream, consumer(s))
+        changes += await _plan_consumer(js, s.stream, delayed_consumer(s))
     warnings = [w for name in (s.stream, s.dead_letter_stream) for w in await _limits(js, name)]
     return SchemaPlan(tuple(changes), tuple(warnings))
 

@@ -60,6 +60,16 @@ class NatsSettings:
     def dead_subject(self) -> str:
         return f"{self.subject_prefix}.dead"
 
+    @property
+    def delayed_subject(self) -> str:
+        """Where delayed jobs wait, in the job stream, until they are due."""
+        return f"{self.subject_prefix}.delayed"
+
+    @property
+    def delayed_consumer(self) -> str:
+        """The durable consumer that moves due delayed jobs to the jobs subject."""
+        return f"{self.consumer}_delayed"
+
     def connect_options(self, first_rounds: int) -> dict[str, Any]:
         """nats-py's ``connect`` options: servers, credentials, TLS, reconnect rounds."""
         secrets = {"user": self.user, "password": self.password, "token": self.token}

@@ -14,6 +14,7 @@ REASON = "Framework-M-Reason"
 ATTEMPTS = "Framework-M-Attempts"
 ORIGIN_SEQ = "Framework-M-Stream-Seq"
 DEAD_AT = "Framework-M-Dead-At"
+NOT_BEFORE = "Framework-M-Not-Before"  # unix ms: a delayed job is due then
 
 # Longest reason header value, in bytes.
 REASON_BYTES = 2048
@@ -28,6 +29,15 @@ def size_with_headers(body: bytes, headers: dict[str, str]) -> int:
         return len(body)
     block = sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
     return len(body) + len(b"NATS/1.0\r\n") + block + 2
+
+
+def due_ms(headers: dict[str, str] | None) -> int | None:
+    """A delayed job's due time (unix ms) from its headers; None for a missing or hostile
+    value (the job is then due now rather than held for ever)."""
+    value = (headers or {}).get(NOT_BEFORE, "")
+    if value.isdigit() and len(value) <= 15:  # up to year 33658: unix ms, not nonsense
+        return int(value)
+    return None
 
 
 def job_msg_id(deduplication_id: str | None, job_id: str) -> str:
