@@ -32,6 +32,36 @@ from .requirements import SHORT_VISIBILITY, requires
 class WorkerContract(ContractBase):
     """What ``m worker`` promises (see the README), on this adapter."""
 
+    async def test_hooks_set_up_state_for_plain_and_async_handlers_and_tear_it_down(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app, events = App(), []
+
+        @app.on_startup
+        async def open_pool(state: Any) -> None:
+            state.pool = "pool"
+            events.append("up")
+
+        @app.on_shutdown
+        def close_pool(state: Any) -> None:
+            events.append("down")
+
+        @app.job
+        async def uses(ctx: JobContext) -> None:
+            events.append(f"async {ctx.state.pool}")
+
+        @app.job
+        def blocks(ctx: JobContext) -> None:  # runs in the worker's thread pool
+            events.append(f"plain {ctx.state.pool}")
+
+        await broker.enqueue("uses")
+        await broker.enqueue("blocks")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.succeeded == 2)
+        assert events[0] == "up"
+        assert sorted(events[1:3]) == ["async pool", "plain pool"]
+        assert events[3:] == ["down"]
+
     async def test_the_worker_runs_a_job_then_acks_it(self, broker: BrokerProtocol) -> None:
         app = App()
         seen: list[tuple[str, int, dict[str, Any]]] = []
