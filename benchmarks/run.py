@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext, Worker
+from framework_m_core import App, InProcessTickerAdapter, Job, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.metrics import Metrics
 from framework_m_core.protocols import BrokerProtocol
@@ -86,6 +86,22 @@ async def bench_enqueue(url: str, n: int, dedup: bool) -> float:
         t0 = time.perf_counter()
         for i in range(n):
             await broker.enqueue("noop", f"{run}:{i}" if dedup else None, i=i)
+        elapsed = time.perf_counter() - t0
+        await drain_queue(broker)
+        return n / elapsed
+    finally:
+        await broker.close()
+
+
+async def bench_enqueue_many(url: str, n: int, batch: int = 500) -> float:
+    """``enqueue_many`` in batches of ``batch`` jobs, each with a dedup id."""
+    broker = await connected(url)
+    try:
+        run = uuid.uuid4().hex
+        jobs = [Job("noop", {"i": i}, f"{run}:{i}") for i in range(n)]
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            await broker.enqueue_many(jobs[start : start + batch])
         elapsed = time.perf_counter() - t0
         await drain_queue(broker)
         return n / elapsed
@@ -196,6 +212,9 @@ def ceilings(url: str) -> Rows:
         return {
             "enqueue one by one": [(label, partial(raw_publish, server, inflight=1))],
             "enqueue, 100 in flight": [(label, partial(raw_publish, server, inflight=100))],
+            "enqueue a batch": [
+                (label + ", 100 in flight", partial(raw_publish, server, inflight=100))
+            ],
         }
     if url.startswith(("redis://", "rediss://")):
         from peers_redis import raw_lua, raw_lua_pipelined
@@ -207,6 +226,9 @@ def ceilings(url: str) -> Rows:
                 (label, partial(raw_lua, server, inflight=100)),
                 ("raw redis-py, pipelined by 100", partial(raw_lua_pipelined, server)),
             ],
+            "enqueue a batch": [
+                ("raw redis-py, pipelined by 500", partial(raw_lua_pipelined, server, batch=500)),
+            ],
         }
     if url.startswith(("amqp://", "amqps://")):
         from peers_rabbitmq import raw_publish as raw_amqp
@@ -215,6 +237,9 @@ def ceilings(url: str) -> Rows:
         return {
             "enqueue one by one": [(label, partial(raw_amqp, server, inflight=1))],
             "enqueue, 100 in flight": [(label, partial(raw_amqp, server, inflight=100))],
+            "enqueue a batch": [
+                (label + ", 100 in flight", partial(raw_amqp, server, inflight=100))
+            ],
         }
     return {}
 
@@ -275,6 +300,9 @@ async def run(
             ],
             "enqueue, 100 in flight": [
                 ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),
+            ],
+            "enqueue a batch": [
+                ("framework-m enqueue_many, dedup ids", partial(bench_enqueue_many, url, n)),
             ],
             "drain no-op jobs": [
                 ("framework-m worker, concurrency 50", partial(bench_drain, url, n)),
