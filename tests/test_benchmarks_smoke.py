@@ -26,6 +26,7 @@ def test_benchmark_harness_runs() -> None:
         "enqueue one",
         "enqueue one",
         "enqueue, 100",
+        "enqueue a",
         "drain no-op",
         "drain no-op",
         "ticker CPU,",
