@@ -52,6 +52,20 @@ def _tracer() -> Any:
     return trace.get_tracer("framework_m", tracer_provider=_provider)
 
 
+def _attributes(message: JobMessage, operation: str, destination: str) -> dict[str, Any]:
+    """What every span of ``message`` carries (OpenTelemetry's messaging names)."""
+    attributes: dict[str, Any] = {
+        "messaging.system": _SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.destination.name": destination,
+        "messaging.message.id": message.id,
+        "framework_m.job": message.job_name,
+    }
+    if message.scheduled_at is not None:
+        attributes["framework_m.slot"] = message.scheduled_at
+    return attributes
+
+
 @contextlib.contextmanager
 def sending(message: JobMessage, destination: str) -> Iterator[tuple[JobMessage, Any]]:
     """A producer span around a publish; yields the message carrying its context, and
@@ -59,17 +73,9 @@ def sending(message: JobMessage, destination: str) -> Iterator[tuple[JobMessage,
     if not active():
         yield message, None
         return
-    attributes: dict[str, Any] = {
-        "messaging.system": _SYSTEM,
-        "messaging.operation.type": "send",
-        "messaging.destination.name": destination,
-        "messaging.message.id": message.id,
-        "framework_m.job": message.job_name,
-    }
+    attributes = _attributes(message, "send", destination)
     if message.deduplication_id is not None:
         attributes["framework_m.deduplication_id"] = message.deduplication_id
-    if message.scheduled_at is not None:
-        attributes["framework_m.slot"] = message.scheduled_at
     with _tracer().start_as_current_span(
         f"send {message.job_name}", kind=SpanKind.PRODUCER, attributes=attributes
     ) as span:
@@ -93,16 +99,8 @@ def processing(message: JobMessage, attempt: int, destination: str) -> Iterator[
     if not active():
         yield None
         return
-    attributes: dict[str, Any] = {
-        "messaging.system": _SYSTEM,
-        "messaging.operation.type": "process",
-        "messaging.destination.name": destination,
-        "messaging.message.id": message.id,
-        "framework_m.job": message.job_name,
-        "framework_m.attempt": attempt,
-    }
-    if message.scheduled_at is not None:
-        attributes["framework_m.slot"] = message.scheduled_at
+    attributes = _attributes(message, "process", destination)
+    attributes["framework_m.attempt"] = attempt
     parent = propagate.extract(message.meta) if message.meta else None
     with _tracer().start_as_current_span(
         f"process {message.job_name}",
