@@ -13,7 +13,10 @@ from pathlib import Path
 
 from framework_m_core.testing.proxy import free_port
 
-NATS_SERVER = "/usr/sbin/nats-server"
+# The server binaries these tests start: set them to run the same tests against another
+# version (.ci/matrix does, with nats-server 2.15 and valkey-server 8 from .ci/servers.txt).
+NATS_SERVER = os.environ.get("M_TEST_NATS_SERVER", "/usr/sbin/nats-server")
+REDIS_SERVER = os.environ.get("M_TEST_REDIS_SERVER", "redis-server")
 
 
 def _bindable(port: int) -> bool:
@@ -165,7 +168,7 @@ class RedisServer(ServerProcess):
     def start(self, *extra: str) -> None:
         extra = extra or self.extra
         self.extra = extra
-        args = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        args = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port)]
         args += ["--dir", str(self.dir), "--save", ""]
         args += (
             ["--appendonly", "yes", "--appendfsync", "always"]

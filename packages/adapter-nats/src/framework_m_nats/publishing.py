@@ -48,6 +48,7 @@ async def publish_once(
         except APIError as exc:
             if exc.err_code != _ERR_DUPLICATE_IN_PROCESS or attempt == _TRIES:
                 raise BrokerError(f"publish to {subject} refused: {describe(exc)}") from None
+            log.debug("publish to %s: its id is still being stored (10158); asking again", subject)
         except TRANSIENT as exc:
             if attempt == _TRIES:
                 raise BrokerError(
