@@ -129,3 +129,24 @@ def test_an_id_in_process_gets_the_original_once_it_is_stored(
     assert again == original
     assert stored == 1
     assert any(IN_PROCESS in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.skipif(server_version() < (2, 10), reason="servers before 2.10 send no clock")
+def test_the_ticker_reads_the_server_clock_from_2_10_on(tmp_path: Path) -> None:
+    """The clock check's source on NATS: the time JetStream puts in its API replies."""
+    server = NatsServer(tmp_path)
+    server.start()
+
+    async def read() -> tuple[float | None, float]:
+        broker = await synced_broker(NatsNamespace(server.url).url())
+        try:
+            return await broker.server_time(), time.time()
+        finally:
+            await broker.close()
+
+    try:
+        clock, now = asyncio.run(read())
+    finally:
+        server.stop(signal.SIGKILL)
+    assert clock is not None
+    assert abs(clock - now) < 2  # the same machine's clock
