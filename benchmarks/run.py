@@ -3,12 +3,14 @@
     hatch run bench:run                                 # memory://
     hatch run bench:run --broker nats://127.0.0.1:4222  # add an installed adapter
     hatch run bench:run --quick                         # a tiny smoke run
+    hatch run bench:run --only drain --only batch       # some measurements only
 
 Measured per broker:
   enqueue one by one      awaited one at a time; the raw client's ceiling first
                           where one is known, then framework-m without and with
                           deduplication ids
   enqueue, 100 in flight  the same with 100 enqueues outstanding
+  enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
   drain no-op jobs        a worker (concurrency 50) emptying a queue, then peers
   ticker CPU, idle        idle tickers (10 schedules, none due), per replica
   ticker CPU, 1s schedule 10 replicas ticking a 1-second schedule, per replica
@@ -18,6 +20,11 @@ of a measurement. Ratios compare with the first row of the same measurement,
 so they hold on a noisy, shared machine where absolute numbers do not. Raw ceilings and peer
 libraries (``ceilings()``, ``peers()``) are added per URL scheme; peers are
 installed in the ``bench`` environment only.
+
+The run always finishes: one run of a subject that takes longer than --deadline
+seconds (300), or raises, fails that subject's row with the reason and the run
+goes on. Each measurement's rows print as soon as it is done, all rows again at
+the end with the run's duration; Ctrl-C stops it at once, printing what it has.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class Row:
     subject: str
     value: float
     unit: str
+    error: str | None = None  # why the subject gave no number (it hung, failed, stopped short)
 
 
 # What each measurement left on a shared broker, removed at the end of the run.
@@ -276,19 +284,47 @@ def peers(url: str) -> Rows:
 Bench = Callable[[], Awaitable[float]]
 
 
-async def interleaved(rounds: int, subjects: list[tuple[str, Bench]]) -> list[tuple[str, float]]:
-    """Run each subject ``rounds`` times, alternating, and keep each one's median."""
+async def interleaved(
+    rounds: int, subjects: list[tuple[str, Bench]], deadline: float
+) -> list[tuple[str, float, str | None]]:
+    """Run each subject ``rounds`` times, alternating, and keep each one's median. A run
+    that takes longer than ``deadline`` seconds or raises fails its subject, with the
+    reason; the others go on."""
     results: dict[str, list[float]] = {name: [] for name, _ in subjects}
+    failed: dict[str, str] = {}
     for _ in range(rounds):
         for name, fn in subjects:
-            results[name].append(await fn())
-    return [(name, statistics.median(values)) for name, values in results.items()]
+            if name in failed:
+                continue
+            try:
+                async with asyncio.timeout(deadline):
+                    results[name].append(await fn())
+            except TimeoutError:
+                failed[name] = f"no result within {deadline:g}s"
+            except Exception as exc:
+                failed[name] = f"{type(exc).__name__}: {exc}"[:200]
+    return [
+        (name, statistics.median(values) if values and name not in failed else 0.0,
+         failed.get(name))
+        for name, values in results.items()
+    ]  # fmt: skip
 
 
 async def run(
-    urls: list[str], n: int, ticker_seconds: float, with_peers: bool, rounds: int
+    urls: list[str],
+    n: int,
+    ticker_seconds: float,
+    with_peers: bool,
+    rounds: int,
+    only: list[str],
+    deadline: float,
+    rows: list[Row],
 ) -> list[Row]:
-    rows: list[Row] = []
+    """Measure, appending to ``rows`` and printing each measurement as it completes."""
+
+    def wanted(measurement: str) -> bool:
+        return not only or any(o in measurement for o in only)
+
     for url in urls:
         label = redact_url(url).split("?")[0]
         raw = ceilings(url)
@@ -314,35 +350,56 @@ async def run(
         for measurement, rows_ in other.items():
             groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
         for measurement, subjects in groups.items():
-            for name, value in await interleaved(rounds, subjects):
-                rows.append(Row(f"{label} {measurement}", name, value, "/s"))
+            if not wanted(measurement):
+                continue
+            done = [
+                Row(f"{label} {measurement}", name, value, "/s", error)
+                for name, value, error in await interleaved(rounds, subjects, deadline)
+            ]
+            rows += done
+            print_rows(done)
         for busy, measurement, subject in (
             (False, "ticker CPU, idle", "per replica, 10 schedules"),
             (True, "ticker CPU, 1s schedule", "per replica, 10 replicas"),
         ):
-            cpu = await bench_ticker_cpu(url, 10, ticker_seconds, busy=busy)
-            rows.append(Row(f"{label} {measurement}", subject, cpu, "% CPU"))
+            if not wanted(measurement):
+                continue
+            bench = partial(bench_ticker_cpu, url, 10, ticker_seconds, busy=busy)
+            [(_, cpu, error)] = await interleaved(1, [(subject, bench)], deadline)
+            done = [Row(f"{label} {measurement}", subject, cpu, "% CPU", error)]
+            rows += done
+            print_rows(done)
     return rows
 
 
-async def run_and_clean(
-    urls: list[str], n: int, ticker_seconds: float, with_peers: bool, rounds: int
-) -> list[Row]:
+async def run_and_clean(args: argparse.Namespace, rows: list[Row]) -> None:
+    n, secs, rounds = (200, 1.2, 1) if args.quick else (args.n, args.ticker_seconds, args.rounds)
+    urls = ["memory://", *args.broker]
     try:
-        return await run(urls, n, ticker_seconds, with_peers, rounds)
+        await run(urls, n, secs, not args.no_peers, rounds, args.only, args.deadline, rows)
     finally:
         for cleanup in CLEANUPS:
-            await cleanup()
+            try:
+                async with asyncio.timeout(10):
+                    await cleanup()
+            except Exception as exc:  # a broker gone away: what it holds stays, say so
+                print(f"clean-up failed: {exc}", file=sys.stderr)
 
 
-def print_table(rows: list[Row]) -> None:
+HEADER = f"{'measurement':<40} {'subject':<36} {'value':>14}  ratio"
+
+
+def print_rows(rows: list[Row]) -> None:
+    """Rows with their ratio to the first row of the same measurement."""
     first: dict[str, float] = {}
-    print(f"{'measurement':<40} {'subject':<36} {'value':>14}  ratio")
     for row in rows:
+        if row.error is not None:
+            print(f"{row.measurement:<40} {row.subject:<36} {'FAILED':>14}  {row.error}")
+            continue
         base = first.setdefault(row.measurement, row.value)
         ratio = row.value / base if base else float("nan")
         value = f"{row.value:,.0f} {row.unit}" if row.unit == "/s" else f"{row.value:.3f}{row.unit}"
-        print(f"{row.measurement:<40} {row.subject:<36} {value:>14}  {ratio:5.2f}")
+        print(f"{row.measurement:<40} {row.subject:<36} {value:>14}  {ratio:5.2f}", flush=True)
 
 
 def main() -> None:
@@ -353,13 +410,31 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--no-peers", action="store_true", help="skip peer libraries")
     parser.add_argument("--rounds", type=int, default=5, help="alternating runs; median kept")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only measurements whose name contains TEXT (repeatable), e.g. 'drain'",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=300.0,
+        help="seconds one run of a subject may take before its row fails (300)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    n, secs, rounds = (200, 1.2, 1) if args.quick else (args.n, args.ticker_seconds, args.rounds)
-    rows = asyncio.run(
-        run_and_clean(["memory://", *args.broker], n, secs, not args.no_peers, rounds)
-    )
-    print_table(rows)
+    started = time.monotonic()
+    rows: list[Row] = []
+    print(HEADER, flush=True)  # then each measurement's rows as they complete
+    try:
+        asyncio.run(run_and_clean(args, rows))  # Ctrl-C cancels it; clean-up still runs
+    except KeyboardInterrupt:
+        print("interrupted: the rows measured so far", file=sys.stderr)
+    print(f"\nall rows:\n{HEADER}")
+    print_rows(rows)
+    print(f"\nthe run took {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
-"""A tiny run of the benchmark harness, so that it keeps working (numbers are not checked)."""
+"""The benchmark harness keeps working and always finishes (numbers are not checked):
+a tiny run, a subject that hangs, and Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -11,24 +16,71 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 
+ROWS = [
+    "enqueue one",
+    "enqueue one",
+    "enqueue, 100",
+    "enqueue a",
+    "drain no-op",
+    "drain no-op",
+    "ticker CPU,",
+    "ticker CPU,",
+]
 
-def test_benchmark_harness_runs() -> None:
-    result = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--quick"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = [" ".join(line.split()[1:3]) for line in result.stdout.splitlines()[1:]]
-    assert rows == [
-        "enqueue one",
-        "enqueue one",
-        "enqueue, 100",
-        "enqueue a",
-        "drain no-op",
-        "drain no-op",
-        "ticker CPU,",
-        "ticker CPU,",
+
+def bench(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "benchmarks/run.py", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_benchmark_harness_runs_prints_rows_as_they_come_and_its_duration() -> None:
+    out, _ = bench("--quick").communicate(timeout=120)
+    streamed, _, table = out.partition("\nall rows:\n")
+    assert [" ".join(line.split()[1:3]) for line in streamed.splitlines()[1:]] == ROWS
+    assert [" ".join(line.split()[1:3]) for line in table.splitlines()[1:9]] == ROWS
+    assert "the run took" in table.splitlines()[-1]
+    drains = bench("--quick", "--only", "drain").communicate(timeout=120)[0]
+    assert [" ".join(line.split()[1:3]) for line in drains.splitlines()[1:3]] == ROWS[4:6]
+
+
+def test_a_subject_that_hangs_or_fails_fails_its_row_and_the_others_go_on() -> None:
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+
+    async def hangs() -> float:
+        await asyncio.Event().wait()
+        return 0.0
+
+    async def breaks() -> float:
+        raise ConnectionError("peer gone")
+
+    async def works() -> float:
+        return 42.0
+
+    subjects = [("hangs", hangs), ("breaks", breaks), ("works", works)]
+    got = asyncio.run(module.interleaved(2, subjects, 0.2))
+    assert got == [
+        ("hangs", 0.0, "no result within 0.2s"),
+        ("breaks", 0.0, "ConnectionError: peer gone"),
+        ("works", 42.0, None),
     ]
+
+
+def test_ctrl_c_stops_the_run_at_once_with_what_it_measured() -> None:
+    run = bench("-n", "50000", "--rounds", "1")  # about 20 s of work after the first row
+    assert run.stdout is not None
+    header = run.stdout.readline()
+    assert header.startswith("measurement")
+    run.stdout.readline()  # a first row: measuring is under way
+    run.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    out, err = run.communicate(timeout=30)
+    assert time.monotonic() - interrupted < 5
+    assert "interrupted" in err
+    assert "the run took" in out
