@@ -55,3 +55,29 @@ async def taskiq_nats_drain(server: str, n: int) -> float:
     finally:
         await broker.js.delete_stream(f"bench_taskiq_{tag}")
         await broker.shutdown()
+
+
+async def raw_consume(server: str, n: int, batch: int = 50) -> float:
+    """The consume ceiling: nats-py pull-fetching ``batch`` at a time from a durable
+    consumer and acking each message on its own, as the worker does (no handler)."""
+    tag = uuid.uuid4().hex[:12]
+    nc = await nats.connect(server)
+    js = nc.jetstream()
+    stream = f"bench_rawc_{tag}"
+    await js.add_stream(StreamConfig(name=stream, subjects=[stream]))
+    try:
+        for start in range(0, n, 500):
+            await asyncio.gather(
+                *(js.publish(stream, BODY) for _ in range(start, min(n, start + 500)))
+            )
+        psub = await js.pull_subscribe(stream, durable=f"{stream}_c")
+        done = 0
+        t0 = time.perf_counter()
+        while done < n:
+            msgs = await psub.fetch(batch, timeout=5)
+            await asyncio.gather(*(m.ack() for m in msgs))
+            done += len(msgs)
+        return n / (time.perf_counter() - t0)
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()

@@ -94,3 +94,44 @@ async def taskiq_aio_pika_drain(server: str, n: int) -> float:
             await channel.queue_delete(queue)
         await channel.exchange_delete(name)
         await connection.close()
+
+
+async def raw_consume(server: str, n: int, prefetch: int = 100) -> float:
+    """The consume ceiling: aio-pika's basic.consume from a quorum queue with the worker's
+    prefetch, acking each message on its own (no handler)."""
+    tag = uuid.uuid4().hex[:12]
+    connection = await aio_pika.connect(server)
+    try:
+        channel = await connection.channel()  # confirmed publishes: all queued before timing
+        await channel.set_qos(prefetch_count=prefetch)
+        queue = await channel.declare_queue(
+            f"bench_rawc_{tag}", durable=True, arguments={"x-queue-type": "quorum"}
+        )
+        for start in range(0, n, 500):
+            await asyncio.gather(
+                *(
+                    channel.default_exchange.publish(
+                        aio_pika.Message(BODY, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                        routing_key=queue.name,
+                    )
+                    for _ in range(start, min(n, start + 500))
+                )
+            )
+        done, finished = 0, asyncio.Event()
+
+        async def on_message(message: Any) -> None:
+            nonlocal done
+            await message.ack()
+            done += 1
+            if done == n:
+                finished.set()
+
+        t0 = time.perf_counter()
+        tag_ = await queue.consume(on_message)
+        await finished.wait()
+        elapsed = time.perf_counter() - t0
+        await queue.cancel(tag_)
+        await queue.delete(if_unused=False, if_empty=False)
+        return n / elapsed
+    finally:
+        await connection.close()

@@ -187,3 +187,34 @@ if __name__ == "__main__":
     peer, url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     assert peer == "arq"
     print(asyncio.run(arq_drain(url, count)))
+
+
+async def raw_consume(server: str, n: int, batch: int = 50) -> float:
+    """The consume ceiling: redis-py reading ``batch`` entries at a time with XREADGROUP and
+    settling each on its own with XACK and XDEL, as the worker's ack does (no handler)."""
+    tag = uuid.uuid4().hex[:12]
+    client = aioredis.Redis.from_url(server)
+    stream, group = f"bench:{{{tag}}}:jobs", "workers"
+    try:
+        await client.xgroup_create(stream, group, id="0", mkstream=True)
+        for start in range(0, n, 500):
+            pipe = client.pipeline(transaction=False)
+            for _ in range(start, min(n, start + 500)):
+                pipe.xadd(stream, {"b": BODY, "a": "0"})
+            await pipe.execute()
+
+        async def settle(entry_id: bytes) -> None:
+            await client.xack(stream, group, entry_id)
+            await client.xdel(stream, entry_id)
+
+        done = 0
+        t0 = time.perf_counter()
+        while done < n:
+            reply = await client.xreadgroup(group, "c1", {stream: ">"}, count=batch, block=1000)
+            entries = [eid for _, got in reply or [] for eid, _ in got]
+            await asyncio.gather(*(settle(eid) for eid in entries))
+            done += len(entries)
+        return n / (time.perf_counter() - t0)
+    finally:
+        await _cleanup(client, f"bench:{{{tag}}}:*")
+        await client.aclose()

@@ -11,7 +11,9 @@ Measured per broker:
                           deduplication ids
   enqueue, 100 in flight  the same with 100 enqueues outstanding
   enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
-  drain no-op jobs        a worker (concurrency 50) emptying a queue, then peers
+  drain no-op jobs        the broker's own client consuming and acking one by one
+                          (the consume ceiling), a worker (concurrency 50)
+                          emptying a queue, then peers
   ticker CPU, idle        idle tickers (10 schedules, none due), per replica
   ticker CPU, 1s schedule 10 replicas ticking a 1-second schedule, per replica
 
@@ -214,10 +216,14 @@ def ceilings(url: str) -> Rows:
     """Raw client rows (the ceiling an adapter is measured against), by measurement."""
     server = server_of(url)
     if url.startswith("nats://"):
+        from peers_nats import raw_consume as nats_consume
         from peers_nats import raw_publish
 
         label = "raw nats-py, unique msg ids"
         return {
+            "drain no-op jobs": [
+                ("raw nats-py, fetch 50 + ack each", partial(nats_consume, server))
+            ],
             "enqueue one by one": [(label, partial(raw_publish, server, inflight=1))],
             "enqueue, 100 in flight": [(label, partial(raw_publish, server, inflight=100))],
             "enqueue a batch": [
@@ -225,10 +231,14 @@ def ceilings(url: str) -> Rows:
             ],
         }
     if url.startswith(("redis://", "rediss://")):
+        from peers_redis import raw_consume as redis_consume
         from peers_redis import raw_lua, raw_lua_pipelined
 
         label = "raw redis-py, same Lua script"
         return {
+            "drain no-op jobs": [
+                ("raw redis-py, XREADGROUP 50 + XACK/XDEL each", partial(redis_consume, server))
+            ],
             "enqueue one by one": [(label, partial(raw_lua, server, inflight=1))],
             "enqueue, 100 in flight": [
                 (label, partial(raw_lua, server, inflight=100)),
@@ -239,10 +249,14 @@ def ceilings(url: str) -> Rows:
             ],
         }
     if url.startswith(("amqp://", "amqps://")):
+        from peers_rabbitmq import raw_consume as amqp_consume
         from peers_rabbitmq import raw_publish as raw_amqp
 
         label = "raw aio-pika, dedup exchange"
         return {
+            "drain no-op jobs": [
+                ("raw aio-pika, consume prefetch 100 + ack", partial(amqp_consume, server))
+            ],
             "enqueue one by one": [(label, partial(raw_amqp, server, inflight=1))],
             "enqueue, 100 in flight": [(label, partial(raw_amqp, server, inflight=100))],
             "enqueue a batch": [
