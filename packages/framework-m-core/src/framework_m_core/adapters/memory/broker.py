@@ -116,7 +116,8 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
-        entry, now = server.Entry(body, stored_at=self.clock()), self.clock()
+        now = self.clock()
+        entry = server.Entry(body, stored_at=now)
         if message.not_before is not None and message.not_before > now:
             q.put_later(entry, time.monotonic() + message.not_before - now)
         else:
