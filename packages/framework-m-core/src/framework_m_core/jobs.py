@@ -54,6 +54,9 @@ class JobSpec:
     timeout: float | None = 300.0  # seconds per attempt; None means no limit
     backoff: float = 1.0  # delay before the 2nd attempt; doubles each attempt
     max_backoff: float = 300.0
+    # Read once here: every delivery's kwargs are checked against the handler's signature.
+    signature: inspect.Signature = field(init=False, repr=False, compare=False)
+    blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
 
     def __post_init__(self) -> None:
         handler = self.handler
@@ -76,11 +79,14 @@ class JobSpec:
         for label, value in (("backoff", self.backoff), ("max_backoff", self.max_backoff)):
             if not (math.isfinite(value) and value >= 0):
                 raise JobDefinitionError(f"job {self.name!r}: {label} must be >= 0 seconds")
-
-    @property
-    def blocking(self) -> bool:
-        """A plain ``def`` handler: the worker runs it in its thread pool."""
-        return not inspect.iscoroutinefunction(self.handler)
+        try:
+            signature = inspect.signature(handler)
+        except (TypeError, ValueError) as exc:
+            raise JobDefinitionError(
+                f"job {self.name!r}: handler has no signature: {exc}"
+            ) from None
+        object.__setattr__(self, "signature", signature)
+        object.__setattr__(self, "blocking", not inspect.iscoroutinefunction(handler))
 
     def retry_delay(self, attempt: int) -> float:
         """Delay before the attempt after ``attempt``: exponential, capped, +-10% jitter."""

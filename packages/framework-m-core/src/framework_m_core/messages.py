@@ -117,9 +117,13 @@ def _reject_non_finite(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_non_finite)
+
+
 def loads_strict(text: str | bytes) -> Any:
-    """``json.loads`` that refuses NaN and Infinity, which are not JSON."""
-    return json.loads(text, parse_constant=_reject_non_finite)
+    """``json.loads`` that refuses NaN and Infinity, which are not JSON; bytes must be
+    UTF-8 (``UnicodeDecodeError`` otherwise)."""
+    return _DECODER.decode(text if isinstance(text, str) else text.decode())
 
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
