@@ -28,7 +28,7 @@ from . import schema
 from .settings import SqliteSettings, parse_url
 
 T = TypeVar("T")
-_POLL = (0.01, 0.2)  # receive polls the table, backing off from the first to the second
+_POLL = (0.005, 0.05)  # receive polls the table, backing off from the first to the second
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ Settle calls first check that the delivery is still reserved (:mod:`.reservation
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from framework_m_core.errors import BrokerError
 from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
-from . import deadletters, delays, events, publishing, schema, stats, wire
+from . import deadletters, delays, events, fetching, publishing, schema, stats, wire
 from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
@@ -35,8 +34,6 @@ from .settings import NatsSettings, parse_url
 log = logging.getLogger("framework_m.nats")
 
 _INITIAL_CONNECT_ROUNDS = 3
-# Longest wait for the rest of a batch once the first delivery is in.
-_BATCH_FILL = 0.2
 
 
 class NatsBroker(BaseBroker[NatsSettings]):
@@ -61,6 +58,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._psub: JetStreamContext.PullSubscription | None = None
+        self._pending = 0  # ready messages the last delivery's metadata counted
         self._window: float | None = None  # read from the server
         self._ack_wait: float | None = None
         self._held: dict[int, Reservation] = {}
@@ -200,17 +198,11 @@ class NatsBroker(BaseBroker[NatsSettings]):
             raise BrokerError(f"{self.display_url} is unreachable: reconnecting")
         with server_errors("fetch"):
             try:
-                msgs = await psub.fetch(1, timeout=max(timeout, 0.01))
-            except TimeoutError:  # nats-py's own TimeoutError derives from it
+                msgs = await fetching.fetch(psub, max_messages, timeout, self._pending)
+            except TimeoutError:
+                self._pending = 0
                 return []
-            if max_messages > 1:  # what else is ready, without waiting for a full batch
-                try:
-                    msgs += await psub.fetch(max_messages - 1, timeout=_BATCH_FILL)
-                except TimeoutError:
-                    pass
-                except asyncio.CancelledError:  # hand back what was taken, not to ack_wait
-                    await asyncio.shield(asyncio.gather(*(m.nak() for m in msgs)))
-                    raise
+        self._pending = fetching.pending_after(msgs)
         until = reserved_until(self.visibility_timeout)
         out = []
         for m in msgs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 
@@ -65,13 +66,17 @@ class ConsumeContract(ContractBase):
         started = time.monotonic()
         assert len(await broker.receive(10, 30)) == 1
         assert time.monotonic() - started < 10
+        waits = []
         async with connected(broker_factory) as producer:
-            waiting = asyncio.create_task(broker.receive(10, 30))
-            await asyncio.sleep(0.3)
-            sent = time.monotonic()
-            await producer.enqueue("job")
-            assert len(await waiting) == 1
-            assert time.monotonic() - sent < 10, "receive waited for a full batch"
+            for _ in range(5):  # the median: one slow moment on a busy machine does not count
+                waiting = asyncio.create_task(broker.receive(10, 30))
+                await asyncio.sleep(0.2)  # let it wait for new messages
+                sent = time.monotonic()
+                await producer.enqueue("job")
+                [delivery] = await waiting
+                waits.append(time.monotonic() - sent)
+                await broker.ack(delivery)
+        assert statistics.median(waits) < 0.1, f"receive waited for more after one: {waits}"
 
     async def test_receive_waits_at_most_its_timeout_and_returns_nothing(
         self, broker: BrokerProtocol
