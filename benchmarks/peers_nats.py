@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import nats
-from common import BODY, taskiq_drain
+from common import BODY, taskiq_drain, taskiq_latency
 from nats.js.api import StreamConfig
 
 
@@ -37,8 +40,9 @@ async def raw_publish(server: str, n: int, inflight: int) -> float:
         await nc.close()
 
 
-async def taskiq_nats_drain(server: str, n: int) -> float:
-    """taskiq-nats (pull-based JetStream broker), 50 tasks at once, batches of 50."""
+@contextlib.asynccontextmanager
+async def _taskiq_nats(server: str) -> AsyncIterator[Any]:
+    """taskiq-nats's pull-based JetStream broker, batches of 50; its stream deleted after."""
     from taskiq_nats import PullBasedJetStreamBroker
 
     tag = uuid.uuid4().hex[:12]
@@ -51,10 +55,21 @@ async def taskiq_nats_drain(server: str, n: int) -> float:
         pull_consume_timeout=0.2,
     )
     try:
-        return await taskiq_drain(broker, n)
+        yield broker
     finally:
         await broker.js.delete_stream(f"bench_taskiq_{tag}")
         await broker.shutdown()
+
+
+async def taskiq_nats_drain(server: str, n: int) -> float:
+    """taskiq-nats, 50 tasks at once."""
+    async with _taskiq_nats(server) as broker:
+        return await taskiq_drain(broker, n)
+
+
+async def taskiq_nats_latency(server: str, samples: int) -> list[float]:
+    async with _taskiq_nats(server) as broker:
+        return await taskiq_latency(broker, samples)
 
 
 async def raw_consume(server: str, n: int, batch: int = 50) -> float:

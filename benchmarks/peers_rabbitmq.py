@@ -11,7 +11,7 @@ from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractExchange
-from common import BODY, taskiq_drain
+from common import BODY, taskiq_drain, taskiq_latency
 
 
 @contextlib.asynccontextmanager
@@ -71,8 +71,10 @@ async def raw_publish(server: str, n: int, inflight: int, persistence: str = "di
         return n / (time.perf_counter() - t0)
 
 
-async def taskiq_aio_pika_drain(server: str, n: int) -> float:
-    """taskiq-aio-pika (quorum queue, prefetch 100 like framework-m), 50 tasks at once."""
+@contextlib.asynccontextmanager
+async def _taskiq_aio_pika(server: str) -> AsyncIterator[Any]:
+    """taskiq-aio-pika (quorum queue, prefetch 100 like framework-m); its queues and
+    exchange deleted after."""
     from taskiq_aio_pika import AioPikaBroker, Exchange, Queue
 
     name = f"bench_taskiq_{uuid.uuid4().hex[:12]}"
@@ -85,7 +87,7 @@ async def taskiq_aio_pika_drain(server: str, n: int) -> float:
     )
     broker.is_worker_process = True  # or it opens no connection to consume on
     try:
-        return await taskiq_drain(broker, n)
+        yield broker
     finally:
         await broker.shutdown()
         connection = await aio_pika.connect(server)
@@ -94,6 +96,17 @@ async def taskiq_aio_pika_drain(server: str, n: int) -> float:
             await channel.queue_delete(queue)
         await channel.exchange_delete(name)
         await connection.close()
+
+
+async def taskiq_aio_pika_drain(server: str, n: int) -> float:
+    """taskiq-aio-pika, 50 tasks at once."""
+    async with _taskiq_aio_pika(server) as broker:
+        return await taskiq_drain(broker, n)
+
+
+async def taskiq_aio_pika_latency(server: str, samples: int) -> list[float]:
+    async with _taskiq_aio_pika(server) as broker:
+        return await taskiq_latency(broker, samples)
 
 
 async def raw_consume(server: str, n: int, prefetch: int = 100) -> float:

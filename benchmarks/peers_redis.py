@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import shutil
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import redis.asyncio as aioredis
-from common import BODY, in_batches, taskiq_drain
+from common import BODY, StartMark, in_batches, latencies, taskiq_drain, taskiq_latency
 
 from framework_m_redis.scripts import ENQUEUE
 
@@ -114,14 +118,15 @@ async def arq_drain(server: str, n: int) -> float:
         await pool.aclose()
 
 
-async def taskiq_redis_drain(server: str, n: int) -> float:
-    """taskiq-redis (Redis Streams broker), 50 tasks at once."""
+@contextlib.asynccontextmanager
+async def _taskiq_redis(server: str) -> AsyncIterator[Any]:
+    """taskiq-redis's Redis Streams broker; its stream deleted after."""
     from taskiq_redis import RedisStreamBroker
 
     tag = uuid.uuid4().hex[:12]
     broker = RedisStreamBroker(server, queue_name=f"bench_taskiq_{tag}", xread_block=200)
     try:
-        return await taskiq_drain(broker, n)
+        yield broker
     finally:
         client = aioredis.Redis.from_url(server)
         await client.delete(f"bench_taskiq_{tag}")
@@ -129,11 +134,40 @@ async def taskiq_redis_drain(server: str, n: int) -> float:
         await broker.shutdown()
 
 
-async def saq_drain(server: str, n: int) -> float:
-    """saq, concurrency 50."""
+async def taskiq_redis_drain(server: str, n: int) -> float:
+    """taskiq-redis, 50 tasks at once."""
+    async with _taskiq_redis(server) as broker:
+        return await taskiq_drain(broker, n)
+
+
+async def taskiq_redis_latency(server: str, samples: int) -> list[float]:
+    async with _taskiq_redis(server) as broker:
+        return await taskiq_latency(broker, samples)
+
+
+@contextlib.asynccontextmanager
+async def _saq_worker(server: str, handler: Any) -> AsyncIterator[Any]:
+    """A connected saq queue and its worker (concurrency 50) running ``handler`` as ``noop``
+    while the block runs; the worker stopped and the queue's keys deleted after."""
     from saq import Queue, Worker
 
     queue = Queue.from_url(server, name=f"bench_saq_{uuid.uuid4().hex[:12]}")
+    await queue.connect()
+    worker = Worker(queue, functions=[("noop", handler)], concurrency=50)
+    running: list[asyncio.Task[None]] = []
+    try:
+        yield queue, lambda: running.append(asyncio.create_task(worker.start()))
+    finally:
+        await worker.stop()
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await _cleanup(queue.redis, f"saq:{queue.name}:*")
+        await queue.disconnect()
+
+
+async def saq_drain(server: str, n: int) -> float:
+    """saq, concurrency 50."""
     done = asyncio.Event()
     ran = 0
 
@@ -143,50 +177,89 @@ async def saq_drain(server: str, n: int) -> float:
         if ran == n:
             done.set()
 
-    await queue.connect()
-    try:
+    async with _saq_worker(server, noop) as (queue, start):
         await in_batches(lambda i: queue.enqueue("noop", i=i), n)
-        worker = Worker(queue, functions=[("noop", noop)], concurrency=50)
         t0 = time.perf_counter()
-        task = asyncio.create_task(worker.start())
+        start()
         await done.wait()
-        elapsed = time.perf_counter() - t0
-        await worker.stop()
+        return n / (time.perf_counter() - t0)
+
+
+async def saq_latency(server: str, samples: int) -> list[float]:
+    mark = StartMark()
+
+    async def noop(ctx: object) -> None:
+        mark.set()
+
+    async with _saq_worker(server, noop) as (queue, start):
+        start()
+        return await latencies(lambda: queue.enqueue("noop"), mark, samples)
+
+
+async def arq_latency(server: str, samples: int) -> list[float]:
+    """:func:`latencies` of an arq worker (max_jobs 50, polling every 10 ms as above)."""
+    from arq import create_pool
+    from arq.connections import RedisSettings
+    from arq.worker import Worker, func
+
+    queue = f"bench:arq:{uuid.uuid4().hex[:12]}"
+    pool = await create_pool(RedisSettings.from_dsn(server))
+    mark = StartMark()
+
+    async def noop(ctx: dict[str, object]) -> None:
+        mark.set()
+
+    worker = Worker(
+        functions=[func(noop, name="noop")],
+        redis_pool=pool,
+        queue_name=queue,
+        max_jobs=50,
+        poll_delay=0.01,
+        handle_signals=False,
+        keep_result=0,
+    )
+    task = asyncio.create_task(worker.main())
+    try:
+        return await latencies(lambda: pool.enqueue_job("noop", _queue_name=queue), mark, samples)
+    finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        return n / elapsed
-    finally:
-        await _cleanup(queue.redis, f"saq:{queue.name}:*")
-        await queue.disconnect()
+        await _cleanup(pool, "arq:*")
+        await pool.delete(queue)
+        await pool.aclose()
 
 
-async def arq_drain_in_its_env(server: str, n: int) -> float:
-    """:func:`arq_drain`, run in the ``bench-arq`` environment (arq needs redis<6)."""
+async def _in_arq_env(what: str, server: str, n: int) -> str:
+    """Run ``what`` (drain or latency) in the ``bench-arq`` environment (arq needs redis<6);
+    its printed result."""
     hatch = shutil.which("hatch")
     if hatch is None:
         raise RuntimeError("hatch is not on PATH: run the benchmarks with `hatch run bench:run`")
     proc = await asyncio.create_subprocess_exec(
-        hatch,
-        "run",
-        "bench-arq:python",
-        str(Path(__file__)),
-        "arq",
-        server,
-        str(n),
+        *(hatch, "run", "bench-arq:python", str(Path(__file__)), what, server, str(n)),
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
-    out, _ = await proc.communicate()
+    try:
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:  # the run's deadline or Ctrl-C: no stray process
+        proc.kill()
+        await proc.wait()
+        raise
     if proc.returncode != 0:
-        raise RuntimeError(f"arq benchmark failed with exit code {proc.returncode}")
-    return float(out.decode().split()[-1])
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"arq {what} failed with exit code {proc.returncode}: {last[0]}")
+    return out.decode().strip().splitlines()[-1]
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
-    peer, url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    assert peer == "arq"
-    print(asyncio.run(arq_drain(url, count)))
+async def arq_drain_in_its_env(server: str, n: int) -> float:
+    """:func:`arq_drain` in the ``bench-arq`` environment."""
+    return float(await _in_arq_env("drain", server, n))
+
+
+async def arq_latency_in_its_env(server: str, samples: int) -> list[float]:
+    """:func:`arq_latency` in the ``bench-arq`` environment."""
+    return [float(x) for x in json.loads(await _in_arq_env("latency", server, samples))]
 
 
 async def raw_consume(server: str, n: int, batch: int = 50) -> float:
@@ -218,3 +291,11 @@ async def raw_consume(server: str, n: int, batch: int = 50) -> float:
     finally:
         await _cleanup(client, f"bench:{{{tag}}}:*")
         await client.aclose()
+
+
+if __name__ == "__main__":  # the arq rows, in the bench-arq environment
+    what, url, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if what == "drain":
+        print(asyncio.run(arq_drain(url, count)))
+    else:
+        print(json.dumps(asyncio.run(arq_latency(url, count))))

@@ -4,6 +4,7 @@
     hatch run bench:run --broker nats://127.0.0.1:4222  # add an installed adapter
     hatch run bench:run --quick                         # a tiny smoke run
     hatch run bench:run --only drain --only batch       # some measurements only
+    hatch run bench:run --only concurrency              # the drain at concurrency 1..200
 
 Measured per broker:
   enqueue one by one      awaited one at a time; the raw client's ceiling first
@@ -12,10 +13,13 @@ Measured per broker:
   enqueue, 100 in flight  the same with 100 enqueues outstanding
   enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
   drain no-op jobs        the broker's own client consuming and acking one by one
-                          (the consume ceiling), a worker (concurrency 50)
-                          emptying a queue, then peers
+                          (the consume ceiling), a worker at its defaults emptying
+                          a queue, then peers (50 tasks at once)
+  latency, idle worker    enqueue -> handler start, one job at a time (--samples),
+                          p50 and p99 rows, framework-m at its defaults, then peers
   ticker CPU, idle        idle tickers (10 schedules, none due), per replica
   ticker CPU, 1s schedule 10 replicas ticking a 1-second schedule, per replica
+  concurrency sweep       (only when --only names it) the drain at concurrency 1 to 200
 
 Each throughput is the median of --rounds runs that alternate between the rows
 of a measurement. Ratios compare with the first row of the same measurement,
@@ -42,6 +46,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl
 
 from framework_m_core import App, InProcessTickerAdapter, Job, JobContext, Worker
@@ -50,9 +55,10 @@ from framework_m_core.metrics import Metrics
 from framework_m_core.protocols import BrokerProtocol
 from framework_m_core.testing.namespaces import namespace
 from framework_m_core.urls import redact_url
+from framework_m_core.worker import DEFAULT_CONCURRENCY
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
-from common import in_batches
+from common import StartMark, in_batches, latencies
 
 
 @dataclass
@@ -138,7 +144,11 @@ async def bench_enqueue_concurrent(url: str, n: int, inflight: int = 100) -> flo
         await broker.close()
 
 
-async def bench_drain(url: str, n: int, metrics: bool = False) -> float:
+async def bench_drain(
+    url: str, n: int, metrics: bool = False, concurrency: int | None = None
+) -> float:
+    """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
+    ``concurrency`` is given."""
     broker = await connected(url)
     app = App()
 
@@ -154,8 +164,9 @@ async def bench_drain(url: str, n: int, metrics: bool = False) -> float:
 
     try:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
-        observer = Metrics(50) if metrics else None
-        worker = Worker(app, broker, concurrency=50, fetch_timeout=0.1, observer=observer)
+        concurrency = concurrency or DEFAULT_CONCURRENCY
+        observer = Metrics(concurrency) if metrics else None
+        worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1, observer=observer)
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
         await done.wait()
@@ -164,6 +175,26 @@ async def bench_drain(url: str, n: int, metrics: bool = False) -> float:
         await task
         return n / elapsed
     finally:
+        await broker.close()
+
+
+async def bench_latency(url: str, samples: int) -> list[float]:
+    """Enqueue -> handler start, one job at a time, a worker at its defaults waiting."""
+    broker = await connected(url)
+    app = App()
+    mark = StartMark()
+
+    @app.job
+    async def noop(ctx: JobContext) -> None:
+        mark.set()
+
+    worker = Worker(app, broker)
+    task = asyncio.create_task(worker.run())
+    try:
+        return await latencies(lambda: broker.enqueue("noop"), mark, samples)
+    finally:
+        worker.stop()
+        await task
         await broker.close()
 
 
@@ -209,7 +240,12 @@ def server_of(url: str) -> str:
     return url.partition("?")[0]
 
 
-Rows = dict[str, list[tuple[str, Callable[[int], Awaitable[float]]]]]
+Rows = dict[str, list[tuple[str, Callable[[int], Awaitable[Any]]]]]
+# Enqueue -> handler start, one job at a time with the consumer waiting: p50 and p99 rows.
+LATENCY = "latency, idle worker,"
+# Measurements that run only when --only names them.
+OPT_IN = ("concurrency sweep",)
+CONCURRENCIES = (1, 10, 25, 50, 100, 200)
 
 
 def ceilings(url: str) -> Rows:
@@ -271,31 +307,52 @@ def peers(url: str) -> Rows:
     server = server_of(url)
     try:
         if url.startswith("nats://"):
-            from peers_nats import taskiq_nats_drain
+            from peers_nats import taskiq_nats_drain, taskiq_nats_latency
 
-            return {"drain no-op jobs": [("taskiq-nats", partial(taskiq_nats_drain, server))]}
+            return {
+                "drain no-op jobs": [("taskiq-nats", partial(taskiq_nats_drain, server))],
+                LATENCY: [("taskiq-nats", partial(taskiq_nats_latency, server))],
+            }
         if url.startswith(("redis://", "rediss://")):
-            from peers_redis import arq_drain_in_its_env, saq_drain, taskiq_redis_drain
+            import peers_redis as r
 
             return {
                 "drain no-op jobs": [
-                    ("arq", partial(arq_drain_in_its_env, server)),
-                    ("taskiq-redis", partial(taskiq_redis_drain, server)),
-                    ("saq", partial(saq_drain, server)),
-                ]
+                    ("arq", partial(r.arq_drain_in_its_env, server)),
+                    ("taskiq-redis", partial(r.taskiq_redis_drain, server)),
+                    ("saq", partial(r.saq_drain, server)),
+                ],
+                LATENCY: [
+                    ("arq", partial(r.arq_latency_in_its_env, server)),
+                    ("taskiq-redis", partial(r.taskiq_redis_latency, server)),
+                    ("saq", partial(r.saq_latency, server)),
+                ],
             }
         if url.startswith(("amqp://", "amqps://")):
-            from peers_rabbitmq import taskiq_aio_pika_drain
+            from peers_rabbitmq import taskiq_aio_pika_drain, taskiq_aio_pika_latency
 
             return {
-                "drain no-op jobs": [("taskiq-aio-pika", partial(taskiq_aio_pika_drain, server))]
+                "drain no-op jobs": [("taskiq-aio-pika", partial(taskiq_aio_pika_drain, server))],
+                LATENCY: [("taskiq-aio-pika", partial(taskiq_aio_pika_latency, server))],
             }
     except ImportError:
         return {}
     return {}
 
 
-Bench = Callable[[], Awaitable[float]]
+Bench = Callable[[], Awaitable[Any]]
+
+
+async def attempt(fn: Bench, deadline: float) -> tuple[Any, str | None]:
+    """``fn()``'s result, or None and why it gave none: it took longer than ``deadline``
+    seconds or raised."""
+    try:
+        async with asyncio.timeout(deadline):
+            return await fn(), None
+    except TimeoutError:
+        return None, f"no result within {deadline:g}s"
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:200]
 
 
 async def interleaved(
@@ -310,17 +367,31 @@ async def interleaved(
         for name, fn in subjects:
             if name in failed:
                 continue
-            try:
-                async with asyncio.timeout(deadline):
-                    results[name].append(await fn())
-            except TimeoutError:
-                failed[name] = f"no result within {deadline:g}s"
-            except Exception as exc:
-                failed[name] = f"{type(exc).__name__}: {exc}"[:200]
+            value, error = await attempt(fn, deadline)
+            if error is not None:
+                failed[name] = error
+            else:
+                results[name].append(value)
     return [
         (name, statistics.median(values) if values and name not in failed else 0.0,
          failed.get(name))
         for name, values in results.items()
+    ]  # fmt: skip
+
+
+def percentile(values: list[float], q: int) -> float:
+    """The ``q``-th percentile (1-99) of ``values``."""
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+async def latency_rows(label: str, subjects: list[tuple[str, Bench]], deadline: float) -> list[Row]:
+    """p50 and p99 rows (milliseconds) of each subject's latencies, one run each."""
+    runs = [(name, *await attempt(fn, deadline)) for name, fn in subjects]
+    return [
+        Row(f"{label} {LATENCY} {pct}", name,
+            1000 * percentile(values, q) if error is None else 0.0, " ms", error)
+        for pct, q in (("p50", 50), ("p99", 99))
+        for name, values, error in runs
     ]  # fmt: skip
 
 
@@ -333,11 +404,18 @@ async def run(
     only: list[str],
     deadline: float,
     rows: list[Row],
+    samples: int = 300,
 ) -> list[Row]:
     """Measure, appending to ``rows`` and printing each measurement as it completes."""
 
     def wanted(measurement: str) -> bool:
-        return not only or any(o in measurement for o in only)
+        if not only:
+            return measurement not in OPT_IN
+        return any(o in measurement for o in only)
+
+    def done(new: list[Row]) -> None:
+        rows.extend(new)
+        print_rows(new)
 
     for url in urls:
         label = redact_url(url).split("?")[0]
@@ -355,23 +433,28 @@ async def run(
                 ("framework-m enqueue_many, dedup ids", partial(bench_enqueue_many, url, n)),
             ],
             "drain no-op jobs": [
-                ("framework-m worker, concurrency 50", partial(bench_drain, url, n)),
+                ("framework-m worker, defaults", partial(bench_drain, url, n)),
                 ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
+            ],
+            "concurrency sweep": [
+                (f"framework-m worker, concurrency {c}", partial(bench_drain, url, n, False, c))
+                for c in CONCURRENCIES
             ],
         }
         for measurement, rows_ in raw.items():
             groups[measurement][:0] = [(name, partial(fn, n)) for name, fn in rows_]
         for measurement, rows_ in other.items():
-            groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
+            if measurement in groups:
+                groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
         for measurement, subjects in groups.items():
-            if not wanted(measurement):
-                continue
-            done = [
-                Row(f"{label} {measurement}", name, value, "/s", error)
-                for name, value, error in await interleaved(rounds, subjects, deadline)
-            ]
-            rows += done
-            print_rows(done)
+            if wanted(measurement):
+                results = await interleaved(rounds, subjects, deadline)
+                done([Row(f"{label} {measurement}", *result[:2], "/s", result[2])
+                      for result in results])  # fmt: skip
+        if wanted(LATENCY):
+            latency = [("framework-m worker, defaults", partial(bench_latency, url, samples))]
+            latency += [(name, partial(fn, samples)) for name, fn in other.get(LATENCY, [])]
+            done(await latency_rows(label, latency, deadline))
         for busy, measurement, subject in (
             (False, "ticker CPU, idle", "per replica, 10 schedules"),
             (True, "ticker CPU, 1s schedule", "per replica, 10 replicas"),
@@ -380,17 +463,19 @@ async def run(
                 continue
             bench = partial(bench_ticker_cpu, url, 10, ticker_seconds, busy=busy)
             [(_, cpu, error)] = await interleaved(1, [(subject, bench)], deadline)
-            done = [Row(f"{label} {measurement}", subject, cpu, "% CPU", error)]
-            rows += done
-            print_rows(done)
+            done([Row(f"{label} {measurement}", subject, cpu, "% CPU", error)])
     return rows
 
 
 async def run_and_clean(args: argparse.Namespace, rows: list[Row]) -> None:
-    n, secs, rounds = (200, 1.2, 1) if args.quick else (args.n, args.ticker_seconds, args.rounds)
+    n, secs, rounds, samples = (
+        (200, 1.2, 1, 20)
+        if args.quick
+        else (args.n, args.ticker_seconds, args.rounds, args.samples)
+    )
     urls = ["memory://", *args.broker]
     try:
-        await run(urls, n, secs, not args.no_peers, rounds, args.only, args.deadline, rows)
+        await run(urls, n, secs, not args.no_peers, rounds, args.only, args.deadline, rows, samples)
     finally:
         for cleanup in CLEANUPS:
             try:
@@ -422,6 +507,9 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="jobs per measurement")
     parser.add_argument("--ticker-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument(
+        "--samples", type=int, default=300, help="jobs timed one by one per latency subject"
+    )
     parser.add_argument("--no-peers", action="store_true", help="skip peer libraries")
     parser.add_argument("--rounds", type=int, default=5, help="alternating runs; median kept")
     parser.add_argument(

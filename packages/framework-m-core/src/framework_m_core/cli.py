@@ -28,7 +28,7 @@ from .probes import ProbeServer, parse_address
 from .protocols import BrokerProtocol
 from .schedules import Cron
 from .ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
-from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker
+from .worker import DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_TIMEOUT, Worker
 
 log = logging.getLogger("framework_m.cli")
 
@@ -104,7 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     app_arg(w)
     broker_arg(w)
     w.add_argument("--no-scheduler", action="store_true", help="run jobs only; publish no ticks")
-    w.add_argument("--concurrency", type=_positive_int, default=10, help="jobs at once (10)")
+    w.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"jobs at once ({DEFAULT_CONCURRENCY})",
+    )
     w.add_argument(
         "--threads",
         type=_positive_int,

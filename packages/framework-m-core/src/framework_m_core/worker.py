@@ -23,6 +23,10 @@ from .execution import Execution, WorkerStats
 from .observe import Observer
 from .protocols import BrokerProtocol, TickerProtocol
 
+# Jobs one worker runs at once unless told otherwise (the README's Performance section
+# says why this number).
+DEFAULT_CONCURRENCY = 10
+
 # Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
 DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
@@ -30,7 +34,7 @@ log = logging.getLogger("framework_m.worker")
 
 _FETCH_BACKOFF_MAX = 5.0
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["DEFAULT_CONCURRENCY", "Worker", "WorkerStats"]
 
 
 class Worker:
@@ -47,7 +51,7 @@ class Worker:
         broker: BrokerProtocol,
         *,
         ticker: TickerProtocol | None = None,
-        concurrency: int = 10,
+        concurrency: int = DEFAULT_CONCURRENCY,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         fetch_timeout: float = 1.0,
         progress_interval: float = 60.0,
