@@ -94,7 +94,7 @@ return 1
 
 # KEYS: delayed set, stream. ARGV: now ms, most to move.
 # Moves due retries back to the stream; any replica may run it, each member moves once.
-PROMOTE = """
+_PROMOTE_DUE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, member in ipairs(due) do
   local cut = string.find(member, '\\n', 1, true)
@@ -102,8 +102,23 @@ for _, member in ipairs(due) do
   redis.call('XADD', KEYS[2], '*', 'b', string.sub(member, cut + 1), 'a', attempts)
   redis.call('ZREM', KEYS[1], member)
 end
-return #due
 """
+
+PROMOTE = _PROMOTE_DUE + "return #due\n"
+
+# A receive's one round trip when jobs are ready: promote due retries and delayed jobs,
+# read up to ARGV[5] new entries without blocking, and say when the next one falls due.
+# KEYS: delayed set, stream. ARGV: now ms, promote batch, group, consumer, count.
+# Returns {next due ms or '', {{entry id, {field, value, ...}}, ...}}.
+TAKE = (
+    _PROMOTE_DUE
+    + """
+local got = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5],
+  'STREAMS', KEYS[2], '>')
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {head[2] or '', got and got[1][2] or {}}
+"""
+)
 
 # Reads only (see stats.py). KEYS: stream, delayed set, dead stream.
 # ARGV: group, now ms, consumer window ms, the version from which XINFO CONSUMERS' idle
@@ -132,7 +147,9 @@ end
 return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
 """
 
-NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE", "STATS")
+NAMES = (
+    "ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE", "TAKE", "STATS"
+)  # fmt: skip
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not
 # run, keys included; raises where the server has no redis.acl_check_cmd (< 7.0).
