@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -74,19 +75,29 @@ class Row:
 CLEANUPS: list[Callable[[], Awaitable[None]]] = []
 
 
-def isolated(url: str) -> str:
-    """A fresh namespace for each measurement, registered for clean-up."""
+@contextlib.asynccontextmanager
+async def isolated(url: str) -> AsyncIterator[str]:
+    """The URL of a fresh namespace, dropped as soon as the block ends (a RabbitMQ node
+    holds file handles for every queue it keeps) or, if that fails, at the end of the run."""
     server, _, query = url.partition("?")
     ns = namespace(server)
     CLEANUPS.append(ns.drop)
-    return ns.url(**dict(parse_qsl(query)))
+    yield ns.url(**dict(parse_qsl(query)))
+    await ns.drop()
+    CLEANUPS.remove(ns.drop)
 
 
-async def connected(url: str) -> BrokerProtocol:
-    broker = open_broker(isolated(url))
-    await broker.connect()
-    await broker.sync_schema()
-    return broker
+@contextlib.asynccontextmanager
+async def fresh(url: str) -> AsyncIterator[BrokerProtocol]:
+    """A connected broker with its schema, on a namespace of its own."""
+    async with isolated(url) as ns_url:
+        broker = open_broker(ns_url)
+        try:
+            await broker.connect()
+            await broker.sync_schema()
+            yield broker
+        finally:
+            await broker.close()
 
 
 async def drain_queue(broker: BrokerProtocol) -> None:
@@ -96,38 +107,27 @@ async def drain_queue(broker: BrokerProtocol) -> None:
 
 
 async def bench_enqueue(url: str, n: int, dedup: bool) -> float:
-    broker = await connected(url)
-    try:
+    async with fresh(url) as broker:
         run = uuid.uuid4().hex
         t0 = time.perf_counter()
         for i in range(n):
             await broker.enqueue("noop", f"{run}:{i}" if dedup else None, i=i)
-        elapsed = time.perf_counter() - t0
-        await drain_queue(broker)
-        return n / elapsed
-    finally:
-        await broker.close()
+        return n / (time.perf_counter() - t0)
 
 
 async def bench_enqueue_many(url: str, n: int, batch: int = 500) -> float:
     """``enqueue_many`` in batches of ``batch`` jobs, each with a dedup id."""
-    broker = await connected(url)
-    try:
+    async with fresh(url) as broker:
         run = uuid.uuid4().hex
         jobs = [Job("noop", {"i": i}, f"{run}:{i}") for i in range(n)]
         t0 = time.perf_counter()
         for start in range(0, n, batch):
             await broker.enqueue_many(jobs[start : start + batch])
-        elapsed = time.perf_counter() - t0
-        await drain_queue(broker)
-        return n / elapsed
-    finally:
-        await broker.close()
+        return n / (time.perf_counter() - t0)
 
 
 async def bench_enqueue_concurrent(url: str, n: int, inflight: int = 100) -> float:
-    broker = await connected(url)
-    try:
+    async with fresh(url) as broker:
         run = uuid.uuid4().hex
         sem = asyncio.Semaphore(inflight)
 
@@ -137,11 +137,21 @@ async def bench_enqueue_concurrent(url: str, n: int, inflight: int = 100) -> flo
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(n)))
-        elapsed = time.perf_counter() - t0
-        await drain_queue(broker)
-        return n / elapsed
+        return n / (time.perf_counter() - t0)
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[None]:
+    """``worker`` running while the block runs; stopped (or, cut short, aborted) after."""
+    task = asyncio.create_task(worker.run())
+    try:
+        yield
+    except BaseException:
+        worker.abort()
+        raise
     finally:
-        await broker.close()
+        worker.stop()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def bench_drain(
@@ -149,9 +159,7 @@ async def bench_drain(
 ) -> float:
     """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
     ``concurrency`` is given."""
-    broker = await connected(url)
     app = App()
-
     done = asyncio.Event()
     ran = 0
 
@@ -162,25 +170,19 @@ async def bench_drain(
         if ran == n:
             done.set()
 
-    try:
+    async with fresh(url) as broker:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         concurrency = concurrency or DEFAULT_CONCURRENCY
         observer = Metrics(concurrency) if metrics else None
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1, observer=observer)
         t0 = time.perf_counter()
-        task = asyncio.create_task(worker.run())
-        await done.wait()
-        elapsed = time.perf_counter() - t0
-        worker.stop()
-        await task
-        return n / elapsed
-    finally:
-        await broker.close()
+        async with running(worker):
+            await done.wait()
+            return n / (time.perf_counter() - t0)
 
 
 async def bench_latency(url: str, samples: int) -> list[float]:
     """Enqueue -> handler start, one job at a time, a worker at its defaults waiting."""
-    broker = await connected(url)
     app = App()
     mark = StartMark()
 
@@ -188,14 +190,8 @@ async def bench_latency(url: str, samples: int) -> list[float]:
     async def noop(ctx: JobContext) -> None:
         mark.set()
 
-    worker = Worker(app, broker)
-    task = asyncio.create_task(worker.run())
-    try:
+    async with fresh(url) as broker, running(Worker(app, broker)):
         return await latencies(lambda: broker.enqueue("noop"), mark, samples)
-    finally:
-        worker.stop()
-        await task
-        await broker.close()
 
 
 async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) -> float:
@@ -209,27 +205,27 @@ async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) 
     else:
         for i in range(10):
             app.job(name=f"yearly_{i}", schedule=f"{i} 0 1 1 *")(_noop)
-    shared = isolated(url)
-    first = open_broker(shared)
-    await first.connect()
-    await first.sync_schema()
-    brokers = [first]
-    for _ in range(replicas - 1):
-        b = open_broker(shared)
-        await b.connect()
-        brokers.append(b)
-    tickers = [InProcessTickerAdapter(app.jobs.values(), b, clock_skew=1.0) for b in brokers]
-    tasks = [asyncio.create_task(t.run()) for t in tickers]
-    await asyncio.sleep(0.5)  # start-up (first slot computations) is not steady state
-    c0, t0 = time.process_time(), time.perf_counter()
-    await asyncio.sleep(seconds)
-    for t in tickers:
-        t.stop()
-    await asyncio.gather(*tasks)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    await drain_queue(first)
-    for b in brokers:
-        await b.close()
+    async with isolated(url) as shared:
+        brokers: list[BrokerProtocol] = []
+        try:
+            for _ in range(replicas):
+                brokers.append(open_broker(shared))
+                await brokers[-1].connect()
+            await brokers[0].sync_schema()
+            tickers = [
+                InProcessTickerAdapter(app.jobs.values(), b, clock_skew=1.0) for b in brokers
+            ]
+            tasks = [asyncio.create_task(t.run()) for t in tickers]
+            await asyncio.sleep(0.5)  # start-up (first slot computations) is not steady state
+            c0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.sleep(seconds)
+            for t in tickers:
+                t.stop()
+            await asyncio.gather(*tasks)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        finally:
+            for b in brokers:
+                await b.close()
     return 100 * cpu / wall / replicas
 
 
@@ -504,14 +500,14 @@ def print_rows(rows: list[Row]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", action="append", default=[], help="add a broker URL")
-    parser.add_argument("-n", type=int, default=20_000, help="jobs per measurement")
+    parser.add_argument("-n", type=int, default=10_000, help="jobs per measurement")
     parser.add_argument("--ticker-seconds", type=float, default=5.0)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument(
         "--samples", type=int, default=300, help="jobs timed one by one per latency subject"
     )
     parser.add_argument("--no-peers", action="store_true", help="skip peer libraries")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating runs; median kept")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs; median kept")
     parser.add_argument(
         "--only",
         action="append",
