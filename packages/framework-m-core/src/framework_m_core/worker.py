@@ -25,7 +25,7 @@ from .protocols import BrokerProtocol, TickerProtocol
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
 # says why this number).
-DEFAULT_CONCURRENCY = 10
+DEFAULT_CONCURRENCY = 50
 
 # Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
 DEFAULT_SHUTDOWN_TIMEOUT = 25.0
@@ -202,6 +202,7 @@ class Worker:
                 free = self.concurrency - len(self._inflight)
                 if free <= 0:
                     await _first_of(self._slot_free, self._stopping)
+                    await asyncio.sleep(0)  # jobs ending in the same pass: one larger receive
                     continue
                 try:
                     deliveries = await self._receive(free)
