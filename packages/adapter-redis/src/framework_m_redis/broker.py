@@ -124,7 +124,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)
         with publishing.redis_errors(name, self.settings):
-            if name == "ACK":  # the worker's hot path: the acks of one loop pass pipelined
+            if name == "ACK" and not self.settings.cluster:  # one loop pass's acks pipelined
                 return await self._acks.call(keys, args)
             return await self._scripts[name](keys=keys, args=args)
 
