@@ -20,24 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
 from common import in_batches
-from run import fresh, running
+from run import fresh, noop_app, running
 
-from framework_m_core import App, JobContext, Worker
+from framework_m_core import Worker
 from framework_m_core.worker import DEFAULT_CONCURRENCY
 
 
 async def drain(url: str, n: int, concurrency: int, profile: cProfile.Profile | None) -> None:
-    app = App()
-    done = asyncio.Event()
-    ran = 0
-
-    @app.job
-    async def noop(ctx: JobContext, i: int) -> None:
-        nonlocal ran
-        ran += 1
-        if ran == n:
-            done.set()
-
+    app, done = noop_app(n)
     async with fresh(url) as broker:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1)

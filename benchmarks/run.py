@@ -154,11 +154,9 @@ async def running(worker: Worker) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def bench_drain(
-    url: str, n: int, metrics: bool = False, concurrency: int | None = None
-) -> float:
-    """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
-    ``concurrency`` is given."""
+def noop_app(n: int) -> tuple[App, asyncio.Event]:
+    """An app whose one job, ``noop(i)``, does nothing; the event is set once it ran ``n``
+    times."""
     app = App()
     done = asyncio.Event()
     ran = 0
@@ -170,6 +168,15 @@ async def bench_drain(
         if ran == n:
             done.set()
 
+    return app, done
+
+
+async def bench_drain(
+    url: str, n: int, metrics: bool = False, concurrency: int | None = None
+) -> float:
+    """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
+    ``concurrency`` is given."""
+    app, done = noop_app(n)
     async with fresh(url) as broker:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         concurrency = concurrency or DEFAULT_CONCURRENCY
