@@ -35,7 +35,7 @@ from .settings import RedisSettings, parse_url
 
 log = logging.getLogger("framework_m.redis")
 
-_PROMOTE_BATCH = 500
+_PROMOTE_BATCH = 500  # due retries and delayed jobs one TAKE moves at most
 # How often a consumer looks for silent consumers' jobs (a blocked read waits no longer).
 _RECLAIM_SCAN = 1.0
 
