@@ -68,3 +68,10 @@ def test_load_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         for name in ("goodapp", "brokenapp", "notapp"):
             sys.modules.pop(name, None)
+
+
+def test_a_handler_without_a_signature_is_refused_at_registration() -> None:
+    app = App()
+    with pytest.raises(JobDefinitionError, match="handler has no signature"):
+        app.job(name="smallest")(min)  # a builtin: no signature to check kwargs against
+    assert "smallest" not in app.jobs
