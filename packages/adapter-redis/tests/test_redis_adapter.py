@@ -191,33 +191,3 @@ async def test_queue_stats_count_consumers_seen_within_twice_the_visibility_time
         await asyncio.sleep(1.2)
         assert (await redis_stats.read(watcher._run, watcher.settings, seen_since=0)).consumers == 0
         assert (await watcher.queue_stats()).consumers == (0 if counts else None)
-
-
-async def test_script_calls_of_one_loop_pass_share_a_pipeline_and_keep_their_own_replies() -> None:
-    from framework_m_redis.batching import ScriptBatch
-
-    client = aioredis.Redis.from_url(REDIS_URL)
-    script = client.register_script(
-        "if ARGV[1] == 'bad' then return redis.error_reply('BAD ' .. KEYS[1]) end "
-        "return KEYS[1] .. ARGV[1]"
-    )
-    pipelines = 0
-
-    def counted() -> aioredis.Redis:
-        nonlocal pipelines
-        pipelines += 1
-        return client
-
-    batch = ScriptBatch(counted, script)
-    try:
-        args = ["ok", "bad", "ok", "bad", "ok"]
-        got = await asyncio.gather(
-            *(batch.call([f"k{i}"], [a]) for i, a in enumerate(args)), return_exceptions=True
-        )
-        assert got[0::2] == [b"k0ok", b"k2ok", b"k4ok"]
-        assert [str(e) for e in got[1::2]] == ["BAD k1", "BAD k3"]
-        assert pipelines == 1
-        assert await batch.call(["again"], ["!"]) == b"again!"  # a later pass: its own
-        assert pipelines == 2
-    finally:
-        await client.aclose()

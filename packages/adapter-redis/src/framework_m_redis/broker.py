@@ -29,14 +29,13 @@ from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
 from . import connection, deadletters, publishing, schema, scripts, stats
-from .batching import ScriptBatch
 from .schema import text
 from .settings import RedisSettings, parse_url
 
 log = logging.getLogger("framework_m.redis")
 
-_PROMOTE_BATCH = 500  # due retries and delayed jobs one TAKE moves at most
-# How often a consumer looks for silent consumers' jobs (a blocked read waits no longer).
+_PROMOTE_BATCH = 500
+# Longest a blocked read waits before looking for due retries and silent consumers' jobs.
 _RECLAIM_SCAN = 1.0
 
 
@@ -71,9 +70,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._acks: ScriptBatch
         self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
-        self._next_reclaim = 0.0  # time.monotonic() of the next look for silent consumers' jobs
 
     @property
     def visibility_timeout(self) -> float:
@@ -93,7 +90,6 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._scripts = {
             name: client.register_script(getattr(scripts, name)) for name in scripts.NAMES
         }
-        self._acks = ScriptBatch(lambda: self.client, self._scripts["ACK"])
         try:
             await connection.check_permissions(client, self.settings)
         except FrameworkMError:
@@ -124,8 +120,6 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)
         with publishing.redis_errors(name, self.settings):
-            if name == "ACK" and not self.settings.cluster:  # one loop pass's acks pipelined
-                return await self._acks.call(keys, args)
             return await self._scripts[name](keys=keys, args=args)
 
     # -- schema ------------------------------------------------------------------------
@@ -164,30 +158,20 @@ class RedisBroker(BaseBroker[RedisSettings]):
         deadline = time.monotonic() + timeout
         try:
             while True:
-                out, next_due = [], None
-                if time.monotonic() >= self._next_reclaim:  # silent consumers' jobs first
-                    self._next_reclaim = time.monotonic() + _RECLAIM_SCAN
-                    out = await self._reclaim(max_messages)
+                await self._run("PROMOTE", [s.delayed, s.stream], [_now_ms(), _PROMOTE_BATCH])
+                out = await self._reclaim(max_messages)
                 if len(out) < max_messages:
-                    taken, next_due = await self._take(max_messages - len(out))
-                    out += taken
+                    block = 1 if out else await self._block_ms(deadline - time.monotonic())
+                    reply = await self.client.xreadgroup(
+                        s.group,
+                        self.consumer,
+                        {s.stream: ">"},
+                        count=max_messages - len(out),
+                        block=block,
+                    )
+                    for _, entries in reply or []:
+                        out.extend(self._hold(eid, f, 1) for eid, f in entries if f)
                 if out or time.monotonic() >= deadline:
-                    return out
-                left = min(deadline, self._next_reclaim) - time.monotonic()
-                block = min(left, s.visibility_timeout / 2)
-                if next_due is not None:
-                    block = min(block, (next_due - _now_ms()) / 1000)
-                reply = await self.client.xreadgroup(
-                    s.group,
-                    self.consumer,
-                    {s.stream: ">"},
-                    count=max_messages,
-                    block=max(1, int(block * 1000)),
-                )
-                out = [
-                    self._hold(eid, f, 1) for _, entries in reply or [] for eid, f in entries if f
-                ]
-                if out:
                     return out
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
@@ -198,18 +182,6 @@ class RedisBroker(BaseBroker[RedisSettings]):
         except (RedisError, OSError) as exc:
             raise BrokerError(f"redis receive failed: {exc}") from None
 
-    async def _take(self, count: int) -> tuple[list[Delivery], int | None]:
-        """Due retries promoted, then up to ``count`` new entries read without blocking, in
-        one round trip; and when the next retry or delayed job falls due (unix ms)."""
-        s = self.settings
-        self._connected(self._client)
-        next_due, entries = await self._scripts["TAKE"](
-            keys=[s.delayed, s.stream],
-            args=[_now_ms(), _PROMOTE_BATCH, s.group, self.consumer, count],
-        )
-        taken = [self._hold(eid, dict(zip(f[::2], f[1::2], strict=True)), 1) for eid, f in entries]
-        return taken, int(float(next_due)) if next_due else None
-
     def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int) -> Delivery:
         before = deadletters.count(fields.get(b"a"))
         if before is None:  # not written by this adapter: count its deliveries alone
@@ -219,6 +191,14 @@ class RedisBroker(BaseBroker[RedisSettings]):
         delivery = Delivery(fields.get(b"b", b""), before + times, entry)
         self._held[entry] = delivery
         return delivery
+
+    async def _block_ms(self, left: float) -> int:
+        """How long to block: until the deadline, the next due retry, or the next reclaim scan."""
+        block = int(min(left, _RECLAIM_SCAN, self.settings.visibility_timeout / 2) * 1000)
+        head = await self.client.zrange(self.settings.delayed, 0, 0, withscores=True)
+        if head:
+            block = min(block, int(head[0][1]) - _now_ms())
+        return max(1, block)
 
     async def _reclaim(self, limit: int) -> list[Delivery]:
         """Entries whose consumer went silent for longer than the visibility timeout."""

@@ -5,7 +5,7 @@
 #       not_after in unix ms ("" for none), due in unix ms ("" for now)
 # Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
 # arrived after its not_after (say, a command Redis ran only once a pause ended).
-# A job with a due time waits in the delayed set (as a retry does) until a receive's TAKE moves it.
+# A job with a due time waits in the delayed set (as a retry does) until PROMOTE.
 ENQUEUE = """
 if ARGV[6] ~= '' then
   local t = redis.call('TIME')
@@ -92,12 +92,9 @@ return 1
 """
 )
 
-# A receive's one round trip when jobs are ready: move due retries and delayed jobs back
-# to the stream (any replica may; each member moves once), read up to ARGV[5] new
-# entries without blocking, and say when the next one falls due.
-# KEYS: delayed set, stream. ARGV: now ms, most to move, group, consumer, count.
-# Returns {next due ms or '', {{entry id, {field, value, ...}}, ...}}.
-TAKE = """
+# KEYS: delayed set, stream. ARGV: now ms, most to move.
+# Moves due retries back to the stream; any replica may run it, each member moves once.
+PROMOTE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, member in ipairs(due) do
   local cut = string.find(member, '\\n', 1, true)
@@ -105,10 +102,7 @@ for _, member in ipairs(due) do
   redis.call('XADD', KEYS[2], '*', 'b', string.sub(member, cut + 1), 'a', attempts)
   redis.call('ZREM', KEYS[1], member)
 end
-local got = redis.call('XREADGROUP', 'GROUP', ARGV[3], ARGV[4], 'COUNT', ARGV[5],
-  'STREAMS', KEYS[2], '>')
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {head[2] or '', got and got[1][2] or {}}
+return #due
 """
 
 # Reads only (see stats.py). KEYS: stream, delayed set, dead stream.
@@ -138,7 +132,7 @@ end
 return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
 """
 
-NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "TAKE", "STATS")
+NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE", "STATS")
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not
 # run, keys included; raises where the server has no redis.acl_check_cmd (< 7.0).

@@ -61,7 +61,7 @@ async def read(
     consumers are counted; a test passes 0 to check the window on any server.
     """
     window_ms = int(2 * s.visibility_timeout * 1000)
-    now_ms = int(time.time() * 1000)  # the clock TAKE compares due times with
+    now_ms = int(time.time() * 1000)  # the clock PROMOTE compares due times with
     ready, reserved, scheduled, dead, consumers = await run(
         "STATS", [s.stream, s.delayed, s.dead], [s.group, now_ms, window_ms, seen_since]
     )
