@@ -173,7 +173,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         headers, subject = {wire.MSG_ID: msg_id}, self.settings.jobs_subject
         if message.not_before is not None:  # waits on the delayed subject (delays.py)
             headers[wire.NOT_BEFORE], subject = (
-                str(int(message.not_before * 1000)),
+                str(message.due_ms),
                 self.settings.delayed_subject,
             )
         ack = await self._publish_once(subject, body, headers)

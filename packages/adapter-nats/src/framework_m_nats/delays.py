@@ -29,7 +29,7 @@ from .wire import MSG_ID, due_ms
 log = logging.getLogger("framework_m.nats")
 
 _BATCH = 100
-_EARLY = 0.02  # seconds: a job due this soon is moved now
+_EARLY = 0.02  # seconds: a job due this soon is waited for here, not handed back
 _BACKOFF = 1.0
 _STOP_WAIT = 5.0
 
@@ -91,10 +91,17 @@ class DelayMover:
 
     async def _handle(self, msg: Any) -> None:
         due = due_ms(msg.headers)
-        left = 0.0 if due is None else due / 1000 - time.time()
+        left = _left(due)
         if left > _EARLY:
             await msg.nak(delay=left)
             return
+        if left > 0:  # a nak's delay can end a little early: never move before due
+            await asyncio.sleep(left)
         seq = msg.metadata.sequence.stream if msg.metadata.sequence else 0
         await self._publish(self.s.jobs_subject, msg.data, {MSG_ID: f"delayed:{seq}"})
         await msg.ack()
+
+
+def _left(due: int | None) -> float:
+    """Seconds until ``due`` (unix ms); 0 or less once due or without a due time."""
+    return 0.0 if due is None else due / 1000 - time.time()

@@ -238,9 +238,11 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         await self._ack(delivery)
 
     async def _sent_round(self, msg: AbstractIncomingMessage) -> bool:
-        """A delayed job that arrived early waits again in a bucket (:mod:`.delays`)."""
-        left = delays.early(msg)
-        if left is None:
+        """A delayed job that arrived early waits again in a bucket (:mod:`.delays`), or
+        here when it is due within a few ms."""
+        left = delays.left_ms(msg)
+        if left <= delays.EARLY_MS:
+            await delays.until_due(msg)
             return False
         name, ttl, copy = delays.hop(self.settings, msg, left)
 

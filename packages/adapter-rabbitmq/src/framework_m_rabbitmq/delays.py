@@ -11,6 +11,7 @@ persistent message, and the dedup window applies to the first publish.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aio_pika
@@ -19,8 +20,8 @@ from aio_pika.abc import AbstractIncomingMessage
 from .settings import RETRY_BUCKETS_MS, RabbitSettings
 from .wire import ATTEMPTS_HEADER, NOT_BEFORE_HEADER, attempt
 
-# A job due within this many ms of now is handed to the worker, not sent round again.
-_EARLY_MS = 20
+# A job due within this many ms is waited for by its consumer, not sent round again.
+EARLY_MS = 20
 _LATEST_MS = 253402300800 * 1000  # 10000-01-01: a header past it is not a due time
 
 
@@ -33,13 +34,17 @@ def due_ms(msg: AbstractIncomingMessage) -> int | None:
     return None
 
 
-def early(msg: AbstractIncomingMessage) -> int | None:
-    """The ms until ``msg`` is due, when it arrived early enough to go round again."""
+def left_ms(msg: AbstractIncomingMessage) -> int:
+    """The ms until ``msg`` is due: 0 once it is, or when it has no sane due time."""
     due = due_ms(msg)
-    if due is None:
-        return None
-    left = due - int(time.time() * 1000)
-    return left if left > _EARLY_MS else None
+    return 0 if due is None else max(0, due - int(time.time() * 1000))
+
+
+async def until_due(msg: AbstractIncomingMessage) -> None:
+    """Wait until ``msg`` is due by this clock (a bucket's TTL may end a little early)."""
+    left = left_ms(msg)  # whole ms from a truncated now: never short of the due time
+    if left > 0:
+        await asyncio.sleep(left / 1000)
 
 
 def hop(

@@ -47,8 +47,8 @@ def job(message: JobMessage, body: bytes) -> aio_pika.Message:
         headers[DEDUP_HEADER] = message.deduplication_id
     if message.not_after is not None:
         headers[NOT_AFTER_HEADER] = int(message.not_after * 1000)
-    if message.not_before is not None:
-        headers[NOT_BEFORE_HEADER] = int(message.not_before * 1000)
+    if message.due_ms is not None:
+        headers[NOT_BEFORE_HEADER] = message.due_ms
     return aio_pika.Message(
         body,
         headers=headers,

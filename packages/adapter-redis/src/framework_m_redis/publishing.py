@@ -39,7 +39,7 @@ def enqueue_call(s: RedisSettings, message: JobMessage, body: bytes) -> dict[str
     """The ENQUEUE script's keys and arguments for ``message``."""
     dedup = message.deduplication_id
     deadline = "" if message.not_after is None else int(message.not_after * 1000)
-    due = "" if message.not_before is None else int(message.not_before * 1000)
+    due = "" if message.due_ms is None else message.due_ms
     return {
         "keys": [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed],
         "args": [message.id, body, int(s.dedup_window * 1000), s.max_len,

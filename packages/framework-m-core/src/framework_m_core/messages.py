@@ -179,6 +179,12 @@ class JobMessage:
     meta: dict[str, str] = field(default_factory=dict)  # e.g. the trace context
     not_before: float | None = None  # a delayed job: unix time it becomes due
 
+    @property
+    def due_ms(self) -> int | None:
+        """``not_before`` in unix ms, rounded up: a broker comparing whole ms against it
+        never hands the job out before its time."""
+        return None if self.not_before is None else math.ceil(self.not_before * 1000)
+
     def encode(self) -> bytes:
         """The message's JSON wire form; raises :class:`InvalidJobError` for non-JSON kwargs."""
         try:
