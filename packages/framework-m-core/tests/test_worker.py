@@ -141,6 +141,17 @@ async def test_abort_hands_running_jobs_back_at_once(memory: MemoryBroker) -> No
     assert len(await memory.receive(10, 1)) == 1
 
 
+async def test_abort_cuts_a_long_receive_short(memory: MemoryBroker) -> None:
+    worker = Worker(App(), memory, fetch_timeout=30)
+    task = start(worker)
+    await wait_until(lambda: worker._receiving is not None, what="a receive in progress")
+    started = time.monotonic()
+    worker.abort()
+    await asyncio.wait_for(task, 10)
+    assert time.monotonic() - started < 1.0
+    assert worker._receiving is None
+
+
 async def test_kwargs_that_do_not_fit_the_handler_are_dead_lettered(
     memory: MemoryBroker,
 ) -> None:
