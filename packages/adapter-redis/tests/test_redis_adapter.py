@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from framework_m_core import (
     BrokerError,
@@ -18,6 +20,7 @@ from framework_m_core.adapters.registry import open_broker
 from framework_m_core.testing import PROMPT
 from framework_m_redis import RedisBroker, parse_url
 from framework_m_redis import stats as redis_stats
+from framework_m_redis.connection import WaitingPool
 from framework_m_redis.testing import RedisNamespace
 
 from .conftest import REDIS_URL
@@ -191,3 +194,34 @@ async def test_queue_stats_count_consumers_seen_within_twice_the_visibility_time
         await asyncio.sleep(1.2)
         assert (await redis_stats.read(watcher._run, watcher.settings, seen_since=0)).consumers == 0
         assert (await watcher.queue_stats()).consumers == (0 if counts else None)
+
+
+async def test_callers_beyond_max_connections_wait_for_one(namespace: RedisNamespace) -> None:
+    """Two connections, one held by a blocked receive: forty enqueues and their acks
+    share the other, none fails, and the pool never opens a third."""
+    async with RedisBroker.from_url(namespace.url(max_connections=2)) as broker:
+        await broker.sync_schema()
+        pool = broker.client.connection_pool
+        waiting = asyncio.ensure_future(broker.receive(1, 2.0))
+        ids = await asyncio.gather(*(broker.enqueue("job", n=n) for n in range(40)))
+        assert len(set(ids)) == 40
+        [first] = await waiting
+        rest = [first]
+        while len(rest) < 40:
+            got = await broker.receive(40, PROMPT)
+            assert got, "the enqueued jobs did not all arrive"
+            rest += got
+        await asyncio.gather(*(broker.ack(d) for d in rest))
+        assert len(pool._in_use_connections) + len(pool._available_connections) <= 2
+        assert (await broker.queue_stats()).ready == 0
+
+
+async def test_a_connection_that_fails_to_open_gives_its_slot_back() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    pool = WaitingPool.from_url(f"redis://127.0.0.1:{port}/0", max_connections=1)
+    for _ in range(3):  # a slot kept by a failed attempt would make the next one wait
+        with pytest.raises(RedisConnectionError):
+            async with asyncio.timeout(5):
+                await pool.get_connection()
