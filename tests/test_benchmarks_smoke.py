@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -91,3 +92,33 @@ def test_ctrl_c_stops_the_run_at_once_with_what_it_measured() -> None:
     assert time.monotonic() - interrupted < 5
     assert "interrupted" in err
     assert "the run took" in out
+
+
+def test_the_latency_stages_script_splits_the_path_in_order() -> None:
+    out = subprocess.run(
+        [sys.executable, "benchmarks/latency_stages.py", "memory://", "--samples", "20"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [" ".join(r[:3]) for r in rows] == [
+        "enqueue returned p50",
+        "receive returned p50",
+        "job task started",
+        "handler started p50",
+    ]
+    p50s = [float(r[r.index("p50") + 1]) for r in rows]
+    assert 0 < p50s[0] <= p50s[1] <= p50s[2] <= p50s[3], "each stage comes after the last"
+
+
+def test_the_enqueue_profile_compares_with_the_raw_client_and_names_the_difference() -> None:
+    redis_url = os.environ.get("M_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    out = subprocess.run(
+        [sys.executable, "benchmarks/profile_enqueue.py", redis_url,
+         "-n", "50", "--rounds", "2", "--profile", "--top", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    lines = out.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["round 1", "round 2"]
+    assert "1 in flight: median ratio" in lines[2]
+    assert [line.split(":")[0] for line in lines[3:5]] == ["raw", "framework-m"]
+    assert len([line for line in lines[6:] if " us " in line and "calls" in line]) == 3
