@@ -81,7 +81,7 @@ class Worker:
         )
         self._execution = Execution(app, broker, self.stats, self._observer, self._threads)
         self._stopping = asyncio.Event()
-        self._hurry = asyncio.Event()  # stop without waiting for the receive in progress
+        self._hurried = False  # stopping without waiting for the receive in progress
         self._receiving: asyncio.Future[Sequence[Delivery]] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
@@ -233,14 +233,14 @@ class Worker:
 
     def _hurry_up(self) -> None:
         """Cut the receive in progress short (a graceful stop lets it end)."""
-        self._hurry.set()
+        self._hurried = True
         if self._receiving is not None:
             self._receiving.cancel()
 
     async def _receive(self, free: int) -> Sequence[Delivery]:
         """A receive that :meth:`_hurry_up` cuts short. Awaited directly, so its result
         reaches the consumer in one pass of the loop (an idle worker's latency)."""
-        if self._hurry.is_set():
+        if self._hurried:
             return []
         self._receiving = receiving = asyncio.ensure_future(
             self.broker.receive(free, self.fetch_timeout)
@@ -249,7 +249,7 @@ class Worker:
             return await receiving
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if receiving.cancelled() and self._hurry.is_set() and not (task and task.cancelling()):
+            if receiving.cancelled() and self._hurried and not (task and task.cancelling()):
                 return []  # cut short, the consumer itself was not cancelled
             raise
         finally:
