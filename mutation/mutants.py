@@ -190,6 +190,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_retry_delivers_again_after_the_delay",
     ),
     m(
+        "memory-delayed-early",
+        "memory",
+        "a delayed job never starts before its time",
+        f"{MEMORY}/broker.py",
+        "time.monotonic() + message.not_before - now)",
+        "time.monotonic() + message.not_before - now - 0.004)",
+        "test_a_job_due_in_a_few_ms_is_not_delivered",
+    ),
+    m(
         "memory-release-sits",
         "memory",
         "a release hands the delivery back at once",
@@ -404,6 +413,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_dead_lettering_an_expired",
     ),
     m(
+        "redis-delayed-early",
+        "redis",
+        "a delayed job never starts before its time",
+        f"{REDIS}/publishing.py",
+        'due = "" if message.due_ms is None else message.due_ms',
+        'due = "" if message.due_ms is None else message.due_ms - 4',
+        "test_a_job_due_in_a_few_ms_is_not_delivered",
+    ),
+    m(
         "redis-retry-twice",
         "redis",
         "a repeated retry leaves one copy",
@@ -602,6 +620,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "time.time() + max(0.0, delay),",
         "time.time(),",
         "test_retry_delivers_again_after_the_delay",
+    ),
+    m(
+        "sqlite-delayed-early",
+        "sqlite",
+        "a delayed job never starts before its time",
+        f"{SQLITE}/broker.py",
+        "due = max(now, message.not_before or now)",
+        "due = max(now, (message.not_before or now) - 0.004)",
+        "test_a_job_due_in_a_few_ms_is_not_delivered",
     ),
     m(
         "sqlite-stale-window",
