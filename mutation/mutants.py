@@ -418,7 +418,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a delayed job never starts before its time",
         f"{REDIS}/publishing.py",
         'due = "" if message.due_ms is None else message.due_ms',
-        'due = "" if message.due_ms is None else message.due_ms - 4',
+        'due = "" if message.due_ms is None else message.due_ms - 20',
         "test_a_job_due_in_a_few_ms_is_not_delivered",
     ),
     m(
