@@ -27,6 +27,26 @@ async def in_batches(send: Callable[[int], Awaitable[object]], n: int, size: int
         await asyncio.gather(*(send(i) for i in range(start, min(n, start + size))))
 
 
+async def sends_per_second(
+    send: Callable[[int], Awaitable[object]], n: int, inflight: int = 1, first: int = 0
+) -> float:
+    """Rate of ``send(i)`` for ``n`` values of i from ``first``: awaited one at a time, or
+    with ``inflight`` outstanding."""
+    t0 = time.perf_counter()
+    if inflight == 1:
+        for i in range(first, first + n):
+            await send(i)
+    else:
+        slots = asyncio.Semaphore(inflight)
+
+        async def one(i: int) -> None:
+            async with slots:
+                await send(i)
+
+        await asyncio.gather(*(one(i) for i in range(first, first + n)))
+    return n / (time.perf_counter() - t0)
+
+
 async def taskiq_drain(broker: Any, n: int) -> float:
     """Fill a started-up-later taskiq broker with ``n`` no-op tasks; time 50 at once draining it."""
     from taskiq.receiver import Receiver

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
-from common import BODY, taskiq_drain, taskiq_latency
+from common import BODY, sends_per_second, taskiq_drain, taskiq_latency
 from nats.js.api import StreamConfig
 
 
@@ -21,20 +21,12 @@ async def raw_publish(server: str, n: int, inflight: int) -> float:
     js = nc.jetstream()
     stream = f"bench_raw_{tag}"
     await js.add_stream(StreamConfig(name=stream, subjects=[stream], duplicate_window=120))
-    sem = asyncio.Semaphore(inflight)
 
     async def one(i: int) -> None:
-        async with sem:
-            await js.publish(stream, BODY, headers={"Nats-Msg-Id": f"{tag}:{i}"})
+        await js.publish(stream, BODY, headers={"Nats-Msg-Id": f"{tag}:{i}"})
 
     try:
-        t0 = time.perf_counter()
-        if inflight == 1:
-            for i in range(n):
-                await js.publish(stream, BODY, headers={"Nats-Msg-Id": f"{tag}:{i}"})
-        else:
-            await asyncio.gather(*(one(i) for i in range(n)))
-        return n / (time.perf_counter() - t0)
+        return await sends_per_second(one, n, inflight)
     finally:
         await js.delete_stream(stream)
         await nc.close()

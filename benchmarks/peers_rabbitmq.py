@@ -11,7 +11,7 @@ from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractExchange
-from common import BODY, taskiq_drain, taskiq_latency
+from common import BODY, sends_per_second, taskiq_drain, taskiq_latency
 
 
 @contextlib.asynccontextmanager
@@ -48,27 +48,19 @@ async def raw_publish(server: str, n: int, inflight: int, persistence: str = "di
     an x-message-deduplication exchange (framework-m's arguments) into a quorum queue."""
     quorum = {"durable": True, "arguments": {"x-queue-type": "quorum"}}
     async with dedup_exchange(server, 1_000_000, 120_000, persistence, **quorum) as (x, tag):
-        sem = asyncio.Semaphore(inflight)
 
         async def one(i: int) -> None:
-            async with sem:
-                await x.publish(
-                    aio_pika.Message(
-                        BODY,
-                        headers={"x-deduplication-header": f"{tag}:{i}"},
-                        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                    ),
-                    routing_key="",
-                    mandatory=True,
-                )
+            await x.publish(
+                aio_pika.Message(
+                    BODY,
+                    headers={"x-deduplication-header": f"{tag}:{i}"},
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                ),
+                routing_key="",
+                mandatory=True,
+            )
 
-        t0 = time.perf_counter()
-        if inflight == 1:
-            for i in range(n):
-                await one(i)
-        else:
-            await asyncio.gather(*(one(i) for i in range(n)))
-        return n / (time.perf_counter() - t0)
+        return await sends_per_second(one, n, inflight)
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from common import BODY, StartMark, in_batches, latencies, taskiq_drain, taskiq_latency
+from common import (
+    BODY,
+    StartMark,
+    in_batches,
+    latencies,
+    sends_per_second,
+    taskiq_drain,
+    taskiq_latency,
+)
 
 from framework_m_redis.scripts import ENQUEUE
 
@@ -41,19 +49,7 @@ async def raw_lua(server: str, n: int, inflight: int) -> float:
 
     try:
         await one(-1)  # load the script
-        t0 = time.perf_counter()
-        if inflight == 1:
-            for i in range(n):
-                await one(i)
-        else:
-            sem = asyncio.Semaphore(inflight)
-
-            async def limited(i: int) -> None:
-                async with sem:
-                    await one(i)
-
-            await asyncio.gather(*(limited(i) for i in range(n)))
-        return n / (time.perf_counter() - t0)
+        return await sends_per_second(one, n, inflight)
     finally:
         await _cleanup(client, f"bench:{{{tag}}}:*")
         await client.aclose()

@@ -21,12 +21,12 @@ import cProfile
 import pstats
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
+from common import sends_per_second
 from run import fresh
 
 Send = Callable[[int], Awaitable[object]]
@@ -79,22 +79,6 @@ async def raw_nats(server: str) -> AsyncIterator[Send]:
         await nc.close()
 
 
-async def rate(send: Send, n: int, inflight: int, first: int) -> float:
-    t0 = time.perf_counter()
-    if inflight == 1:
-        for i in range(first, first + n):
-            await send(i)
-    else:
-        slots = asyncio.Semaphore(inflight)
-
-        async def one(i: int) -> None:
-            async with slots:
-                await send(i)
-
-        await asyncio.gather(*(one(i) for i in range(first, first + n)))
-    return n / (time.perf_counter() - t0)
-
-
 def per_call(profile: cProfile.Profile, n: int) -> dict[str, tuple[float, float]]:
     """Calls and own time (us) per enqueue of each function the profile saw."""
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
@@ -117,8 +101,8 @@ async def compare(url: str, n: int, inflight: int, rounds: int, profile: bool, t
         await ours(-1)
         ratios = []
         for r in range(rounds):
-            a = await rate(raw_send, n, inflight, r * n)
-            b = await rate(ours, n, inflight, r * n)
+            a = await sends_per_second(raw_send, n, inflight, r * n)
+            b = await sends_per_second(ours, n, inflight, r * n)
             ratios.append(b / a)
             print(f"round {r + 1}: raw {a:8,.0f}/s  framework-m {b:8,.0f}/s  ratio {b / a:.2f}")
         print(f"{url}, {inflight} in flight: median ratio {statistics.median(ratios):.2f}")
@@ -128,7 +112,7 @@ async def compare(url: str, n: int, inflight: int, rounds: int, profile: bool, t
         for name, send in (("raw", raw_send), ("framework-m", ours)):
             p = cProfile.Profile()
             p.enable()
-            await rate(send, n, inflight, (rounds + 1) * n)
+            await sends_per_second(send, n, inflight, (rounds + 1) * n)
             p.disable()
             seen[name] = per_call(p, n)
             calls = sum(c for c, _ in seen[name].values())

@@ -60,7 +60,7 @@ from framework_m_core.urls import redact_url
 from framework_m_core.worker import DEFAULT_CONCURRENCY
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
-from common import StartMark, in_batches, latencies
+from common import StartMark, in_batches, latencies, sends_per_second
 
 
 @dataclass
@@ -101,12 +101,6 @@ async def fresh(url: str) -> AsyncIterator[BrokerProtocol]:
             await broker.close()
 
 
-async def drain_queue(broker: BrokerProtocol) -> None:
-    while batch := await broker.receive(500, 0.2):
-        for d in batch:
-            await broker.ack(d)
-
-
 async def bench_enqueue(url: str, n: int, dedup: bool) -> float:
     async with fresh(url) as broker:
         run = uuid.uuid4().hex
@@ -130,15 +124,9 @@ async def bench_enqueue_many(url: str, n: int, batch: int = 500) -> float:
 async def bench_enqueue_concurrent(url: str, n: int, inflight: int = 100) -> float:
     async with fresh(url) as broker:
         run = uuid.uuid4().hex
-        sem = asyncio.Semaphore(inflight)
-
-        async def one(i: int) -> None:
-            async with sem:
-                await broker.enqueue("noop", f"{run}:{i}", i=i)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(n)))
-        return n / (time.perf_counter() - t0)
+        return await sends_per_second(
+            lambda i: broker.enqueue("noop", f"{run}:{i}", i=i), n, inflight
+        )
 
 
 @contextlib.asynccontextmanager
