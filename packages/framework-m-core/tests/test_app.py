@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import inspect
+import itertools
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from framework_m_core import App, AppLoadError, Every, JobContext, JobDefinitionError, load_app
+from framework_m_core.jobs import JobSpec
 
 
 def test_decorator_forms() -> None:
@@ -75,3 +79,38 @@ def test_a_handler_without_a_signature_is_refused_at_registration() -> None:
     with pytest.raises(JobDefinitionError, match="handler has no signature"):
         app.job(name="smallest")(min)  # a builtin: no signature to check kwargs against
     assert "smallest" not in app.jobs
+
+
+async def _ctx_only(ctx): ...  # type: ignore[no-untyped-def]
+async def _one(ctx, to): ...  # type: ignore[no-untyped-def]
+async def _default(ctx, to, cc=None): ...  # type: ignore[no-untyped-def]
+async def _kw_only(ctx, *, to, cc=1): ...  # type: ignore[no-untyped-def]
+async def _var_kw(ctx, to, **rest): ...  # type: ignore[no-untyped-def]
+async def _var_pos(ctx, *args, to=1): ...  # type: ignore[no-untyped-def]
+async def _pos_only_ctx(ctx, /, to, **rest): ...  # type: ignore[no-untyped-def]
+async def _pos_only_more(ctx, to, /, cc=1): ...  # type: ignore[no-untyped-def]
+async def _no_ctx(**rest): ...  # type: ignore[no-untyped-def]
+async def _kw_ctx(*, ctx, to): ...  # type: ignore[no-untyped-def]
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        _ctx_only, _one, _default, _kw_only, _var_kw, _var_pos,
+        _pos_only_ctx, _pos_only_more, _no_ctx, _kw_ctx,
+    ],
+)  # fmt: skip
+def test_the_kwargs_check_agrees_with_binding_the_signature(handler: Any) -> None:
+    """Every delivery's kwargs are checked with sets computed once; the answer must be
+    the one ``inspect.Signature.bind`` gives, with its message when it refuses."""
+    spec = JobSpec("j", handler)
+    names = ["to", "cc", "ctx", "rest", "args", "other"]
+    for size in range(4):
+        for keys in itertools.combinations(names, size):
+            kwargs = dict.fromkeys(keys, 1)
+            try:
+                inspect.signature(handler).bind(None, **kwargs)
+                expected = None
+            except TypeError as exc:
+                expected = str(exc)
+            assert spec.kwargs_problem(kwargs) == expected, (handler.__name__, keys)

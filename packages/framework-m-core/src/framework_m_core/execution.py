@@ -146,10 +146,9 @@ class Execution:
             )
             await self._dead_letter(delivery, reason, message)
             return
-        try:
-            spec.signature.bind(None, **message.kwargs)
-        except TypeError as exc:
-            reason = f"kwargs do not match handler of {spec.name!r}: {exc}"
+        problem = spec.kwargs_problem(message.kwargs)
+        if problem is not None:
+            reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
             await self._dead_letter(delivery, reason, message)
             return
         if tracing.active():

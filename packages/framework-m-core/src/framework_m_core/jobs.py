@@ -6,7 +6,7 @@ import inspect
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import SimpleNamespace
@@ -44,6 +44,44 @@ class JobContext:
 
 
 @dataclass(frozen=True, slots=True)
+class _KwargsRule:
+    """The kwargs ``signature.bind(ctx, **kwargs)`` accepts, as sets (a check per delivery
+    without building a BoundArguments); only for signatures it describes exactly."""
+
+    required: frozenset[str]
+    allowed: frozenset[str] | None  # None: a ``**kwargs`` parameter takes any other name
+    ctx: str | None  # the first parameter's name when a keyword can also fill it
+
+    @classmethod
+    def of(cls, signature: inspect.Signature) -> _KwargsRule | None:
+        P = inspect.Parameter
+        params = list(signature.parameters.values())
+        if not params or params[0].kind not in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+            return None  # nothing takes ctx: bind says why
+        first, rest = params[0], params[1:]
+        if any(p.kind is P.POSITIONAL_ONLY for p in rest):
+            return None
+        named = [p for p in rest if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)]
+        return cls(
+            required=frozenset(p.name for p in named if p.default is P.empty),
+            allowed=(
+                None
+                if any(p.kind is P.VAR_KEYWORD for p in rest)
+                else frozenset(p.name for p in named)
+            ),
+            ctx=first.name if first.kind is P.POSITIONAL_OR_KEYWORD else None,
+        )
+
+    def accepts(self, kwargs: Mapping[str, object]) -> bool:
+        keys = kwargs.keys()
+        return (
+            keys >= self.required
+            and (self.allowed is None or keys <= self.allowed)
+            and (self.ctx is None or self.ctx not in kwargs)
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     """A registered job: its handler, schedule and limits."""
 
@@ -57,6 +95,7 @@ class JobSpec:
     # Read once here: every delivery's kwargs are checked against the handler's signature.
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
+    _kwargs: _KwargsRule | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         handler = self.handler
@@ -87,6 +126,18 @@ class JobSpec:
             ) from None
         object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "blocking", not inspect.iscoroutinefunction(handler))
+        object.__setattr__(self, "_kwargs", _KwargsRule.of(signature))
+
+    def kwargs_problem(self, kwargs: Mapping[str, object]) -> str | None:
+        """Why the handler cannot be called as ``handler(ctx, **kwargs)``; None if it can."""
+        rule = self._kwargs
+        if rule is not None and rule.accepts(kwargs):
+            return None
+        try:
+            self.signature.bind(None, **kwargs)
+        except TypeError as exc:
+            return str(exc)
+        return None
 
     def retry_delay(self, attempt: int) -> float:
         """Delay before the attempt after ``attempt``: exponential, capped, +-10% jitter."""
