@@ -13,6 +13,7 @@ from framework_m_core import (
     BrokerError,
     ConfigurationError,
     Delivery,
+    DeliveryLostError,
     QueueStats,
     SchemaConflictError,
 )
@@ -225,3 +226,38 @@ async def test_a_connection_that_fails_to_open_gives_its_slot_back() -> None:
         with pytest.raises(RedisConnectionError):
             async with asyncio.timeout(5):
                 await pool.get_connection()
+
+
+async def test_the_acks_of_one_loop_pass_share_a_script_call_each_with_its_own_verdict(
+    namespace: RedisNamespace,
+) -> None:
+    async with RedisBroker.from_url(namespace.url(visibility_timeout=60)) as broker:
+        await broker.sync_schema()
+        for n in range(4):
+            await broker.enqueue("job", n=n)
+        settled, fresh, other, reclaimed = await broker.receive(4, 2)
+        await broker.ack(settled)
+        s = broker.settings
+        await broker.client.xclaim(s.stream, s.group, "elsewhere", 0, [reclaimed.handle.id])
+        calls: list[str] = []
+        run = broker._run
+
+        async def counted(name: str, keys: list[str], args: list[object]) -> object:
+            calls.append(name)
+            return await run(name, keys, args)
+
+        broker._run = counted  # type: ignore[method-assign]
+        got = await asyncio.gather(
+            *(broker.ack(d) for d in (settled, fresh, other, reclaimed)), return_exceptions=True
+        )
+        assert got[:3] == [None, None, None]
+        assert isinstance(got[3], DeliveryLostError)
+        assert calls == ["ACK"]
+        [(left, _)] = await broker.client.xrange(s.stream)
+        assert left.decode() == reclaimed.handle.id  # acked entries are gone, its is not
+        pending = await broker.client.xpending_range(s.stream, s.group, "-", "+", 10)
+        assert [(p["message_id"], p["consumer"]) for p in pending] == [(left, b"elsewhere")]
+        await broker.enqueue("job", n=5)
+        [later] = await broker.receive(1, 2)
+        await broker.ack(later)
+        assert calls.count("ACK") == 2

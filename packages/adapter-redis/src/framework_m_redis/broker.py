@@ -3,7 +3,8 @@
 Enqueue is one Lua script: ``SET <dedup key> <job id> NX PX <window> GET`` and
 the ``XADD`` run as one atomic step, so no crash or failover leaves a dedup key
 without its job or a job without its key. Workers read through one consumer
-group; an ack is ``XACK`` + ``XDEL`` in one step; a crashed consumer's entries
+group; an ack is ``XACK`` + ``XDEL`` in one step (the acks of one event-loop pass
+share one script call, :mod:`.acks`); a crashed consumer's entries
 are reclaimed with ``XAUTOCLAIM`` after the visibility timeout, which running
 jobs extend; retries wait in a sorted set that any replica moves back when due.
 Every settle script first checks that the entry is still pending for this
@@ -29,6 +30,7 @@ from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
 from . import connection, deadletters, publishing, schema, scripts, stats
+from .acks import AckBatch
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -71,6 +73,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
+        self._acks = AckBatch(self._ack_many)
 
     @property
     def visibility_timeout(self) -> float:
@@ -219,24 +222,34 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     async def _settle(self, name: str, delivery: Delivery, keys: list[str], *args: Any) -> None:
         """Run a guarded settle script; see ``scripts._HELD``."""
-        entry = delivery.handle
-        if not isinstance(entry, _Entry):
-            raise BrokerError("delivery was not received from this Redis broker")
+        entry = _entry(delivery)
         s = self.settings
-        done = await self._run(
+        code = await self._run(
             name, [s.stream, *keys], [s.group, entry.id, self.consumer, entry.times, *args]
         )
-        if done == -1:
+        self._after_settle(entry, code, keep=name == "EXTEND")
+
+    def _after_settle(self, entry: _Entry, code: int, keep: bool = False) -> None:
+        """Forget a settled entry; ``code`` -1 (reclaimed since) raises DeliveryLostError."""
+        if code == -1:
             self._held.pop(entry, None)
             raise DeliveryLostError(
-                f"its visibility timeout of {s.visibility_timeout:g}s ran out and another "
-                "consumer reclaimed it"
+                f"its visibility timeout of {self.settings.visibility_timeout:g}s ran out and "
+                "another consumer reclaimed it"
             )
-        if name != "EXTEND":
+        if not keep:
             self._held.pop(entry, None)
 
     async def ack(self, delivery: Delivery) -> None:
-        await self._settle("ACK", delivery, [])
+        entry = _entry(delivery)
+        self._after_settle(entry, await self._acks.ack(entry))
+
+    async def _ack_many(self, entries: Sequence[_Entry]) -> Sequence[int]:
+        s = self.settings
+        args: list[Any] = [s.group, self.consumer]
+        for entry in entries:
+            args += (entry.id, entry.times)
+        return await self._run("ACK", [s.stream], args)  # type: ignore[no-any-return]
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
         due = _now_ms() + int(max(0.0, delay) * 1000)
@@ -276,6 +289,12 @@ class RedisBroker(BaseBroker[RedisSettings]):
         the delayed set; ``dead_letters``: XLEN of the dead stream; ``consumers``: those
         seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
         return await stats.read(self._run, self.settings)
+
+
+def _entry(delivery: Delivery) -> _Entry:
+    if not isinstance(delivery.handle, _Entry):
+        raise BrokerError("delivery was not received from this Redis broker")
+    return delivery.handle
 
 
 def _now_ms() -> int:

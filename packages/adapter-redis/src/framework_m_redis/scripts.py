@@ -39,15 +39,28 @@ if #held == 0 then return 0 end
 if held[1][2] ~= ARGV[3] or tostring(held[1][4]) ~= ARGV[4] then return -1 end
 """
 
-# ARGV[5..]: none.
-ACK = (
-    _HELD
-    + """
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-return 1
+# Acks many deliveries at once, each with the guard above.
+# KEYS[1]: stream. ARGV: group, consumer, then entry id and times delivered, per entry.
+# Returns one code per entry, as the guard's: 1 acked, 0 settled already, -1 reclaimed.
+ACK = """
+local codes, acked = {}, {}
+for i = 3, #ARGV, 2 do
+  local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #held == 0 then
+    codes[#codes + 1] = 0
+  elseif held[1][2] ~= ARGV[2] or tostring(held[1][4]) ~= ARGV[i + 1] then
+    codes[#codes + 1] = -1
+  else
+    codes[#codes + 1] = 1
+    acked[#acked + 1] = ARGV[i]
+  end
+end
+if #acked > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(acked))
+  redis.call('XDEL', KEYS[1], unpack(acked))
+end
+return codes
 """
-)
 
 # KEYS: stream, delayed set. ARGV[5..]: due ms, attempts so far, body.
 RETRY = (
