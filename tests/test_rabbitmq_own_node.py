@@ -219,13 +219,6 @@ def test_dedup_survives_a_broker_restart_only_on_disk(node: RabbitServer) -> Non
     assert {p: after[p][1] for p in urls} == {"disk": 1, "memory": 0}  # memory forgot
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a delayed job waiting in a quorum retry bucket across a restart did not reach "
-    "the jobs queue within 15 s of it in 3 runs of about 12; suspected: a quorum queue "
-    "expires its head on activity or a timer the restart does not re-arm (compare "
-    "rabbitmq-server#10718); not confirmed, not fixed",
-)
 def test_a_delayed_job_waiting_in_a_bucket_arrives_after_a_broker_restart(
     node: RabbitServer,
 ) -> None:
@@ -246,7 +239,7 @@ def test_a_delayed_job_waiting_in_a_bucket_arrives_after_a_broker_restart(
 
     delayed, due = asyncio.run(delay())
     node.stop()
-    node.start()
+    node.start()  # with the README's dead_letter_worker_publisher_confirm_timeout
     assert asyncio.run(delayed_arrives()) == (delayed, 1, True)  # kept, not early
 
 
