@@ -413,6 +413,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_dead_lettering_an_expired",
     ),
     m(
+        "redis-stale-ack",
+        "redis",
+        "a late ack leaves the reclaimed job alone",
+        f"{REDIS}/scripts.py",
+        "  elseif held[1][2] ~= ARGV[2] or tostring(held[1][4]) ~= ARGV[i + 1] then\n"
+        "    codes[#codes + 1] = -1\n",
+        "",
+        "test_settling_an_expired_reservation",
+    ),
+    m(
         "redis-delayed-early",
         "redis",
         "a delayed job never starts before its time",
