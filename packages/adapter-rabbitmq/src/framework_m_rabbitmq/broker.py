@@ -31,6 +31,7 @@ from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
 from . import deadletters, delays, publishing, stats, wire
+from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
@@ -66,6 +67,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
         self._consumer_tag: str | None = None
+        self._acks: ChannelAcks | None = None  # the consuming channel's
         self._handed_out: dict[int, AbstractIncomingMessage] = {}  # received, maybe unsettled
         self._starting: asyncio.Future[None] | None = None
         self._unbound_warned = False
@@ -82,6 +84,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         if self._starting is not None:
             self._starting.cancel()
         self._exchange = self._consuming = self._starting = self._consumer_tag = None
+        self._acks = None
         self._buffer = asyncio.Queue()
         self._handed_out = {}  # the channel they arrived on is gone
 
@@ -105,7 +108,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             while not self._buffer.empty():
                 held.append(self._buffer.get_nowait())
             for msg in held:
-                if not msg.processed:
+                if not self._acked(msg):
                     await self.release(Delivery(msg.body, wire.attempt(msg), msg))
         except (BrokerError, *AMQP_ERRORS) as exc:
             log.debug("could not hand back buffered deliveries (%s): the channel returns them", exc)
@@ -190,15 +193,23 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             while len(out) < max_messages and not self._buffer.empty():
                 out.append(self._buffer.get_nowait())
             out = [m for m in out if not await self._sent_round(m)]
-        for msg in [m for m in self._handed_out.values() if m.processed]:
+        for msg in [m for m in self._handed_out.values() if self._acked(m)]:
             del self._handed_out[id(msg)]  # settled since: forget
         self._handed_out.update((id(m), m) for m in out)
         return [Delivery(m.body, wire.attempt(m), m) for m in out]
 
     async def _consume(self) -> None:
         try:
-            queue = await self.link.channel().get_queue(self.settings.jobs)
-            self._consumer_tag = await queue.consume(self._buffer.put)
+            channel = self.link.channel()
+            queue = await channel.get_queue(self.settings.jobs)
+            acks, buffer = ChannelAcks(await channel.get_underlay_channel()), self._buffer
+
+            async def delivered(msg: AbstractIncomingMessage) -> None:
+                acks.delivered(msg)
+                buffer.put_nowait(msg)
+
+            self._acks = acks
+            self._consumer_tag = await queue.consume(delivered)
         except aiormq.exceptions.ChannelNotFoundEntity:
             await self.link.reopen()
             raise BrokerError(
@@ -210,12 +221,39 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
     async def _ack(self, delivery: Delivery) -> None:
         """Ack the delivery's message once; repeated calls do nothing."""
-        msg = _unsettled(delivery)
+        msg = self._unsettled(delivery)
         if msg is not None:
             try:
-                await msg.ack()
+                await self._ack_message(msg)
             except AMQP_ERRORS as exc:
                 raise BrokerError(f"ack failed: {exc}") from None
+
+    async def _ack_message(self, msg: AbstractIncomingMessage) -> None:
+        """Through the consuming channel's :class:`.ChannelAcks` when it is that one's."""
+        acks = self._acks
+        if acks is not None and acks.owns(msg):
+            await acks.ack(msg)
+        else:
+            await msg.ack()
+
+    def _acked(self, msg: AbstractIncomingMessage) -> bool:
+        acks = self._acks
+        return msg.processed or (acks is not None and acks.owns(msg) and acks.acked(msg))
+
+    def _unsettled(self, delivery: Delivery) -> AbstractIncomingMessage | None:
+        """The delivery's message while its channel is open; None once it was settled."""
+        msg = delivery.handle
+        if not isinstance(msg, aio_pika.IncomingMessage):
+            raise BrokerError("delivery was not received from this RabbitMQ broker")
+        if self._acked(msg):
+            return None
+        try:
+            msg.channel  # noqa: B018 - raises once the channel is closed
+        except ChannelInvalidStateError:
+            raise DeliveryLostError(
+                "the channel it arrived on is closed; RabbitMQ delivers it again"
+            ) from None
+        return msg
 
     async def ack(self, delivery: Delivery) -> None:
         await self._ack(delivery)
@@ -223,14 +261,14 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     async def release(self, delivery: Delivery) -> None:
         """A copy keeping the attempt count goes to the queue, then the delivery is acked:
         a quorum queue counts a requeue as a delivery."""
-        msg = _unsettled(delivery)
+        msg = self._unsettled(delivery)
         if msg is None:
             return
         await self._publish_to(wire.released_copy(delivery), self.settings.jobs)
         await self._ack(delivery)
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
-        msg = _unsettled(delivery)  # first: a lost delivery comes back by itself
+        msg = self._unsettled(delivery)  # first: a lost delivery comes back by itself
         if msg is None:
             return
         name, ttl = self.settings.retry_queue(delay)
@@ -248,7 +286,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
         async def move() -> None:  # both or, on an error, neither: it comes back to try again
             await publishing.to_bucket(self.link, name, ttl, copy)
-            await msg.ack()
+            await self._ack_message(msg)
 
         try:
             await asyncio.shield(move())  # a cancelled receive must not leave a second copy
@@ -258,10 +296,10 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
     async def extend(self, delivery: Delivery) -> None:
         """RabbitMQ keeps an unacked delivery with its consumer until the channel closes."""
-        _unsettled(delivery)
+        self._unsettled(delivery)
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
-        if _unsettled(delivery) is None:
+        if self._unsettled(delivery) is None:
             return
         await self._publish_to(wire.dead_copy(delivery, reason), self.settings.dead)
         await self._ack(delivery)
@@ -281,19 +319,3 @@ def _retrieved(task: asyncio.Future[None]) -> None:
     """Mark a shielded task's outcome seen: whoever awaited it got the error already."""
     if not task.cancelled():
         task.exception()
-
-
-def _unsettled(delivery: Delivery) -> AbstractIncomingMessage | None:
-    """The delivery's message while its channel is open; None once it was settled."""
-    msg = delivery.handle
-    if not isinstance(msg, aio_pika.IncomingMessage):
-        raise BrokerError("delivery was not received from this RabbitMQ broker")
-    if msg.processed:
-        return None
-    try:
-        msg.channel  # noqa: B018 - raises once the channel is closed
-    except ChannelInvalidStateError:
-        raise DeliveryLostError(
-            "the channel it arrived on is closed; RabbitMQ delivers it again"
-        ) from None
-    return msg

@@ -1,0 +1,77 @@
+"""The acks of one event-loop pass: one multiple ack for the run at the channel's head,
+never past a delivery still running; single acks for the rest."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aio_pika
+import pytest
+
+from framework_m_core.messages import decode_message
+from framework_m_core.testing import PROMPT, receive_all
+from framework_m_rabbitmq import RabbitBroker
+from framework_m_rabbitmq.testing import RabbitNamespace
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def acks_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """Every basic.ack aio-pika writes, as (delivery tag, multiple)."""
+    sent: list[tuple[int, bool]] = []
+    original = aio_pika.IncomingMessage.ack
+
+    async def ack(self: aio_pika.IncomingMessage, multiple: bool = False) -> None:
+        sent.append((self.delivery_tag or 0, multiple))
+        await original(self, multiple=multiple)
+
+    monkeypatch.setattr(aio_pika.IncomingMessage, "ack", ack)
+    return sent
+
+
+async def _ids(broker: RabbitBroker, n: int) -> list[Any]:
+    return [await broker.enqueue("job", n=i) for i in range(n)]
+
+
+async def test_a_run_at_the_head_goes_in_one_multiple_ack_that_stops_at_a_running_job(
+    namespace: RabbitNamespace, acks_sent: list[tuple[int, bool]]
+) -> None:
+    url = namespace.url()
+    async with RabbitBroker.from_url(url) as broker:
+        await broker.sync_schema()
+        await _ids(broker, 6)
+        got = sorted(await receive_all(broker, timeout=PROMPT, ack=False), key=_tag)
+        assert len(got) == 6
+        done = [got[0], got[1], got[2], got[4]]  # got[3] and got[5] still running
+        await asyncio.gather(*(broker.ack(d) for d in done))
+        assert acks_sent == [(_tag(got[2]), True), (_tag(got[4]), False)]
+        for d in done:  # acked already, by the multiple ack or its own: nothing is sent
+            await broker.ack(d)
+        assert len(acks_sent) == 2
+        await broker.ack(got[3])  # the channel is fine: a single ack of its own
+        assert acks_sent[2:] == [(_tag(got[3]), False)]
+        running = decode_message(got[5].body).id
+    async with RabbitBroker.from_url(url) as other:  # handed back on close: got[5] alone
+        back = await receive_all(other, timeout=PROMPT)
+        assert [decode_message(d.body).id for d in back] == [running]
+
+
+async def test_a_lone_ack_and_a_run_behind_an_unacked_head_go_one_by_one(
+    namespace: RabbitNamespace, acks_sent: list[tuple[int, bool]]
+) -> None:
+    async with RabbitBroker.from_url(namespace.url()) as broker:
+        await broker.sync_schema()
+        await _ids(broker, 4)
+        got = sorted(await receive_all(broker, timeout=PROMPT, ack=False), key=_tag)
+        await broker.ack(got[0])
+        await asyncio.gather(*(broker.ack(d) for d in got[2:]))  # got[1] still running
+        assert acks_sent[0] == (_tag(got[0]), False)
+        assert sorted(acks_sent[1:]) == [(_tag(got[2]), False), (_tag(got[3]), False)]
+        await broker.ack(got[1])
+        assert (await broker.queue_stats()).ready == 0
+
+
+def _tag(delivery: Any) -> int:
+    return int(delivery.handle.delivery_tag)
