@@ -15,6 +15,8 @@ import asyncio
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
+from framework_m_core.batching import Calls, PassBatch, answer
+
 # Fewer than this at the head of the channel go one by one.
 _RUN = 2
 
@@ -25,9 +27,7 @@ class ChannelAcks:
     def __init__(self, channel: object) -> None:
         self._channel = channel  # aiormq's channel, as IncomingMessage.channel gives it
         self._unacked: dict[int, None] = {}  # delivery tags received, not acked yet
-        self._waiting: list[tuple[AbstractIncomingMessage, asyncio.Future[None]]] = []
-        self._sending: set[asyncio.Task[None]] = set()
-        self._scheduled = False
+        self._batch: PassBatch[AbstractIncomingMessage, None] = PassBatch(self._flush)
 
     def delivered(self, msg: AbstractIncomingMessage) -> None:
         """Count ``msg`` as unacked: called for every delivery on the channel."""
@@ -48,24 +48,15 @@ class ChannelAcks:
     async def ack(self, msg: AbstractIncomingMessage) -> None:
         """Ack ``msg``, one of this channel's, with the others of this pass; raises what
         writing the ack raised."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((msg, future))
-        if not self._scheduled:
-            self._scheduled = True
-            task = asyncio.create_task(self._flush())
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-        await future
+        await self._batch.submit(msg)
 
-    async def _flush(self) -> None:
-        self._scheduled = False
-        batch, self._waiting = self._waiting, []
+    async def _flush(self, calls: Calls[AbstractIncomingMessage, None]) -> None:
         waiting: dict[int, list[asyncio.Future[None]]] = {}
         acking: dict[int, AbstractIncomingMessage] = {}
-        for msg, future in batch:
+        for msg, future in calls:
             tag = msg.delivery_tag or 0  # owns() let in only messages with a tag
             if self.acked(msg) and tag not in acking:  # acked before, or in flight now
-                future.set_result(None)
+                answer(future, None)
                 continue
             acking[tag] = msg
             waiting.setdefault(tag, []).append(future)
@@ -82,24 +73,10 @@ class ChannelAcks:
         for n, (tags, msg, multiple) in enumerate(sends):
             try:
                 await msg.ack(multiple=multiple)
-            except BaseException as exc:
-                failure = exc if isinstance(exc, Exception) else ConnectionError("ack cancelled")
-                for unsent, *_ in sends[n:]:
-                    for tag in unsent:
-                        self._unacked[tag] = None
-                        _settle(waiting[tag], failure)
-                if not isinstance(exc, Exception):
-                    raise
-                return
+            except BaseException:
+                for unsent, *_ in sends[n:]:  # still unacked; their callers get the error
+                    self._unacked.update(dict.fromkeys(unsent))
+                raise
             for tag in tags:
-                _settle(waiting[tag], None)
-
-
-def _settle(futures: list[asyncio.Future[None]], failure: Exception | None) -> None:
-    for future in futures:
-        if future.done():  # its caller was cancelled
-            continue
-        if failure is None:
-            future.set_result(None)
-        else:
-            future.set_exception(failure)
+                for future in waiting[tag]:
+                    answer(future, None)
