@@ -4,7 +4,7 @@ Enqueue is one Lua script: ``SET <dedup key> <job id> NX PX <window> GET`` and
 the ``XADD`` run as one atomic step, so no crash or failover leaves a dedup key
 without its job or a job without its key. Workers read through one consumer
 group; an ack is ``XACK`` + ``XDEL`` in one step (the acks of one event-loop pass
-share one script call, :mod:`.acks`); a crashed consumer's entries
+share one script call); a crashed consumer's entries
 are reclaimed with ``XAUTOCLAIM`` after the visibility timeout, which running
 jobs extend; retries wait in a sorted set that any replica moves back when due.
 Every settle script first checks that the entry is still pending for this
@@ -23,6 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from framework_m_core.batching import Calls, PassBatch, answer
 from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
 from framework_m_core.capabilities import Capability as C
 from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMError
@@ -30,7 +31,6 @@ from framework_m_core.messages import JobMessage
 from framework_m_core.schema import SchemaPlan
 
 from . import connection, deadletters, publishing, schema, scripts, stats
-from .acks import AckBatch
 from .schema import text
 from .settings import RedisSettings, parse_url
 
@@ -73,7 +73,8 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
-        self._acks = AckBatch(self._ack_many)
+        # Each job still waits for its own entry's code; a failed call fails them all.
+        self._acks: PassBatch[_Entry, int] = PassBatch(self._ack_many, most=scripts.ACK_MOST)
 
     @property
     def visibility_timeout(self) -> float:
@@ -242,14 +243,17 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     async def ack(self, delivery: Delivery) -> None:
         entry = _entry(delivery)
-        self._after_settle(entry, await self._acks.ack(entry))
+        self._after_settle(entry, await self._acks.submit(entry))
 
-    async def _ack_many(self, entries: Sequence[_Entry]) -> Sequence[int]:
+    async def _ack_many(self, calls: Calls[_Entry, int]) -> None:
+        """The acks of one pass in one call of the ACK script, each answered its code."""
         s = self.settings
         args: list[Any] = [s.group, self.consumer]
-        for entry in entries:
+        for entry, _ in calls:
             args += (entry.id, entry.times)
-        return await self._run("ACK", [s.stream], args)  # type: ignore[no-any-return]
+        codes = await self._run("ACK", [s.stream], args)
+        for (_, future), code in zip(calls, codes, strict=True):
+            answer(future, int(code))
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
         due = _now_ms() + int(max(0.0, delay) * 1000)

@@ -42,6 +42,8 @@ if held[1][2] ~= ARGV[3] or tostring(held[1][4]) ~= ARGV[4] then return -1 end
 # Acks many deliveries at once, each with the guard above.
 # KEYS[1]: stream. ARGV: group, consumer, then entry id and times delivered, per entry.
 # Returns one code per entry, as the guard's: 1 acked, 0 settled already, -1 reclaimed.
+# At most ACK_MOST entries a call: Lua's unpack() takes a few thousand values.
+ACK_MOST = 500
 ACK = """
 local codes, acked = {}, {}
 for i = 3, #ARGV, 2 do
