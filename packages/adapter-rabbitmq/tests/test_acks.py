@@ -31,8 +31,9 @@ def acks_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     return sent
 
 
-async def _ids(broker: RabbitBroker, n: int) -> list[Any]:
-    return [await broker.enqueue("job", n=i) for i in range(n)]
+async def _enqueue(broker: RabbitBroker, n: int) -> None:
+    for i in range(n):
+        await broker.enqueue("job", n=i)
 
 
 async def test_a_run_at_the_head_goes_in_one_multiple_ack_that_stops_at_a_running_job(
@@ -41,7 +42,7 @@ async def test_a_run_at_the_head_goes_in_one_multiple_ack_that_stops_at_a_runnin
     url = namespace.url()
     async with RabbitBroker.from_url(url) as broker:
         await broker.sync_schema()
-        await _ids(broker, 6)
+        await _enqueue(broker, 6)
         got = sorted(await receive_all(broker, timeout=PROMPT, ack=False), key=_tag)
         assert len(got) == 6
         done = [got[0], got[1], got[2], got[4]]  # got[3] and got[5] still running
@@ -63,7 +64,7 @@ async def test_a_lone_ack_and_a_run_behind_an_unacked_head_go_one_by_one(
 ) -> None:
     async with RabbitBroker.from_url(namespace.url()) as broker:
         await broker.sync_schema()
-        await _ids(broker, 4)
+        await _enqueue(broker, 4)
         got = sorted(await receive_all(broker, timeout=PROMPT, ack=False), key=_tag)
         await broker.ack(got[0])
         await asyncio.gather(*(broker.ack(d) for d in got[2:]))  # got[1] still running

@@ -55,7 +55,7 @@ class ChannelAcks:
         acking: dict[int, AbstractIncomingMessage] = {}
         for msg, future in calls:
             tag = msg.delivery_tag or 0  # owns() let in only messages with a tag
-            if self.acked(msg) and tag not in acking:  # acked before, or in flight now
+            if self.acked(msg):  # acked before, or in flight now
                 answer(future, None)
                 continue
             acking[tag] = msg
