@@ -23,7 +23,7 @@ from common import in_batches
 from run import fresh, noop_app, running
 
 from framework_m_core import Worker
-from framework_m_core.worker import DEFAULT_CONCURRENCY
+from framework_m_core.runtime.worker import DEFAULT_CONCURRENCY
 
 
 async def drain(url: str, n: int, concurrency: int, profile: cProfile.Profile | None) -> None:

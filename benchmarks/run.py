@@ -53,11 +53,11 @@ from urllib.parse import parse_qsl
 
 from framework_m_core import App, InProcessTickerAdapter, Job, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
-from framework_m_core.metrics import Metrics
-from framework_m_core.protocols import BrokerProtocol
+from framework_m_core.observability.metrics import Metrics
+from framework_m_core.ports.protocols import BrokerProtocol
+from framework_m_core.ports.urls import redact_url
+from framework_m_core.runtime.worker import DEFAULT_CONCURRENCY
 from framework_m_core.testing.namespaces import namespace
-from framework_m_core.urls import redact_url
-from framework_m_core.worker import DEFAULT_CONCURRENCY
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
 from common import StartMark, in_batches, latencies, sends_per_second

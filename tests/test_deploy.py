@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from framework_m_core.cli import _parser
+from framework_m_core.cli.main import _parser
 
 from .conftest import REPO
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from framework_m_core import connect
-from framework_m_core.records import QueueStats
+from framework_m_core.ports.records import QueueStats
 from framework_m_core.testing import namespace
 
 from .conftest import REPO

@@ -47,7 +47,7 @@ def test_mutant_ids_are_unique() -> None:
 
 
 def test_the_core_readme_shows_the_current_requirement_table() -> None:
-    from framework_m_core.testing.catalogue import requirement_table
+    from framework_m_core.testing.contract.catalogue import requirement_table
 
     readme = (REPO / "packages" / "framework-m-core" / "README.md").read_text()
     shown = readme.split("<!-- requirement-table -->\n")[1].split("\n<!-- /requirement-table -->")[

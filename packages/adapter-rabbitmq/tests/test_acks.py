@@ -9,7 +9,7 @@ from typing import Any
 import aio_pika
 import pytest
 
-from framework_m_core.messages import decode_message
+from framework_m_core.ports.messages import decode_message
 from framework_m_core.testing import PROMPT, receive_all
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace

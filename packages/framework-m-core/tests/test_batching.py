@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from framework_m_core.batching import Calls, PassBatch, answer
+from framework_m_core.ports.batching import Calls, PassBatch, answer
 
 MOST = 500
 

@@ -7,7 +7,7 @@ import pytest
 from framework_m_core import Capability, ConfigurationError
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.testing import requires
-from framework_m_core.testing.requirements import SHORT_VISIBILITY, any_of, requirements_of
+from framework_m_core.testing.contract.requirements import SHORT_VISIBILITY, any_of, requirements_of
 
 
 def test_an_adapter_declaring_an_unknown_capability_is_refused_when_defined() -> None:

@@ -161,7 +161,7 @@ def framework_m_log_level() -> Iterator[None]:
 @pytest.mark.usefixtures("framework_m_log_level")
 def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     from framework_m_core.adapters.memory import MemoryBroker, reset
-    from framework_m_core.cli import main
+    from framework_m_core.cli.main import main
 
     url = "memory://status-test"
     assert main(["status", "--broker", url]) == 0
@@ -225,7 +225,7 @@ def test_python_dash_m_is_the_same_command() -> None:
 
 
 def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
-    from framework_m_core.inspection import _fresh
+    from framework_m_core.cli.inspection import _fresh
 
     tick = JobMessage("t", deduplication_id="tick:t:60", scheduled_at=60, not_after=95.0)
     again = decode_message(_fresh(tick.encode()))
@@ -240,7 +240,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
     """Where the event loop takes no signal handlers (Windows), signal.signal does."""
     from framework_m_core import App, JobContext, Worker
     from framework_m_core.adapters.memory import MemoryBroker, reset
-    from framework_m_core.cli import _signals_stop
+    from framework_m_core.cli.main import _signals_stop
 
     def refused(*args: object) -> None:
         raise NotImplementedError

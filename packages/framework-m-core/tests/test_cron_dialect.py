@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from framework_m_core import ScheduleError, cron
-from framework_m_core.cronspec import parse
+from framework_m_core.scheduling.cron import parse
 
 
 def ts(*args: int) -> int:

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from framework_m_core import App, JobContext, cron
-from framework_m_core.cronspec import parse
+from framework_m_core.scheduling.cron import parse
+from framework_m_core.scheduling.zones import clock_of
 from framework_m_core.testing import ticks_between
-from framework_m_core.zones import clock_of
 
 ZONES = [
     "Europe/Berlin",

@@ -6,8 +6,8 @@ import math
 import pytest
 
 from framework_m_core import InvalidJobError, JobMessage, MessageDecodeError, decode_message
-from framework_m_core.messages import MAX_NESTING
-from framework_m_core.urls import redact_url
+from framework_m_core.ports.messages import MAX_NESTING
+from framework_m_core.ports.urls import redact_url
 
 
 def test_round_trip() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.metrics import Metrics
+from framework_m_core.observability.metrics import Metrics
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from framework_m_core import Cron, Every, ScheduleError, cron, every
-from framework_m_core.schedules import to_schedule
+from framework_m_core.scheduling.schedules import to_schedule
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -17,13 +17,13 @@ from framework_m_core import (
     JobContext,
     JobMessage,
     PublishResult,
-    clocks,
     decode_message,
 )
-from framework_m_core import ticker as ticker_module
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.scheduling import clocks
+from framework_m_core.scheduling import ticker as ticker_module
+from framework_m_core.scheduling.ticker import check_grace, default_grace
 from framework_m_core.testing import receive_all, synced, ticks_between, wait_until
-from framework_m_core.ticker import check_grace, default_grace
 
 pytestmark = pytest.mark.anyio
 

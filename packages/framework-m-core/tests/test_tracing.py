@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext, decode_message
-from framework_m_core import tracing as fm_tracing
 from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.observability import tracing as fm_tracing
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio

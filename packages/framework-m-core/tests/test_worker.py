@@ -22,7 +22,7 @@ from framework_m_core import (
     WorkerFailedError,
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
-from framework_m_core.schema import SchemaPlan
+from framework_m_core.ports.schema import SchemaPlan
 from framework_m_core.testing import drain, receive_all, running_worker, synced, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -18,11 +18,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
-from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, DeliveryLostError
-from framework_m_core.messages import JobMessage
-from framework_m_core.schema import SchemaPlan
+from framework_m_core.ports import (
+    BaseBroker,
+    BrokerError,
+    DeadLetter,
+    Delivery,
+    DeliveryLostError,
+    JobMessage,
+    PublishResult,
+    QueueStats,
+    SchemaPlan,
+)
+from framework_m_core.ports import Capability as C
 
 from . import schema
 from .settings import SqliteSettings, parse_url

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.ports import SchemaChange, SchemaPlan
 
 from .settings import SqliteSettings
 

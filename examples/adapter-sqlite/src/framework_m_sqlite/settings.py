@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import query_params, redact_url
+from framework_m_core.ports import ConfigurationError, query_params, redact_url
 
 _QUEUE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 

@@ -20,11 +20,17 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
-from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError
-from framework_m_core.messages import JobMessage
-from framework_m_core.schema import SchemaPlan
+from framework_m_core.ports import (
+    BaseBroker,
+    BrokerError,
+    DeadLetter,
+    Delivery,
+    JobMessage,
+    PublishResult,
+    QueueStats,
+    SchemaPlan,
+)
+from framework_m_core.ports import Capability as C
 
 from . import deadletters, delays, events, fetching, publishing, schema, stats, wire
 from .errors import describe, server_errors

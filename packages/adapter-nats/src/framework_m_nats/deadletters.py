@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from framework_m_core.broker import DeadLetter
+from framework_m_core.ports import DeadLetter
 
 from . import wire
 from .errors import server_errors

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import nats.errors
 from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
 
-from framework_m_core.errors import BrokerError, SchemaConflictError
+from framework_m_core.ports import BrokerError, SchemaConflictError
 
 # Failures after which a publish is worth trying again (its Nats-Msg-Id makes that safe).
 TRANSIENT = (

@@ -14,8 +14,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError, NotFoundError
 
-from framework_m_core.errors import BrokerError, InvalidJobError, MessageDecodeError
-from framework_m_core.messages import decode_message
+from framework_m_core.ports import BrokerError, InvalidJobError, MessageDecodeError, decode_message
 
 from . import wire
 from .errors import TRANSIENT, describe, server_errors

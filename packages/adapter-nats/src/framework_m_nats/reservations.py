@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from framework_m_core.errors import DeliveryLostError
+from framework_m_core.ports import DeliveryLostError
 
 # Share of ack_wait by which a reservation is taken to end before the server ends it.
 MARGIN = 0.1

@@ -26,8 +26,7 @@ from nats.js.api import (
 )
 from nats.js.errors import APIError, NotFoundError
 
-from framework_m_core.errors import BrokerError
-from framework_m_core.schema import SchemaChange, SchemaPlan, SchemaRaceError
+from framework_m_core.ports import BrokerError, SchemaChange, SchemaPlan, SchemaRaceError
 
 from .settings import NatsSettings
 

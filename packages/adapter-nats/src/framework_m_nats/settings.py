@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import options_of, query_params, redact_url
+from framework_m_core.ports import ConfigurationError, options_of, query_params, redact_url
 
 DEFAULT_STREAM = "framework_m_jobs"
 DEFAULT_PREFIX = "framework_m"

@@ -22,8 +22,7 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from framework_m_core.broker import QueueStats
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError, QueueStats
 
 from .errors import server_errors
 from .settings import NatsSettings

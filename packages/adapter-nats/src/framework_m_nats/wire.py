@@ -7,7 +7,7 @@ import re
 import time
 from datetime import datetime
 
-from framework_m_core.broker import DeadLetter, Delivery
+from framework_m_core.ports import DeadLetter, Delivery
 
 MSG_ID = "Nats-Msg-Id"
 REASON = "Framework-M-Reason"

@@ -15,7 +15,7 @@ import asyncio
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from framework_m_core.batching import Calls, PassBatch, answer
+from framework_m_core.ports import Calls, PassBatch, answer
 
 # Fewer than this at the head of the channel go one by one.
 _RUN = 2

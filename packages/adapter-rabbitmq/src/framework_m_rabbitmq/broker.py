@@ -24,11 +24,18 @@ import aiormq
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
-from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, DeliveryLostError
-from framework_m_core.messages import JobMessage
-from framework_m_core.schema import SchemaPlan
+from framework_m_core.ports import (
+    BaseBroker,
+    BrokerError,
+    DeadLetter,
+    Delivery,
+    DeliveryLostError,
+    JobMessage,
+    PublishResult,
+    QueueStats,
+    SchemaPlan,
+)
+from framework_m_core.ports import Capability as C
 
 from . import deadletters, delays, publishing, stats, wire
 from .acks import ChannelAcks

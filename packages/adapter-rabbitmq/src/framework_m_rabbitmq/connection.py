@@ -15,7 +15,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError
 
 from .settings import EXCHANGE_TYPE, RabbitSettings
 

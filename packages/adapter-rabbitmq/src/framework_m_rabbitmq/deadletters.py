@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from framework_m_core.broker import DeadLetter
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError, DeadLetter
 
 from . import wire
 from .connection import AMQP_ERRORS, Link

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from framework_m_core.errors import BrokerError, ConfigurationError
+from framework_m_core.ports import BrokerError, ConfigurationError
 
 _TIMEOUT = 5.0
 

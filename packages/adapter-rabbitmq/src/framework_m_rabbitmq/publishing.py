@@ -10,9 +10,7 @@ import aiormq
 from aio_pika.abc import AbstractExchange
 from aio_pika.exceptions import DeliveryError, PublishError
 
-from framework_m_core.broker import PublishResult
-from framework_m_core.errors import BrokerError
-from framework_m_core.messages import JobMessage
+from framework_m_core.ports import BrokerError, JobMessage, PublishResult
 
 from . import wire
 from .connection import AMQP_ERRORS, Link

@@ -18,8 +18,7 @@ from typing import Any
 
 import aiormq
 
-from framework_m_core.errors import BrokerError
-from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.ports import BrokerError, SchemaChange, SchemaPlan
 
 from .connection import Link
 from .settings import EXCHANGE_TYPE

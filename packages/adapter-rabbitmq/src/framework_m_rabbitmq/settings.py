@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import query_params, redact_url
+from framework_m_core.ports import ConfigurationError, query_params, redact_url
 
 from .management import ManagementAPI, Policy
 

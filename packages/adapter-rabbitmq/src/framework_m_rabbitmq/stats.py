@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import aiormq
 
-from framework_m_core.broker import QueueStats
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError, QueueStats
 
 from .connection import AMQP_ERRORS, Link
 

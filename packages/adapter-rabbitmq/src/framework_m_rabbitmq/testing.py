@@ -6,7 +6,7 @@ from typing import Any
 
 import aio_pika
 
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError
 from framework_m_core.testing.namespaces import Namespace, with_options
 
 from .management import ManagementAPI

@@ -12,8 +12,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
-from framework_m_core.broker import DeadLetter, Delivery
-from framework_m_core.messages import JobMessage
+from framework_m_core.ports import DeadLetter, Delivery, JobMessage
 
 DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)

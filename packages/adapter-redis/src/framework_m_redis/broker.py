@@ -23,12 +23,22 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.batching import Calls, PassBatch, answer
-from framework_m_core.broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
-from framework_m_core.capabilities import Capability as C
-from framework_m_core.errors import BrokerError, DeliveryLostError, FrameworkMError
-from framework_m_core.messages import JobMessage
-from framework_m_core.schema import SchemaPlan
+from framework_m_core.ports import (
+    BaseBroker,
+    BrokerError,
+    Calls,
+    DeadLetter,
+    Delivery,
+    DeliveryLostError,
+    FrameworkMError,
+    JobMessage,
+    PassBatch,
+    PublishResult,
+    QueueStats,
+    SchemaPlan,
+    answer,
+)
+from framework_m_core.ports import Capability as C
 
 from . import connection, deadletters, publishing, schema, scripts, stats
 from .schema import text

@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
-from framework_m_core.errors import BrokerError, ConfigurationError
+from framework_m_core.ports import BrokerError, ConfigurationError
 
 from . import scripts
 from .schema import text

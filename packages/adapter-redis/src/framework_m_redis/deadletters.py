@@ -8,8 +8,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from framework_m_core.broker import DeadLetter
-from framework_m_core.errors import BrokerError
+from framework_m_core.ports import BrokerError, DeadLetter
 
 from .schema import text
 

@@ -9,9 +9,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.broker import PublishResult
-from framework_m_core.errors import BrokerError
-from framework_m_core.messages import JobMessage
+from framework_m_core.ports import BrokerError, JobMessage, PublishResult
 
 from .schema import text
 from .settings import RedisSettings

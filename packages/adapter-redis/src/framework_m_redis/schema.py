@@ -6,8 +6,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.errors import BrokerError
-from framework_m_core.schema import SchemaChange, SchemaPlan
+from framework_m_core.ports import BrokerError, SchemaChange, SchemaPlan
 
 from .settings import RedisSettings
 

@@ -6,8 +6,7 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from framework_m_core.errors import ConfigurationError
-from framework_m_core.urls import options_of, query_params, redact_url
+from framework_m_core.ports import ConfigurationError, options_of, query_params, redact_url
 
 DEFAULT_QUEUE = "framework_m"
 DEFAULT_GROUP = "workers"

@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from framework_m_core.broker import QueueStats
+from framework_m_core.ports import QueueStats
 
 from .settings import RedisSettings
 

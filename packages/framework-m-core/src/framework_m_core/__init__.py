@@ -8,16 +8,6 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
-from .broker import (
-    BaseBroker,
-    BrokerStats,
-    DeadLetter,
-    Delivery,
-    Job,
-    PublishResult,
-    QueueStats,
-)
-from .capabilities import Capability
 from .errors import (
     AppLoadError,
     BrokerError,
@@ -33,18 +23,28 @@ from .errors import (
     WorkerFailedError,
 )
 from .jobs import JobContext, JobSpec
-from .messages import JobMessage, decode_message, tick_deduplication_id
-from .protocols import (
+from .ports.base import (
+    BaseBroker,
+    BrokerStats,
+    DeadLetter,
+    Delivery,
+    Job,
+    PublishResult,
+    QueueStats,
+)
+from .ports.capabilities import Capability
+from .ports.messages import JobMessage, decode_message, tick_deduplication_id
+from .ports.protocols import (
     BrokerProtocol,
     ConsumerProtocol,
     JobQueueProtocol,
     SchemaSyncProtocol,
     TickerProtocol,
 )
-from .schedules import Cron, Every, Schedule, cron, every
-from .schema import SchemaChange, SchemaPlan, SchemaRaceError
-from .ticker import InProcessTickerAdapter
-from .worker import Worker
+from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
+from .runtime.worker import Worker
+from .scheduling.schedules import Cron, Every, Schedule, cron, every
+from .scheduling.ticker import InProcessTickerAdapter
 
 __all__ = [
     "PROJECT",

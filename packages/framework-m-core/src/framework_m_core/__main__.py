@@ -1,5 +1,5 @@
 """``python -m framework_m_core`` is the ``m`` command."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

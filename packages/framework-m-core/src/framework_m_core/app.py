@@ -14,8 +14,8 @@ from typing import Any, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .jobs import Handler, JobSpec, State
-from .messages import validate_job_name
-from .schedules import Schedule, to_schedule
+from .ports.messages import validate_job_name
+from .scheduling.schedules import Schedule, to_schedule
 
 log = logging.getLogger("framework_m.worker")
 

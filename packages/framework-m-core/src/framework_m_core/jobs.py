@@ -13,10 +13,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobDefinitionError
-from .schedules import Schedule
+from .scheduling.schedules import Schedule
 
 if TYPE_CHECKING:
-    from .protocols import JobQueueProtocol
+    from .ports.protocols import JobQueueProtocol
 
 # ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
 Handler = Callable[..., Any]
@@ -38,7 +38,7 @@ class JobContext:
     enqueued_at: datetime
     deduplication_id: str | None
     queue: JobQueueProtocol  # to enqueue follow-up jobs
-    # Its records carry job, job_id, attempt and (ticked jobs) slot: see framework_m_core.logs.
+    # Its records carry job, job_id, attempt and (ticked jobs) slot (see observability.logs).
     log: logging.LoggerAdapter[logging.Logger]
     state: State = field(default_factory=State)  # the app's, as its startup hooks left it
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from importlib.metadata import EntryPoint, entry_points
 from urllib.parse import urlsplit
 
-from ..capabilities import as_capabilities
 from ..errors import ConfigurationError, UnknownBrokerError
-from ..protocols import BrokerProtocol
-from ..urls import redact_url, scheme_of
+from ..ports.capabilities import as_capabilities
+from ..ports.protocols import BrokerProtocol
+from ..ports.urls import redact_url, scheme_of
 
 GROUP = "framework_m.adapters"
 

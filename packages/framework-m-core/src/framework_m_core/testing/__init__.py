@@ -9,13 +9,24 @@ process on the machine can open, to a namespace of its own for each test::
             return f"my://127.0.0.1/{uuid4().hex}?dedup_window=1&visibility_timeout=1"
 
 The suite opens brokers through the entry-point registry, in the test process
-and in the worker processes it starts. It is split by area into mixins
-(:class:`EnqueueContract`, :class:`ConsumeContract`, :class:`ConnectionContract`,
-:class:`SchemaContract`, :class:`WorkerContract`, :class:`ProcessContract`) so
-that one area can be run or marked xfail on its own; :class:`BrokerContract` is
-their union. Tests state
-what they need with :func:`requires` and are skipped with the reason when the
-adapter lacks it. Requires pytest and anyio (``framework-m-core[testing]``).
+and in the worker processes it starts. It is split by area into mixins, each in
+the module of :mod:`.contract` named after it, so that one area can be run or
+marked xfail on its own:
+
+- :class:`EnqueueContract`: ids, validation, deduplication across connections;
+- :class:`BatchContract`: ``enqueue_many``;
+- :class:`DelayedContract`: ``enqueue_at`` and ``enqueue_in``;
+- :class:`ConsumeContract`: reservations, settling, redelivery, dead letters;
+- :class:`ConnectionContract`: connect, close, outages, credentials;
+- :class:`SchemaContract`: schema sync, plan and refusals;
+- :class:`WorkerContract`: the worker runtime and the ticker on this broker;
+- :class:`HostileInputContract`: bodies that are not jobs;
+- :class:`StatsContract`: ``queue_stats``;
+- :class:`ProcessContract`: the promises that show only across processes.
+
+:class:`BrokerContract` is their union. Tests state what they need with
+:func:`requires` and are skipped with the reason when the adapter lacks it.
+Requires pytest and anyio (``framework-m-core[testing]``).
 
 For testing an application's own jobs (no pytest needed): :func:`run_job`,
 :func:`drain` and :func:`ticks_between` (see :mod:`.jobs`).
@@ -28,14 +39,19 @@ from typing import Any
 from .namespaces import Namespace, namespace, with_options
 
 _LAZY = {
-    "BrokerContract": ".contract",
-    "EnqueueContract": ".enqueue",
-    "ConsumeContract": ".consume",
-    "ConnectionContract": ".connection",
-    "SchemaContract": ".schema_sync",
-    "WorkerContract": ".runtime",
-    "ProcessContract": ".processes",
-    "namespace_fixture": ".base",
+    "BrokerContract": ".contract.broker",
+    "EnqueueContract": ".contract.enqueue",
+    "BatchContract": ".contract.batch",
+    "DelayedContract": ".contract.delayed",
+    "ConsumeContract": ".contract.consume",
+    "ConnectionContract": ".contract.connection",
+    "SchemaContract": ".contract.schema",
+    "WorkerContract": ".contract.worker",
+    "HostileInputContract": ".contract.hostile_input",
+    "StatsContract": ".contract.stats",
+    "ProcessContract": ".contract.process",
+    "AREAS": ".contract.broker",
+    "namespace_fixture": ".contract.base",
     "PROMPT": ".helpers",
     "connected": ".helpers",
     "many": ".helpers",
@@ -48,13 +64,13 @@ _LAZY = {
     "drain": ".jobs",
     "run_job": ".jobs",
     "ticks_between": ".jobs",
-    "requires": ".requirements",
-    "any_of": ".requirements",
-    "Requirement": ".requirements",
-    "SHORT_DEDUP_WINDOW": ".requirements",
-    "SHORT_VISIBILITY": ".requirements",
-    "DEDUP_WINDOW_IN_URL": ".requirements",
-    "SINGLE_HOST": ".requirements",
+    "requires": ".contract.requirements",
+    "any_of": ".contract.requirements",
+    "Requirement": ".contract.requirements",
+    "SHORT_DEDUP_WINDOW": ".contract.requirements",
+    "SHORT_VISIBILITY": ".contract.requirements",
+    "DEDUP_WINDOW_IN_URL": ".contract.requirements",
+    "SINGLE_HOST": ".contract.requirements",
 }
 
 __all__ = ["Namespace", "namespace", "with_options", *_LAZY]

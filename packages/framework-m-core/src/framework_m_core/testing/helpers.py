@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..app import App
-from ..broker import Delivery
-from ..protocols import BrokerProtocol
-from ..worker import Worker
+from ..ports.base import Delivery
+from ..ports.protocols import BrokerProtocol
+from ..runtime.worker import Worker
 
 # Longest a test waits for something the broker should do promptly.
 PROMPT = 5.0

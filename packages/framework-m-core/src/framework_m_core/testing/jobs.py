@@ -25,15 +25,15 @@ from typing import Any
 
 from ..adapters.memory import MemoryBroker, MemorySettings
 from ..app import App
-from ..broker import Delivery
 from ..errors import ConfigurationError, MessageDecodeError
 from ..jobs import JobContext
-from ..logs import job_logger
-from ..messages import JobMessage, decode_message, new_job_id, tick_deduplication_id
-from ..observe import Observer, TickOutcome
-from ..protocols import BrokerProtocol, JobQueueProtocol
-from ..ticker import InProcessTickerAdapter
-from ..worker import Worker
+from ..observability.logs import job_logger
+from ..observability.observer import Observer, TickOutcome
+from ..ports.base import Delivery
+from ..ports.messages import JobMessage, decode_message, new_job_id, tick_deduplication_id
+from ..ports.protocols import BrokerProtocol, JobQueueProtocol
+from ..runtime.worker import Worker
+from ..scheduling.ticker import InProcessTickerAdapter
 
 _job_log = logging.getLogger("framework_m.job")
 

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import UnknownBrokerError
-from ..urls import scheme_of
+from ..ports.urls import scheme_of
 
 GROUP = "framework_m.test_namespaces"
 

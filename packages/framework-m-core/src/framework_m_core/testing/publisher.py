@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..adapters.registry import open_broker
-from ..messages import JobMessage
+from ..ports.messages import JobMessage
 
 
 def _arrived(signal: Path) -> bool:

@@ -12,11 +12,18 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from ...broker import BaseBroker, DeadLetter, Delivery, PublishResult, QueueStats
-from ...capabilities import Capability as C
-from ...errors import BrokerError, DeliveryLostError
-from ...messages import JobMessage
-from ...schema import SchemaPlan
+from ...ports import (
+    BaseBroker,
+    BrokerError,
+    DeadLetter,
+    Delivery,
+    DeliveryLostError,
+    JobMessage,
+    PublishResult,
+    QueueStats,
+    SchemaPlan,
+)
+from ...ports import Capability as C
 from . import schema, server
 from .settings import MemorySettings, parse_url
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...schema import SchemaChange, SchemaPlan
+from ...ports import SchemaChange, SchemaPlan
 from . import server
 from .settings import MemorySettings
 

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ...broker import DeadLetter
+from ...ports import DeadLetter
 
 _MAX_DEAD_LETTERS = 10_000
 

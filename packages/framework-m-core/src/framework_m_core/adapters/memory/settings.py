@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ...errors import ConfigurationError
-from ...urls import query_params, redact_url
+from ...ports import ConfigurationError, query_params, redact_url
 
 DEFAULT_DEDUP_WINDOW = 120.0
 DEFAULT_VISIBILITY_TIMEOUT = 30.0

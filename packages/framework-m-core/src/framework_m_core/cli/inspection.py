@@ -1,0 +1,143 @@
+"""The operator's commands: ``m status`` and ``m dead-letters list|requeue|purge``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from ..adapters.registry import connected, open_broker
+from ..errors import BrokerError, ConfigurationError, MessageDecodeError
+from ..ports.base import DeadLetter, QueueStats
+from ..ports.capabilities import Capability
+from ..ports.messages import decode_message
+
+log = logging.getLogger("framework_m.cli")
+
+_UNKNOWN = "-"  # a count the broker does not tell
+
+
+async def status(args: argparse.Namespace) -> int:
+    """``m status``: per queue, its counts, windows and whether its schema is in sync."""
+    reports = []
+    for url in args.broker:
+        broker = open_broker(url)
+        async with connected(broker):
+            plan = await broker.plan_schema()
+            try:
+                stats = await broker.queue_stats()
+            except BrokerError:
+                if plan.in_sync:
+                    raise
+                stats = QueueStats()  # what is missing holds nothing to count
+            reports.append(
+                {
+                    "queue": broker.display_url,
+                    **dataclasses.asdict(stats),
+                    "dedup_window": broker.dedup_window,
+                    "visibility_timeout": broker.visibility_timeout,
+                    "schema_in_sync": plan.in_sync,
+                    "schema_changes": [str(change) for change in plan.changes],
+                }
+            )
+    if args.json:
+        print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+        return 0
+    for report in reports:
+        _print_status(report)
+    return 0
+
+
+def _print_status(r: dict[str, Any]) -> None:
+    def count(key: str) -> str:
+        return _UNKNOWN if r[key] is None else f"{r[key]:,}"
+
+    changes = r["schema_changes"]
+    schema = (
+        "in sync" if r["schema_in_sync"] else f"differs: run m migrate ({len(changes)} change(s))"
+    )
+    rows = [
+        ("queue", r["queue"]),
+        ("ready", count("ready")),
+        ("reserved", count("reserved") + ("" if r["scheduled"] is not None else " (with retries)")),
+        ("retry-scheduled", count("scheduled")),
+        ("dead letters", count("dead_letters")),
+        ("consumers", count("consumers")),
+        ("dedup window", f"{r['dedup_window']:g}s"),
+        ("visibility", f"{r['visibility_timeout']:g}s"),
+        ("schema", schema),
+    ]
+    for label, text in rows:
+        print(f"{label:<16}{text}")
+    for change in changes:
+        print(f"  {change}")
+    if all(r[k] is None for k in ("ready", "reserved", "scheduled", "dead_letters")):
+        print(f"({_UNKNOWN}: this broker's adapter does not report queue counts)")
+    print()
+
+
+async def dead_letters(args: argparse.Namespace) -> int:
+    """``m dead-letters list|requeue|purge``: the latest dead letters, of one job or all."""
+    broker = open_broker(args.broker)
+    needs = {Capability.DEAD_LETTER_INSPECTION}
+    if args.action != "list":
+        needs.add(Capability.DEAD_LETTER_REMOVAL)
+    if missing := needs - broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} cannot {args.action} dead letters "
+            f"(no {', '.join(sorted(missing))})"
+        )
+    async with connected(broker):
+        letters = await broker.dead_letters(10_000 if args.job else args.limit)
+        rows = [row for row in map(_described, letters) if args.job in (None, row[1])]
+        rows = rows[-args.limit :]
+        for letter, job, job_id in rows:
+            when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(
+                timespec="seconds"
+            )
+            reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
+            print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
+            print(f"    {reason}")
+        which = f" of job {args.job}" if args.job else ""
+        if args.action == "list" or not rows:
+            print(f"{len(rows)} dead letter(s){which}")
+            return 0
+        if not args.yes and not _confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
+            print("nothing done")
+            return 1
+        for letter, job, job_id in rows:
+            if args.action == "requeue":
+                await broker.requeue(_fresh(letter.body))
+                log.info("requeued %s[%s]; it was dead-lettered: %s", job, job_id, letter.reason)
+            await broker.remove_dead_letters([letter])
+        print(f"{args.action}d {len(rows)} dead letter(s){which}")
+    return 0
+
+
+def _described(letter: DeadLetter) -> tuple[DeadLetter, str, str]:
+    try:
+        message = decode_message(letter.body)
+    except MessageDecodeError:
+        return letter, "-", "-"
+    return letter, message.job_name, message.id
+
+
+def _fresh(body: bytes) -> bytes:
+    """A dead job as it goes back: a tick's enqueue deadline has passed, so it is dropped."""
+    try:
+        message = decode_message(body)
+    except MessageDecodeError:
+        return body  # put back as it was: the worker dead-letters it again, saying why
+    if message.not_after is None:
+        return body
+    return dataclasses.replace(message, not_after=None).encode()
+
+
+def _confirmed(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise ConfigurationError(f"{question} Not asked without a terminal: add --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

@@ -1,0 +1,422 @@
+"""The ``m`` command: ``m worker``, ``schedules``, ``enqueue``, ``migrate``, ``status``,
+``dead-letters``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from .. import about
+from ..adapters.registry import connected, open_broker
+from ..app import App, load_app
+from ..errors import ConfigurationError, FrameworkMError, SchemaConflictError
+from ..observability import logs, metrics
+from ..observability.metrics import Metrics
+from ..observability.probes import ProbeServer, parse_address
+from ..ports.capabilities import Capability
+from ..ports.messages import loads_strict, tick_deduplication_id
+from ..ports.protocols import BrokerProtocol
+from ..runtime.worker import DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_TIMEOUT, Worker
+from ..scheduling.schedules import Cron
+from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
+from . import inspection
+
+log = logging.getLogger("framework_m.cli")
+
+DEFAULT_BROKER = "memory://"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text}")
+    return value
+
+
+class _Versions(argparse.Action):
+    """``m --version``: core's version and each installed adapter's, then exit."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        for name, number in about.installed_versions():
+            print(f"{name} {number}")
+        if (problem := about.mismatch()) is not None:
+            parser.exit(2, f"m: error: {problem}\n")
+        parser.exit()
+
+
+def _instant(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time, got {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time's offset (+00:00 or Z): {text!r}")
+    return when
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="m", description="framework-m: leaderless scheduled and background jobs."
+    )
+    parser.add_argument(
+        "--version", action=_Versions, nargs=0, help="print the versions of core and adapters"
+    )
+    _logging_args(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def app_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--app",
+            default=os.environ.get("M_APP"),
+            help="the App as module[:attr] (env M_APP; attr defaults to 'app')",
+        )
+
+    def broker_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--broker",
+            default=os.environ.get("M_BROKER_URL", DEFAULT_BROKER),
+            help=f"broker URL (env M_BROKER_URL; default {DEFAULT_BROKER})",
+        )
+
+    w = sub.add_parser("worker", help="run jobs, and tick schedules unless --no-scheduler")
+    app_arg(w)
+    broker_arg(w)
+    w.add_argument("--no-scheduler", action="store_true", help="run jobs only; publish no ticks")
+    w.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"jobs at once ({DEFAULT_CONCURRENCY})",
+    )
+    w.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="threads for plain 'def' handlers (default: --concurrency)",
+    )
+    w.add_argument(
+        "--grace",
+        type=_seconds,
+        default=None,
+        help="latest a slot may be enqueued, in seconds (default: from the dedup window, <= 30)",
+    )
+    w.add_argument(
+        "--clock-skew",
+        type=_seconds,
+        default=DEFAULT_CLOCK_SKEW,
+        help=f"clock difference tolerated between replicas, seconds ({DEFAULT_CLOCK_SKEW:g})",
+    )
+    w.add_argument(
+        "--shutdown-timeout",
+        type=_seconds,
+        default=DEFAULT_SHUTDOWN_TIMEOUT,
+        help="seconds running jobs may finish after SIGTERM/SIGINT "
+        f"({DEFAULT_SHUTDOWN_TIMEOUT:g}; keep it below the orchestrator's grace period)",
+    )
+    w.add_argument(
+        "--http",
+        default=os.environ.get("M_HTTP"),
+        metavar="HOST:PORT",
+        help="serve GET /healthz and /readyz there (env M_HTTP; default off)",
+    )
+    w.add_argument(
+        "--no-migrate",
+        action="store_true",
+        default=os.environ.get("M_NO_MIGRATE", "") not in ("", "0"),
+        help="check the schema read-only and refuse to start when it differs "
+        "(run `m migrate` before deploying; env M_NO_MIGRATE=1)",
+    )
+
+    s = sub.add_parser("schedules", help="list schedules, their next slots and dedup ids")
+    app_arg(s)
+    s.add_argument("--count", type=_positive_int, default=3, help="slots to show per job (3)")
+
+    e = sub.add_parser("enqueue", help="enqueue one job")
+    broker_arg(e)
+    e.add_argument("--app", default=os.environ.get("M_APP"), help="check the job name against it")
+    e.add_argument("job", help="job name")
+    e.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
+    e.add_argument("--dedup-id", default=None, help="deduplication id")
+    when = e.add_mutually_exclusive_group()
+    when.add_argument(
+        "--in", dest="delay", type=_seconds, default=None, metavar="SECONDS",
+        help="hold the job this many seconds before it runs",
+    )  # fmt: skip
+    when.add_argument(
+        "--at", dest="at", type=_instant, default=None, metavar="TIME",
+        help="hold the job until this ISO 8601 time with its offset (2026-12-24T18:00:00+01:00)",
+    )  # fmt: skip
+
+    g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
+    broker_arg(g)
+    g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    st = sub.add_parser(
+        "status", help="per queue: counts, dead letters, windows, schema in sync or not"
+    )
+    st.add_argument(
+        "--broker",
+        action="append",
+        help="broker URL; repeat it for several queues "
+        f"(env M_BROKER_URL; default {DEFAULT_BROKER})",
+    )
+    st.add_argument("--json", action="store_true", help="print JSON")
+    d = sub.add_parser("dead-letters", help="inspect dead letters")
+    d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
+    d_actions = [
+        d_sub.add_parser("list", help="the latest dead letters, oldest first"),
+        d_sub.add_parser(
+            "requeue", help="put the latest dead letters' jobs back, with a fresh attempt count"
+        ),
+        d_sub.add_parser("purge", help="delete the latest dead letters"),
+    ]
+    for action in d_actions:
+        broker_arg(action)
+        action.add_argument("--job", default=None, help="only this job's")
+        action.add_argument(
+            "--limit", type=_positive_int, default=20, help="at most this many, latest (20)"
+        )
+        if action is not d_actions[0]:
+            action.add_argument("--yes", action="store_true", help="do not ask")
+    for command in (w, s, e, g, st, *d_actions):
+        _logging_args(command, top=False)
+    return parser
+
+
+def _logging_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """Logging options, before or after the subcommand (there they override)."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    p.add_argument(
+        "--log-level",
+        default=default(os.environ.get("M_LOG_LEVEL", "INFO")),
+        help="DEBUG, INFO, WARNING or ERROR, any case (env M_LOG_LEVEL; default INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=default(os.environ.get("M_LOG_FORMAT", "text")),
+        help="text, or json: one object per line (env M_LOG_FORMAT; default text)",
+    )
+    p.add_argument(
+        "--log-config",
+        default=default(os.environ.get("M_LOG_CONFIG")),
+        help="a JSON logging.config.dictConfig file; then nothing else is set up "
+        "(env M_LOG_CONFIG)",
+    )
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """After the app is imported: its own logging setup, if it has one, stays."""
+    logs.configure(logs.level_name(args.log_level), args.log_format, args.log_config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if (problem := about.mismatch()) is not None:
+        print(f"m: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "worker":
+            return _worker(args)
+        if args.command == "schedules":
+            return _schedules(args)
+        if args.command == "enqueue":
+            return asyncio.run(_enqueue(args))
+        if args.command == "dead-letters":
+            _configure_logging(args)
+            return asyncio.run(inspection.dead_letters(args))
+        if args.command == "status":
+            _configure_logging(args)
+            args.broker = args.broker or [os.environ.get("M_BROKER_URL", DEFAULT_BROKER)]
+            return asyncio.run(inspection.status(args))
+        return asyncio.run(_migrate(args))
+    except SchemaConflictError as exc:
+        print(f"m: schema conflict: {exc}", file=sys.stderr)
+        return 1
+    except FrameworkMError as exc:
+        print(f"m: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _worker(args: argparse.Namespace) -> int:
+    app = load_app(args.app or "")
+    _configure_logging(args)
+    broker = open_broker(args.broker)
+    asyncio.run(_run_worker(app, broker, args))
+    return 0
+
+
+async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:
+    ticker = None
+    if not args.no_scheduler:
+        ticker = InProcessTickerAdapter(
+            app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
+        )
+    observer = Metrics(args.concurrency, broker) if args.http and metrics.available() else None
+    if ticker is not None:
+        ticker.observer = observer or ticker.observer
+    worker = Worker(
+        app,
+        broker,
+        ticker=ticker,
+        concurrency=args.concurrency,
+        threads=args.threads,
+        shutdown_timeout=args.shutdown_timeout,
+        migrate=not args.no_migrate,
+        observer=observer,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(_signals_stop(worker))  # first: a SIGTERM in start-up stops cleanly
+        if args.http:
+            exposition = observer.scrape if observer is not None else None
+            probes = ProbeServer(
+                *parse_address(args.http), worker.liveness, worker.readiness, exposition
+            )
+            await probes.start()
+            stack.push_async_callback(probes.close)
+        await stack.enter_async_context(connected(broker))
+        await worker.prepare()
+        log.info(
+            "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
+            "worker" if ticker is None else "ticker+worker",
+            broker.display_url,
+            args.app,
+            len(app.jobs),
+            sum(1 for _ in app.scheduled()),
+            args.concurrency,
+            os.getpid(),
+        )
+        await worker.run()
+
+
+@contextlib.contextmanager
+def _signals_stop(worker: Worker) -> Iterator[None]:
+    """SIGTERM/SIGINT stop gracefully; a second one hands running jobs back at once.
+
+    Through the event loop where it takes signal handlers; else (Windows, or a loop not
+    in the main thread) through :func:`signal.signal`, restored on exit.
+    """
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        log.info("received %s", signal.Signals(signum).name)
+        if signals == 1:
+            worker.stop()
+        else:
+            worker.abort()
+
+    restore: dict[signal.Signals, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError):
+            restore[signum] = signal.signal(
+                signum, lambda n, _: loop.call_soon_threadsafe(on_signal, n)
+            )
+    try:
+        yield
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in restore:
+                signal.signal(signum, restore[signum])
+            else:
+                loop.remove_signal_handler(signum)
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    app = load_app(args.app or "")
+    _configure_logging(args)
+    now = time.time()
+    specs = list(app.scheduled())
+    if not specs:
+        print("no scheduled jobs")
+    for spec in specs:
+        assert spec.schedule is not None
+        print(f"{spec.name}: {spec.schedule.describe()}")
+        zone = ZoneInfo(spec.schedule.tz) if isinstance(spec.schedule, Cron) else None
+        slot: float = now
+        for _ in range(args.count):
+            slot = spec.schedule.next_after(slot)
+            local = f"  local {datetime.fromtimestamp(slot, zone).isoformat()}" if zone else ""
+            utc = datetime.fromtimestamp(slot, UTC).isoformat()
+            print(f"  {utc}{local}  {tick_deduplication_id(spec.name, int(slot))}")
+    return 0
+
+
+async def _enqueue(args: argparse.Namespace) -> int:
+    if args.app:
+        app = load_app(args.app)
+    _configure_logging(args)
+    try:
+        kwargs = loads_strict(args.kwargs)
+    except ValueError as exc:
+        raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigurationError("--kwargs is nested too deeply") from None
+    if not isinstance(kwargs, dict):
+        raise ConfigurationError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
+    if args.app and args.job not in app.jobs:
+        known = ", ".join(sorted(app.jobs)) or "none"
+        raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
+    broker = open_broker(args.broker)
+    if Capability.CROSS_PROCESS not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} lives inside one process: a job enqueued here would be lost "
+            "when this command exits; use a shared broker URL"
+        )
+    async with connected(broker):
+        if args.delay is not None:
+            job_id = await broker.enqueue_in(args.delay, args.job, args.dedup_id, **kwargs)
+        elif args.at is not None:
+            job_id = await broker.enqueue_at(args.at, args.job, args.dedup_id, **kwargs)
+        else:
+            job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
+    print(job_id)
+    return 0
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    _configure_logging(args)
+    broker = open_broker(args.broker)
+    async with connected(broker):
+        plan = await broker.plan_schema()
+        print(plan.describe())
+        if args.dry_run or plan.in_sync:
+            return 1 if plan.refused else 0
+        await broker.sync_schema()
+        print("applied")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

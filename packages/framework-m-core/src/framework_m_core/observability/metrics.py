@@ -1,0 +1,240 @@
+"""Prometheus metrics of a worker (``pip install framework-m-core[metrics]``).
+
+Names follow Prometheus conventions (``framework_m_`` prefix, ``_total`` counters,
+``_seconds`` in base units); labels are job names and outcomes, never ids.
+
+The hot path only adds to plain numbers (the event loop is one thread): the
+metric families are built from them when ``/metrics`` is scraped, so a worker
+with metrics on drains its queue about as fast as one without. The queue's depth
+comes from the broker's own numbers (``queue_stats()``), sampled at the scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from ..ports.base import QueueStats
+from ..ports.capabilities import Capability
+from ..ports.protocols import BrokerProtocol
+from .observer import BrokerOperation, JobOutcome, Observer, TickOutcome
+
+try:
+    import prometheus_client as prom
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+except ImportError:  # the extra is not installed
+    prom = None  # type: ignore[assignment]
+
+log = logging.getLogger("framework_m.metrics")
+
+_SAMPLE_TIMEOUT = 2.0  # a scrape waits at most this long for the broker's numbers
+_SAMPLE_REUSE = 1.0  # scrapes closer together than this share one sample
+_BOUNDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+
+
+def available() -> bool:
+    return prom is not None
+
+
+class _Histogram:
+    """Bucket counts (not cumulative), sum and count of one job's observations."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(_BOUNDS) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(_BOUNDS, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip((*map(str, _BOUNDS), "+Inf"), self.counts, strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
+class Metrics(Observer):
+    """What this replica's ticker and worker did, exposed in the Prometheus format."""
+
+    def __init__(self, concurrency: int, broker: BrokerProtocol | None = None) -> None:
+        if prom is None:
+            raise RuntimeError("prometheus-client is not installed: framework-m-core[metrics]")
+        self.concurrency = concurrency
+        self.broker = broker
+        self.connected = 0
+        self.reconnects = 0
+        self.broker_errors: defaultdict[str, int] = defaultdict(int)
+        self.queue: QueueStats | None = None  # the last sample, None when it failed
+        self._sampled_at = -_SAMPLE_REUSE
+        self.running_jobs = 0
+        self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.last_slot: dict[str, int] = {}
+        self.jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.started: defaultdict[str, int] = defaultdict(int)
+        self.duration: defaultdict[str, _Histogram] = defaultdict(_Histogram)
+        self.delay: defaultdict[str, _Histogram] = defaultdict(_Histogram)
+        self.lag: defaultdict[str, _Histogram] = defaultdict(_Histogram)
+        self.registry = prom.CollectorRegistry()
+        self.registry.register(_Collector(self))
+
+    def exposition(self) -> bytes:
+        return bytes(prom.generate_latest(self.registry))
+
+    async def scrape(self) -> bytes:
+        """The exposition, with the queue's numbers sampled from the broker now."""
+        await self._sample()
+        return self.exposition()
+
+    async def _sample(self) -> None:
+        broker = self.broker
+        if broker is None or Capability.QUEUE_STATS not in broker.capabilities:
+            return
+        if time.monotonic() - self._sampled_at < _SAMPLE_REUSE:
+            return
+        self._sampled_at = time.monotonic()
+        try:
+            async with asyncio.timeout(_SAMPLE_TIMEOUT):
+                self.queue = await broker.queue_stats()
+        except Exception as exc:  # a scrape shows no depth rather than a stale one
+            self.queue = None
+            self.broker_errors["stats"] += 1
+            log.debug("queue stats of %s not sampled: %s", broker.display_url, exc)
+
+    def broker_connected(self, up: bool) -> None:
+        if up and not self.connected and self.broker_errors["receive"]:
+            self.reconnects += 1
+        self.connected = int(up)
+
+    def broker_error(self, operation: BrokerOperation) -> None:
+        self.broker_errors[operation] += 1
+
+    def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
+        self.ticks[job, outcome] += count
+        if outcome in ("enqueued", "duplicate") and slot > self.last_slot.get(job, 0):
+            self.last_slot[job] = slot
+
+    def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
+        now = time.time()
+        self.started[job] += 1
+        self.delay[job].observe(max(0.0, now - enqueued_at))
+        if scheduled_at is not None:
+            self.lag[job].observe(max(0.0, now - scheduled_at))
+
+    def job_finished(self, job: str, outcome: JobOutcome, duration: float | None) -> None:
+        self.jobs[job, outcome] += 1
+        if duration is not None:
+            self.duration[job].observe(duration)
+
+    def running(self, delta: int) -> None:
+        self.running_jobs += delta
+
+
+class _Collector:
+    """Builds the metric families from a :class:`Metrics` at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterator[Any]:
+        m = self.m
+        ticks = CounterMetricFamily(
+            "framework_m_ticks",
+            "Slots by what became of them on this replica: enqueued (first), duplicate "
+            "(already enqueued), late, failed, clock_held",
+            labels=["job", "outcome"],
+        )
+        for (job, outcome), value in sorted(m.ticks.items()):
+            ticks.add_metric([job, outcome], value)
+        yield ticks
+        last = GaugeMetricFamily(
+            "framework_m_tick_last_slot_timestamp_seconds",
+            "The latest slot known enqueued (by any replica), as a unix time",
+            labels=["job"],
+        )
+        for job, slot in sorted(m.last_slot.items()):
+            last.add_metric([job], slot)
+        yield last
+        jobs = CounterMetricFamily(
+            "framework_m_jobs", "Deliveries settled, by outcome", labels=["job", "outcome"]
+        )
+        for (job, outcome), value in sorted(m.jobs.items()):
+            jobs.add_metric([job, outcome], value)
+        yield jobs
+        started = CounterMetricFamily(
+            "framework_m_jobs_started", "Handlers started", labels=["job"]
+        )
+        for job, value in sorted(m.started.items()):
+            started.add_metric([job], value)
+        yield started
+        for name, doc, table in (
+            ("framework_m_job_duration_seconds", "Handler run time", m.duration),
+            ("framework_m_job_start_delay_seconds", "From enqueue to the handler's start", m.delay),
+            ("framework_m_job_slot_lag_seconds", "From a ticked job's slot to its start", m.lag),
+        ):
+            family = HistogramMetricFamily(name, doc, labels=["job"])
+            for job, hist in sorted(table.items()):
+                family.add_metric([job], hist.buckets(), hist.total)
+            yield family
+        yield GaugeMetricFamily("framework_m_jobs_running", "Handlers running", m.running_jobs)
+        yield GaugeMetricFamily(
+            "framework_m_concurrency", "Handlers allowed at once", m.concurrency
+        )
+        yield from _broker_families(m)
+
+
+def _broker_families(m: Metrics) -> Iterator[Any]:
+    yield GaugeMetricFamily(
+        "framework_m_broker_connected", "1 while the broker answers this worker", m.connected
+    )
+    yield CounterMetricFamily(
+        "framework_m_broker_reconnects",
+        "Times the broker answered again after failing",
+        m.reconnects,
+    )
+    errors = CounterMetricFamily(
+        "framework_m_broker_errors",
+        "Failed broker calls (publish, receive, settle, stats), retried or not",
+        labels=["operation"],
+    )
+    for operation, value in sorted(m.broker_errors.items()):
+        errors.add_metric([operation], value)
+    yield errors
+    if m.queue is None or m.broker is None:
+        return
+    queue = m.broker.display_url
+    messages = GaugeMetricFamily(
+        "framework_m_queue_messages",
+        "Messages in the queue by state (ready, reserved, scheduled, dead), "
+        "by the broker's own numbers at the scrape",
+        labels=["queue", "state"],
+    )
+    for state, count in (
+        ("ready", m.queue.ready),
+        ("reserved", m.queue.reserved),
+        ("scheduled", m.queue.scheduled),
+        ("dead", m.queue.dead_letters),
+    ):
+        if count is not None:
+            messages.add_metric([queue, state], count)
+    yield messages
+    if m.queue.consumers is not None:
+        consumers = GaugeMetricFamily(
+            "framework_m_queue_consumers",
+            "Consumers the broker knows attached to the queue",
+            labels=["queue"],
+        )
+        consumers.add_metric([queue], m.queue.consumers)
+        yield consumers

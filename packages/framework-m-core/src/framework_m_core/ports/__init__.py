@@ -1,0 +1,73 @@
+"""The ports and the adapter SDK: everything a broker adapter imports, from one place.
+
+The ports (:mod:`.protocols`) declare every method an adapter implements, each
+docstring its contract. Around them: the records they exchange (:mod:`.records`),
+the optional promises an adapter declares (:mod:`.capabilities`), the schema
+plan (:mod:`.schema`), the job message and its wire format (:mod:`.messages`),
+:class:`BaseBroker` with the half every adapter shares (:mod:`.base`), calls
+batched per event-loop pass (:mod:`.batching`) and URL helpers (:mod:`.urls`).
+An adapter writes ``from framework_m_core.ports import BaseBroker, Delivery, ...``.
+"""
+
+from ..errors import (
+    BrokerError,
+    ConfigurationError,
+    DeliveryLostError,
+    FrameworkMError,
+    InvalidJobError,
+    MessageDecodeError,
+    SchemaConflictError,
+)
+from .base import BaseBroker, BrokerSettings
+from .batching import Calls, PassBatch, answer
+from .capabilities import Capability, as_capabilities
+from .messages import JobMessage, decode_message, tick_deduplication_id
+from .protocols import (
+    BrokerProtocol,
+    ConsumerProtocol,
+    JobQueueProtocol,
+    SchemaSyncProtocol,
+    TickerProtocol,
+)
+from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
+from .schema import SchemaChange, SchemaPlan, SchemaRaceError
+from .urls import MASK, options_of, query_params, redact_url, scheme_of
+
+__all__ = [
+    "MASK",
+    "BaseBroker",
+    "BrokerError",
+    "BrokerProtocol",
+    "BrokerSettings",
+    "BrokerStats",
+    "Calls",
+    "Capability",
+    "ConfigurationError",
+    "ConsumerProtocol",
+    "DeadLetter",
+    "Delivery",
+    "DeliveryLostError",
+    "FrameworkMError",
+    "InvalidJobError",
+    "Job",
+    "JobMessage",
+    "JobQueueProtocol",
+    "MessageDecodeError",
+    "PassBatch",
+    "PublishResult",
+    "QueueStats",
+    "SchemaChange",
+    "SchemaConflictError",
+    "SchemaPlan",
+    "SchemaRaceError",
+    "SchemaSyncProtocol",
+    "TickerProtocol",
+    "answer",
+    "as_capabilities",
+    "decode_message",
+    "options_of",
+    "query_params",
+    "redact_url",
+    "scheme_of",
+    "tick_deduplication_id",
+]

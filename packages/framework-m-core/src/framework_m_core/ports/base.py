@@ -1,0 +1,274 @@
+""":class:`BaseBroker`, the shared half of every adapter, and the records the ports
+exchange (defined in :mod:`~.records`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+from ..errors import BrokerError, InvalidJobError, SchemaConflictError
+from ..observability import tracing
+from .capabilities import Capability, as_capabilities
+from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
+from .protocols import BrokerProtocol
+from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
+from .schema import SchemaPlan, SchemaRaceError
+
+__all__ = [
+    "BaseBroker",
+    "BrokerSettings",
+    "BrokerStats",
+    "DeadLetter",
+    "Delivery",
+    "Job",
+    "PublishResult",
+    "QueueStats",
+]
+
+log = logging.getLogger("framework_m.broker")
+
+T = TypeVar("T")
+S = TypeVar("S", bound="BrokerSettings")
+_SCHEMA_ROUNDS = 3
+_BATCH_IN_FLIGHT = 100
+
+
+class BrokerSettings(Protocol):
+    """What :class:`BaseBroker` needs of an adapter's settings (parsed from the URL)."""
+
+    @property
+    def display_url(self) -> str: ...
+
+    @property
+    def dedup_window(self) -> float: ...
+
+
+class BaseBroker(BrokerProtocol, Generic[S]):
+    """The shared half of an adapter: validation, encoding, counting, the schema-sync
+    template and the connected guard. Subclasses do the I/O.
+
+    An adapter is built from its settings (``settings.py``: the URL parsed and
+    validated, set as :attr:`parse_url`) and implements :meth:`_publish`,
+    :meth:`_apply_schema` and the abstract methods of
+    :class:`~.protocols.BrokerProtocol` that are left.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.capabilities = as_capabilities(cls.capabilities, cls.__qualname__)
+
+    def __init__(self, settings: S) -> None:
+        self.settings = settings
+        self.stats = BrokerStats()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.display_url}>"
+
+    @staticmethod
+    @abstractmethod
+    def parse_url(url: str) -> S:
+        """The adapter's settings for ``url``; ConfigurationError naming what is wrong."""
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        return cls(cls.parse_url(url))
+
+    @property
+    def display_url(self) -> str:
+        return self.settings.display_url
+
+    @property
+    def dedup_window(self) -> float:
+        """The URL's window; adapters that read the broker's own override this."""
+        return self.settings.dedup_window
+
+    async def server_time(self) -> float | None:
+        """The broker's wall clock now, in unix seconds; None when it exposes none.
+
+        The ticker measures its replica's clock against it (:mod:`~.clocks`).
+        Raises :class:`~.errors.BrokerError` when the broker cannot be reached.
+        """
+        return None
+
+    def _connected(self, handle: T | None) -> T:
+        """``handle`` (a client, connection or queue) while connected; else BrokerError."""
+        if handle is None:
+            raise self._not_connected()
+        return handle
+
+    def _not_connected(self) -> BrokerError:
+        return BrokerError(f"{self.display_url} is not connected")
+
+    # -- enqueueing ----------------------------------------------------------------------
+
+    async def enqueue(
+        self, job_name: str, /, deduplication_id: str | None = None, **kwargs: Any
+    ) -> str:
+        return (await self._send(_message(job_name, deduplication_id, kwargs))).job_id
+
+    async def enqueue_at(
+        self,
+        when: datetime | float,
+        job_name: str,
+        /,
+        deduplication_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        if Capability.DELAYED_ENQUEUE not in self.capabilities:
+            return await super().enqueue_at(when, job_name, deduplication_id, **kwargs)
+        due = due_time(when)
+        message = _message(job_name, deduplication_id, kwargs, not_before=due)
+        return (await self._send(message)).job_id
+
+    async def publish(self, message: JobMessage) -> PublishResult:
+        validate_job_name(message.job_name)
+        validate_deduplication_id(message.deduplication_id)
+        return await self._send(message)
+
+    def _prepare(self, message: JobMessage) -> JobMessage:
+        """The message as it will be stored. Adapters that derive job ids (e.g. from the
+        deduplication id) override this; it runs before the message is encoded."""
+        return message
+
+    @property
+    def max_body_size(self) -> int | None:
+        """The largest encoded job, in bytes, this broker stores; None when unbounded.
+
+        Adapters whose broker refuses large messages (and then, like NATS, drops
+        the connection) return what it carries less what they add to a copy.
+        """
+        return None
+
+    async def _send(self, message: JobMessage) -> PublishResult:
+        message = self._prepare(message)
+        if tracing.active():
+            with tracing.sending(message, self.display_url) as (traced, span):
+                result = await self._encode_and_publish(traced)
+                tracing.sent(span, result)
+                return result
+        return await self._encode_and_publish(message)
+
+    async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
+        result = await self._publish(message, self._body(message))
+        self._count(message, result)
+        return result
+
+    def _body(self, message: JobMessage) -> bytes:
+        body = message.encode()
+        limit = self.max_body_size
+        if limit is not None and len(body) > limit:
+            raise InvalidJobError(
+                f"job {message.job_name!r} is {len(body):,} bytes encoded; "
+                f"{self.display_url} stores at most {limit:,}"
+            )
+        return body
+
+    def _count(self, message: JobMessage, result: PublishResult) -> None:
+        if result.duplicate:
+            self.stats.duplicates += 1
+            log.debug(
+                "duplicate enqueue of %s dropped (deduplication_id=%s, original job %s)",
+                message.job_name,
+                message.deduplication_id,
+                result.job_id,
+            )
+        else:
+            self.stats.enqueued += 1
+
+    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+        messages = [
+            self._prepare(_message(job.job_name, job.deduplication_id, dict(job.kwargs)))
+            for job in jobs
+        ]
+        if tracing.active():  # a span for each, as enqueue() makes
+            return [(await self._send(m)).job_id for m in messages]
+        bodies = [self._body(m) for m in messages]  # all valid before anything is sent
+        results = await self._publish_many(messages, bodies)
+        for message, result in zip(messages, results, strict=True):
+            self._count(message, result)
+        return [result.job_id for result in results]
+
+    async def _publish_many(
+        self, messages: Sequence[JobMessage], bodies: Sequence[bytes]
+    ) -> list[PublishResult]:
+        """:meth:`_publish` of each, up to 100 at once; adapters that can send a batch in
+        fewer round trips (a pipeline) override this. Results in the messages' order."""
+        out: list[PublishResult] = []
+        for start in range(0, len(messages), _BATCH_IN_FLIGHT):
+            chunk = range(start, min(start + _BATCH_IN_FLIGHT, len(messages)))
+            out += await asyncio.gather(*(self._publish(messages[i], bodies[i]) for i in chunk))
+        return out
+
+    @abstractmethod
+    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+        """Store ``body`` unless ``message.deduplication_id`` was seen inside the window;
+        with ``message.not_before`` (adapters with ``DELAYED_ENQUEUE``), hold it until then.
+
+        Returns the stored job's id and ``duplicate=False``, or the original's id
+        and ``duplicate=True``. Raises :class:`~.errors.BrokerError` on failure.
+        """
+
+    # -- schema sync ---------------------------------------------------------------------
+
+    async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
+        for _ in range(_SCHEMA_ROUNDS):
+            plan = await self.plan_schema()
+            if dry_run or plan.in_sync:
+                return plan
+            if plan.refused:
+                raise SchemaConflictError("; ".join(str(c) for c in plan.refused))
+            try:
+                await self._apply_schema(plan)
+            except SchemaRaceError:
+                continue  # another replica changed the schema meanwhile: plan again
+            return plan
+        raise BrokerError(
+            f"schema sync of {self.display_url} kept racing with other replicas; try again"
+        )
+
+    @abstractmethod
+    async def _apply_schema(self, plan: SchemaPlan) -> None:
+        """Carry out a plan without refusals (each change's ``step`` is the adapter's own).
+
+        Raise :class:`~.schema.SchemaRaceError` when another replica changed the
+        schema meanwhile: :meth:`sync_schema` then plans again.
+        """
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _message(
+    job_name: str,
+    deduplication_id: str | None,
+    kwargs: dict[str, Any],
+    not_before: float | None = None,
+) -> JobMessage:
+    """A new job, validated (InvalidJobError); ``not_before`` only while in the future."""
+    now = time.time()
+    return JobMessage(
+        job_name=validate_job_name(job_name),
+        kwargs=kwargs,
+        deduplication_id=validate_deduplication_id(deduplication_id),
+        enqueued_at=now,
+        not_before=not_before if not_before is not None and not_before > now else None,
+    )

@@ -1,0 +1,333 @@
+"""One delivery from start to verdict: decode, run the handler, then ack, retry or dead-letter.
+
+Whatever a delivery holds, :meth:`Execution.run` reaches a verdict and raises
+nothing but ``CancelledError`` (after handing the delivery back): the worker's
+task tree relies on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ..app import App
+from ..errors import DeliveryLostError, MessageDecodeError
+from ..jobs import JobContext, JobSpec
+from ..observability import tracing
+from ..observability.logs import JobLogAdapter, job_logger
+from ..observability.observer import UNKNOWN_JOB, Observer
+from ..observability.tracebacks import bounded_traceback
+from ..ports.base import Delivery
+from ..ports.messages import JobMessage, decode_message
+from ..ports.protocols import BrokerProtocol
+
+log = logging.getLogger("framework_m.worker")
+job_log = logging.getLogger("framework_m.job")
+
+# Longest reason stored with a dead letter: brokers bound header and frame sizes.
+MAX_REASON = 2000
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one worker."""
+
+    received: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+    late_dropped: int = 0  # stored after their not_after (a tick past its grace)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: str
+    error: BaseException | None = None  # the handler's exception, for its traceback
+
+
+def _stored_late(message: JobMessage, delivery: Delivery) -> bool:
+    """Whether the broker says it stored ``message`` after its ``not_after``."""
+    if message.not_after is None or delivery.stored_at is None:
+        return False
+    return delivery.stored_at > message.not_after
+
+
+def bounded(reason: str) -> str:
+    """``reason`` cut to :data:`MAX_REASON` characters, saying so."""
+    if len(reason) <= MAX_REASON:
+        return reason
+    return reason[: MAX_REASON - 20] + f"... ({len(reason)} chars)"
+
+
+def _job_log(message: JobMessage, delivery: Delivery) -> JobLogAdapter:
+    return job_logger(job_log, message.job_name, message.id, delivery.attempt, message.scheduled_at)
+
+
+def _traceback(error: BaseException | None) -> str:
+    """A handler's traceback on the lines after a log message; bounded, since the
+    exception text can be any size."""
+    return "" if error is None else "\n" + bounded_traceback(error)
+
+
+class Execution:
+    """Runs deliveries of ``app``'s jobs on ``broker``; counts into ``stats``."""
+
+    def __init__(
+        self,
+        app: App,
+        broker: BrokerProtocol,
+        stats: WorkerStats,
+        observer: Observer | None = None,
+        threads: Executor | None = None,
+    ) -> None:
+        self.app = app
+        self.threads = threads  # where plain ``def`` handlers run (None: asyncio's default)
+        self.broker = broker
+        self.stats = stats
+        self.observer = observer or Observer()
+
+    def _job_name(self, name: str | None) -> str:
+        """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
+        return name if name is not None and name in self.app.jobs else UNKNOWN_JOB
+
+    def _named_in(self, delivery: Delivery) -> str:
+        """The registered job a delivery names, or ``unknown``."""
+        try:
+            return self._job_name(decode_message(delivery.body).job_name)
+        except MessageDecodeError:
+            return UNKNOWN_JOB
+
+    async def run(self, delivery: Delivery) -> None:
+        try:
+            await self._run(delivery)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.release(delivery))
+            raise
+        except Exception:  # a bug must not cost the worker its task tree, or the job
+            log.exception("processing a delivery failed; handing it back")
+            await self.release(delivery)
+
+    async def release(self, delivery: Delivery) -> None:
+        """Hand ``delivery`` back; a failure is logged (the broker redelivers it anyway)."""
+        try:
+            await self.broker.release(delivery)
+            self.stats.released += 1
+            self.observer.job_finished(self._named_in(delivery), "released", None)
+        except Exception as exc:
+            log.error("release failed (%s): the broker redelivers after its timeout", exc)
+
+    async def _run(self, delivery: Delivery) -> None:
+        try:
+            message = decode_message(delivery.body)
+        except MessageDecodeError as exc:
+            await self._dead_letter(delivery, f"undecodable message: {exc}", None)
+            return
+        if _stored_late(message, delivery):
+            await self._drop_late(delivery, message)
+            return
+        spec = self.app.jobs.get(message.job_name)
+        if spec is None:
+            reason = f"unknown job {message.job_name!r}: not registered in this app"
+            await self._dead_letter(delivery, reason, message)
+            return
+        if delivery.attempt > spec.max_attempts:
+            # Earlier deliveries ended without a verdict: the worker died or lost the job.
+            reason = (
+                f"delivered {delivery.attempt} times, more than max_attempts="
+                f"{spec.max_attempts} (earlier attempts ended without a result)"
+            )
+            await self._dead_letter(delivery, reason, message)
+            return
+        problem = spec.kwargs_problem(message.kwargs)
+        if problem is not None:
+            reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
+            await self._dead_letter(delivery, reason, message)
+            return
+        if tracing.active():
+            with tracing.processing(message, delivery.attempt, self.broker.display_url) as span:
+                await self._attempt(spec, message, delivery, span)
+        else:
+            await self._attempt(spec, message, delivery, None)
+
+    async def _attempt(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, span: object
+    ) -> None:
+        """Run the handler, then settle the delivery by its result."""
+        started = time.perf_counter()
+        failure = await self._run_handler(spec, message, delivery)
+        duration = time.perf_counter() - started
+        label = f"{spec.name}[{message.id}]"
+        if failure is None:
+            tracing.finished(span, "succeeded", None, None)
+            if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+                self.stats.succeeded += 1
+                self.observer.job_finished(spec.name, "succeeded", duration)
+        elif delivery.attempt >= spec.max_attempts:
+            reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
+            tracing.finished(span, "dead_lettered", failure.error, reason)
+            await self._dead_letter(delivery, reason, message, failure.error, duration)
+        else:
+            tracing.finished(span, "retried", failure.error, failure.reason)
+            delay = spec.retry_delay(delivery.attempt)
+            if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
+                self.stats.retried += 1
+                self.observer.job_finished(spec.name, "retried", duration)
+                _job_log(message, delivery).warning(
+                    "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
+                    label,
+                    delivery.attempt,
+                    spec.max_attempts,
+                    bounded(failure.reason),
+                    delay,
+                    _traceback(failure.error),
+                )
+
+    async def _drop_late(self, delivery: Delivery, message: JobMessage) -> None:
+        label = f"{message.job_name}[{message.id}]"
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.stats.late_dropped += 1
+            self.observer.job_finished(self._job_name(message.job_name), "late_dropped", None)
+            _job_log(message, delivery).warning(
+                "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
+                "enqueued later than grace allows, not run",
+                label,
+                (delivery.stored_at or 0) - (message.not_after or 0),
+                message.scheduled_at,
+            )
+
+    async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
+        """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.
+
+        The job has run: giving up early would make the broker deliver it again. The
+        calls are idempotent, so retrying is safe; past the visibility timeout the
+        broker redelivers anyway, and we stop trying.
+        """
+        deadline = time.monotonic() + max(5.0, self.broker.visibility_timeout)
+        delay = 0.1
+        while True:
+            try:
+                await call()
+                return True
+            except DeliveryLostError as exc:
+                log.warning("%s: %s not possible (%s)", label, what, exc)
+                return False
+            except Exception as exc:
+                self.observer.broker_error("settle")
+                if time.monotonic() + delay > deadline:
+                    log.error(
+                        "%s: %s failed (%s); the broker will deliver it again", label, what, exc
+                    )
+                    return False
+                log.warning("%s: %s failed (%s); retrying in %.1fs", label, what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _run_handler(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery
+    ) -> _Failure | None:
+        """Run the handler; return None on success, else what went wrong."""
+        heartbeat = _Heartbeat(self.broker, delivery)
+        started = time.perf_counter()
+        self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
+        self.observer.running(1)
+        deadline: asyncio.Timeout | None = None
+        logger = _job_log(message, delivery)
+        try:
+            ctx = JobContext(
+                job_id=message.id,
+                job_name=spec.name,
+                attempt=delivery.attempt,
+                max_attempts=spec.max_attempts,
+                scheduled_at=(
+                    datetime.fromtimestamp(message.scheduled_at, UTC)
+                    if message.scheduled_at is not None
+                    else None
+                ),
+                enqueued_at=datetime.fromtimestamp(message.enqueued_at, UTC),
+                deduplication_id=message.deduplication_id,
+                queue=self.broker,
+                log=logger,
+                state=self.app.state,
+            )
+            async with asyncio.timeout(spec.timeout) as deadline:
+                if spec.blocking:  # in the thread pool, with this task's context (a span)
+                    call = functools.partial(spec.handler, ctx, **message.kwargs)
+                    run = contextvars.copy_context().run
+                    await asyncio.get_running_loop().run_in_executor(self.threads, run, call)
+                else:
+                    await spec.handler(ctx, **message.kwargs)
+        except TimeoutError as exc:
+            if deadline is not None and deadline.expired():
+                return _Failure(f"timed out after {spec.timeout:g}s")
+            return _Failure("TimeoutError raised by the handler", exc)
+        except Exception as exc:
+            return _Failure(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            heartbeat.cancel()
+            self.observer.running(-1)
+        logger.info(
+            "%s[%s] succeeded in %.3fs (attempt %d)",
+            spec.name,
+            message.id,
+            time.perf_counter() - started,
+            delivery.attempt,
+        )
+        return None
+
+    async def _dead_letter(
+        self,
+        delivery: Delivery,
+        reason: str,
+        message: JobMessage | None,
+        error: BaseException | None = None,
+        duration: float | None = None,
+    ) -> None:
+        label = f"{message.job_name}[{message.id}]" if message else "message"
+        reason = bounded(reason)
+        if await self._settle(
+            label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
+        ):
+            self.stats.dead_lettered += 1
+            name = self._job_name(message.job_name if message else None)
+            self.observer.job_finished(name, "dead_lettered", duration)
+            logger = job_log if message is None else _job_log(message, delivery)
+            logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))
+
+
+class _Heartbeat:
+    """Extends a running job's reservation every third of the visibility timeout.
+
+    Most jobs end before the first extension is due, so its task starts only then:
+    a timer costs a job far less than a task.
+    """
+
+    def __init__(self, broker: BrokerProtocol, delivery: Delivery) -> None:
+        self._broker = broker
+        self._delivery = delivery
+        self._interval = max(0.05, broker.visibility_timeout / 3)
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(self._interval, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            try:
+                await self._broker.extend(self._delivery)
+            except Exception as exc:
+                log.warning("could not extend a running job's reservation: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()

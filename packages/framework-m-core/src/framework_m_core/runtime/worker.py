@@ -1,0 +1,303 @@
+"""The worker runtime: one task tree of the ticker, the consumer and the running jobs.
+
+The tree is ``Worker.run``: leaving it, however it is left (stop, abort, a
+crash, cancellation), settles or hands back every delivery it took. A ticker
+or consumer that dies is logged with its traceback and stops the worker, which
+then raises :class:`~.errors.WorkerFailedError`: an orchestrator restarts the
+replica instead of it idling alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..app import App
+from ..errors import SchemaConflictError, WorkerFailedError
+from ..observability.observer import Observer
+from ..ports.base import Delivery
+from ..ports.protocols import BrokerProtocol, TickerProtocol
+from .execution import Execution, WorkerStats
+
+# Jobs one worker runs at once unless told otherwise (the README's Performance section
+# says why this number).
+DEFAULT_CONCURRENCY = 50
+
+# Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
+DEFAULT_SHUTDOWN_TIMEOUT = 25.0
+
+log = logging.getLogger("framework_m.worker")
+
+_FETCH_BACKOFF_MAX = 5.0
+
+__all__ = ["DEFAULT_CONCURRENCY", "Worker", "WorkerStats"]
+
+
+class Worker:
+    """Runs an app's jobs from a broker, and its ticker unless ``ticker`` is None.
+
+    Call :meth:`run`; :meth:`stop` (e.g. from SIGTERM) stops ticking and
+    fetching, lets in-flight jobs finish for up to ``shutdown_timeout`` seconds,
+    and hands the rest back to the broker.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        broker: BrokerProtocol,
+        *,
+        ticker: TickerProtocol | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        fetch_timeout: float = 1.0,
+        progress_interval: float = 60.0,
+        migrate: bool = True,
+        observer: Observer | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if threads is not None and threads < 1:
+            raise ValueError("threads must be >= 1")
+        self.app = app
+        self.broker = broker
+        self.ticker = ticker
+        self.concurrency = concurrency
+        self.shutdown_timeout = shutdown_timeout
+        self.fetch_timeout = fetch_timeout
+        self.progress_interval = progress_interval
+        self.migrate = migrate  # False: check the schema read-only, refuse when it differs
+        self.stats = WorkerStats()
+        self._observer = observer or Observer()
+        # Plain ``def`` handlers run here: ``threads`` of them at once (default: concurrency).
+        self._threads = (
+            ThreadPoolExecutor(threads or concurrency, thread_name_prefix="framework-m-job")
+            if any(spec.blocking for spec in app.jobs.values())
+            else None
+        )
+        self._execution = Execution(app, broker, self.stats, self._observer, self._threads)
+        self._stopping = asyncio.Event()
+        self._hurried = False  # stopping without waiting for the receive in progress
+        self._receiving: asyncio.Future[Sequence[Delivery]] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._slot_free = asyncio.Event()
+        self._prepared = False
+        self._failure: str | None = None
+        self._broker_problem: str | None = None  # the last receive failed: why
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown (idempotent)."""
+        if not self._stopping.is_set():
+            log.info("shutdown requested: no new jobs are fetched or ticked")
+            self._stopping.set()
+            if self.ticker is not None:
+                self.ticker.stop()
+
+    def abort(self) -> None:
+        """Stop now: running jobs are cancelled and handed back to the broker."""
+        self.stop()
+        self._hurry_up()
+        if self._inflight:
+            log.warning("aborting: handing %d running job(s) back", len(self._inflight))
+        for task in self._inflight:
+            task.cancel()
+
+    async def prepare(self) -> None:
+        """Sync the broker's schema, then check the ticker against the real dedup window.
+
+        Raises before anything runs when the schema cannot be migrated or the
+        ticker's settings break the grace rule. :meth:`run` calls it if needed.
+        """
+        if self.ticker is not None:
+            self.ticker.check()  # against the configured window: refuse before changing anything
+        if self.migrate:
+            plan = await self.broker.sync_schema()
+            if not plan.in_sync:
+                log.info("schema synced:\n%s", "\n".join(str(c) for c in plan.changes))
+        else:
+            plan = await self.broker.plan_schema()
+            if not plan.in_sync:
+                raise SchemaConflictError(
+                    f"the broker's schema is not what this code needs, and --no-migrate "
+                    f"forbids changing it; run `m migrate` first (with a user that may). "
+                    f"The plan: {'; '.join(str(c) for c in plan.changes)}"
+                )
+        for warning in plan.warnings:
+            log.warning("schema: %s", warning)
+        if self.ticker is not None:
+            self.ticker.check()
+        self._prepared = True
+        self._observer.broker_connected(True)
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the worker is alive (its ticker and consumer run, or it is starting)."""
+        if self._failure is not None:
+            return False, self._failure
+        return True, "ok" if self._prepared else "starting"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether it takes work: schema checked, broker reachable, not shutting down."""
+        if self._failure is not None:
+            return False, self._failure
+        if not self._prepared:
+            return False, "starting: the schema is not checked yet"
+        if self._stopping.is_set():
+            return False, "shutting down"
+        if self._broker_problem is not None:
+            return False, f"the broker is out of reach: {self._broker_problem}"
+        return True, "ok"
+
+    async def run(self) -> None:
+        """Sync the schema, run the app's startup hooks, then tick and consume until
+        :meth:`stop`; the shutdown hooks run after the last job ended or was handed back.
+
+        Raises :class:`WorkerFailedError` after a graceful stop when the ticker or
+        the consumer died; ``CancelledError`` propagates once every delivery is
+        handed back.
+        """
+        if not self._prepared:
+            await self.prepare()
+        await self.app.startup()
+        try:
+            async with asyncio.TaskGroup() as tree:
+                if self.ticker is not None:
+                    tree.create_task(self._supervised("ticker", self.ticker.run()), name="ticker")
+                progress = tree.create_task(self._report_progress(), name="progress")
+                try:
+                    await self._supervised("consumer", self._consume())
+                finally:
+                    self.stop()
+                    progress.cancel()
+        finally:
+            if self._threads is not None:  # a blocking handler past the deadline runs on
+                self._threads.shutdown(wait=False, cancel_futures=True)
+            await self.app.shutdown()
+            s = self.stats
+            log.info(
+                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released",
+                *(s.succeeded, s.retried, s.dead_lettered, s.released),
+            )
+        if self._failure is not None:
+            raise WorkerFailedError(self._failure)
+
+    async def _supervised(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work``; if it dies, log why, note it and stop the worker at once."""
+        try:
+            await work
+        except Exception as exc:
+            log.critical("the %s died; stopping the worker", name, exc_info=exc)
+            cause = _innermost(exc)
+            self._failure = self._failure or f"the {name} died: {type(cause).__name__}: {cause}"
+            self._hurry_up()
+            self.stop()
+
+    async def _consume(self) -> None:
+        async with asyncio.TaskGroup() as jobs:
+            backoff = 0.1
+            while not self._stopping.is_set():
+                self._slot_free.clear()
+                free = self.concurrency - len(self._inflight)
+                if free <= 0:
+                    await _first_of(self._slot_free, self._stopping)
+                    await asyncio.sleep(0)  # jobs ending in the same pass: one larger receive
+                    continue
+                try:
+                    deliveries = await self._receive(free)
+                except Exception as exc:  # broker down: keep trying, say so
+                    self._observer.broker_error("receive")
+                    if self._broker_problem is None:
+                        self._observer.broker_connected(False)
+                    self._broker_problem = str(exc) or type(exc).__name__
+                    log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(backoff):
+                            await self._stopping.wait()
+                    backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
+                    continue
+                if self._broker_problem is not None:
+                    self._observer.broker_connected(True)
+                backoff, self._broker_problem = 0.1, None
+                for delivery in deliveries:
+                    self.stats.received += 1
+                    if self._stopping.is_set():
+                        await self._execution.release(delivery)
+                        continue
+                    task = jobs.create_task(self._execution.run(delivery))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._done)
+            await self._drain()
+
+    def _hurry_up(self) -> None:
+        """Cut the receive in progress short (a graceful stop lets it end)."""
+        self._hurried = True
+        if self._receiving is not None:
+            self._receiving.cancel()
+
+    async def _receive(self, free: int) -> Sequence[Delivery]:
+        """A receive that :meth:`_hurry_up` cuts short. Awaited directly, so its result
+        reaches the consumer in one pass of the loop (an idle worker's latency)."""
+        if self._hurried:
+            return []
+        self._receiving = receiving = asyncio.ensure_future(
+            self.broker.receive(free, self.fetch_timeout)
+        )
+        try:
+            return await receiving
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if receiving.cancelled() and self._hurried and not (task and task.cancelling()):
+                return []  # cut short, the consumer itself was not cancelled
+            raise
+        finally:
+            self._receiving = None
+
+    async def _report_progress(self) -> None:
+        """Log the counters every ``progress_interval`` seconds while anything changes."""
+        if self.progress_interval <= 0:
+            return
+        last = None
+        while True:
+            await asyncio.sleep(self.progress_interval)
+            s = self.stats
+            now = (s.succeeded, s.retried, s.dead_lettered, len(self._inflight))
+            if now != last:
+                log.info("progress: %d succeeded, %d retried, %d dead-lettered, %d running", *now)
+                last = now
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slot_free.set()
+
+    async def _drain(self) -> None:
+        """Let running jobs finish until the deadline; cancel (hand back) the rest."""
+        if not self._inflight:
+            return
+        log.info(
+            "waiting up to %gs for %d running job(s)", self.shutdown_timeout, len(self._inflight)
+        )
+        _, pending = await asyncio.wait(self._inflight, timeout=self.shutdown_timeout)
+        if pending:
+            log.warning("%d job(s) still running at the deadline: handing them back", len(pending))
+            for task in pending:
+                task.cancel()
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _first_of(*events: asyncio.Event) -> None:
+    tasks = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

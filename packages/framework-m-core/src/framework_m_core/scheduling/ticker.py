@@ -1,0 +1,336 @@
+"""The in-process ticker: every replica enqueues every due slot; the broker keeps one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError, InvalidJobError
+from ..jobs import JobSpec
+from ..observability.observer import Observer
+from ..ports.messages import JobMessage, tick_deduplication_id
+from ..ports.protocols import BrokerProtocol
+from .clocks import CHECK_EVERY, ClockCheck
+from .schedules import Every, Schedule, slot_datetime
+
+log = logging.getLogger("framework_m.ticker")
+
+DEFAULT_CLOCK_SKEW = 5.0
+DEFAULT_MAX_GRACE = 30.0
+# Longest single sleep: wake this often to notice wall-clock steps (NTP, suspend).
+_MAX_SLEEP = 60.0
+_PUBLISH_RETRY_MAX = 2.0
+# Skipped slots are counted up to this many (cron) so a long stall costs no more.
+_COUNT_LIMIT = 100
+
+
+def check_grace(grace: float, clock_skew: float, dedup_window: float) -> None:
+    """Refuse settings under which a late replica could enqueue an already-forgotten slot.
+
+    A slot is published at most ``grace`` seconds late on a clock that is at most
+    ``clock_skew`` seconds off from the others; the broker must still remember the
+    first publish of that slot, so ``grace + clock_skew < dedup_window``.
+    """
+    if grace < 0 or clock_skew < 0:
+        raise ConfigurationError(
+            f"grace ({grace:g}s) and clock skew ({clock_skew:g}s) must not be negative"
+        )
+    if grace + clock_skew >= dedup_window:
+        raise ConfigurationError(
+            f"grace {grace:g}s + clock skew {clock_skew:g}s = {grace + clock_skew:g}s is not "
+            f"below the broker's dedup window of {dedup_window:g}s: a late replica could "
+            "enqueue a slot twice; lower --grace or --clock-skew, or widen the window"
+        )
+
+
+def default_grace(clock_skew: float, dedup_window: float) -> float:
+    """Half of what the window leaves after the skew, at most 30 s."""
+    return max(0.0, min(DEFAULT_MAX_GRACE, (dedup_window - clock_skew) / 2))
+
+
+@dataclass(slots=True)
+class TickerStats:
+    """Counters of one ticker."""
+
+    published: int = 0  # slots this replica enqueued first
+    duplicates: int = 0  # slots another replica had already enqueued
+    late_skipped: int = 0  # slots older than grace, never published
+    failed: int = 0  # slots that could not be published within grace
+    clock_held: int = 0  # slots not published while this clock was off the broker's
+
+
+class InProcessTickerAdapter:
+    """A stateless loop that enqueues each job's due slots with a deterministic dedup id.
+
+    It sleeps until the next slot boundary, computes slots from the schedules
+    (never from "now" alone), and publishes slot ``s`` of job ``j`` with
+    ``deduplication_id=f"tick:{j}:{s}"``. A slot older than ``grace`` seconds is
+    never published. On start it fires at most the latest slot inside grace;
+    while running it also catches up slots that a stall made late, as long as
+    they are inside grace.
+    """
+
+    def __init__(
+        self,
+        jobs: Iterable[JobSpec],
+        queue: BrokerProtocol,
+        *,
+        grace: float | None = None,
+        clock_skew: float = DEFAULT_CLOCK_SKEW,
+        clock: Callable[[], float] = time.time,
+        observer: Observer | None = None,
+    ) -> None:
+        self._jobs = [spec for spec in jobs if spec.schedule is not None]
+        self._queue = queue
+        self._grace = grace
+        self._skew = clock_skew
+        self._clock = clock
+        self._stop = asyncio.Event()
+        self._publishes = asyncio.TaskGroup()
+        self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self.stats = TickerStats()
+        self.observer = observer or Observer()
+        self.clock_check: ClockCheck | None = None  # set when run() starts
+
+    @property
+    def grace(self) -> float:
+        """The grace bound in effect (derived from the broker's window when not given)."""
+        if self._grace is not None:
+            return self._grace
+        return default_grace(self._skew, self._queue.dedup_window)
+
+    def check(self) -> None:
+        check_grace(self.grace, self._skew, self._queue.dedup_window)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        self.check()
+        grace = self.grace
+        if not self._jobs:
+            log.info("ticker idle: the app has no scheduled jobs")
+            await self._stop.wait()
+            return
+        log.info(
+            "ticker started: %d schedule(s), grace %gs, clock skew %gs, dedup window %gs",
+            len(self._jobs),
+            grace,
+            self._skew,
+            self._queue.dedup_window,
+        )
+        check = self.clock_check = ClockCheck(
+            self._queue,
+            clock_skew=self._skew,
+            limit=(self._queue.dedup_window - grace) / 2,
+            clock=self._clock,
+        )
+        await check.run()
+        now = self._clock()
+        # (next slot, job index): only the schedules that are due are looked at.
+        due: list[tuple[int, int]] = []
+        failure: Exception | None = None
+        try:
+            async with asyncio.TaskGroup() as self._publishes:
+                try:
+                    for i, spec in enumerate(self._jobs):
+                        sched = _schedule(spec)
+                        latest = sched.next_after(now - grace)
+                        if latest <= now and check.halted:
+                            self.stats.clock_held += 1
+                            self.observer.tick(spec.name, "clock_held", latest)
+                        elif latest <= now:
+                            self._fire(spec, _latest_until(sched, latest, now))
+                        due.append((sched.next_after(now), i))
+                    heapq.heapify(due)
+                    while not self._stop.is_set():
+                        await self._sleep_until(min(due[0][0], check.next_at))
+                        if self._stop.is_set():
+                            break
+                        now = self._clock()
+                        while due[0][0] <= now:
+                            slot, i = due[0]
+                            spec = self._jobs[i]
+                            if check.halted:
+                                after = self._hold(spec, slot, now)
+                            else:
+                                after = self._fire_due(spec, slot, now, grace)
+                            heapq.heapreplace(due, (after, i))
+                        if check.due():
+                            check.next_at = now + CHECK_EVERY  # one measurement at a time
+                            measuring = self._publishes.create_task(check.run(), name="clock check")
+                            self._in_flight.add(measuring)
+                            measuring.add_done_callback(self._in_flight.discard)
+                    for task in self._in_flight:  # stopping: no new clock reading needed
+                        if task.get_name() == "clock check":
+                            task.cancel()
+                except Exception as exc:  # raised as itself, not inside an ExceptionGroup
+                    failure = exc
+                    self._stop.set()
+                    for task in self._in_flight:
+                        task.cancel()
+        finally:
+            log.info(
+                "ticker stopped: %d published, %d duplicates, %d late, %d failed",
+                self.stats.published,
+                self.stats.duplicates,
+                self.stats.late_skipped,
+                self.stats.failed,
+            )
+        if failure is not None:
+            raise failure
+
+    def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
+        """Fire the latest due slot of ``spec`` inside grace (the others are skipped as
+        late); return the next slot."""
+        sched = _schedule(spec)
+        if slot > now:
+            return slot
+        if slot < now - grace:
+            skipped = sched.count_between(slot - 1, now - grace, limit=_COUNT_LIMIT)
+            self._skipped(spec, skipped, slot, f"older than grace {grace:g}s")
+            slot = sched.next_after(now - grace)
+        due: list[int] = []
+        while slot <= now:
+            due.append(slot)
+            slot = sched.next_after(slot)
+        if len(due) > 1:
+            self._skipped(spec, len(due) - 1, due[0], f"superseded by slot {due[-1]}")
+        if due:
+            self._fire(spec, due[-1])
+        return slot
+
+    def _hold(self, spec: JobSpec, slot: int, now: float) -> int:
+        """Publish none of ``spec``'s due slots (this clock is off); return the next slot."""
+        sched = _schedule(spec)
+        if slot > now:
+            return slot
+        held = sched.count_between(slot - 1, now, limit=_COUNT_LIMIT)
+        self.stats.clock_held += held
+        self.observer.tick(spec.name, "clock_held", slot, held)
+        return sched.next_after(now)
+
+    def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
+        self.stats.late_skipped += count
+        self.observer.tick(spec.name, "late", first, count)
+        log.warning(
+            "%s: %s slot(s) from %s on were not enqueued: %s (the process stalled, the "
+            "broker was out of reach or the clock jumped)",
+            spec.name,
+            f"{count}+"
+            if count >= _COUNT_LIMIT and not isinstance(spec.schedule, Every)
+            else count,
+            slot_datetime(first).isoformat(),
+            why,
+        )
+
+    async def _sleep_until(self, wake_at: float) -> None:
+        while not self._stop.is_set():
+            delay = wake_at - self._clock()
+            if delay <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(delay, _MAX_SLEEP)):
+                    await self._stop.wait()
+
+    def _fire(self, spec: JobSpec, slot: int) -> None:
+        """Publish ``slot`` of ``spec``. An earlier slot's publish waiting to try again gives
+        up: after an outage only the latest slot runs (one attempt in flight goes on)."""
+        waiting = self._retrying.pop(spec.name, None)
+        if waiting is not None:
+            waiting.cancel()
+        task = self._publishes.create_task(
+            self._publish(spec, slot), name=f"tick:{spec.name}:{slot}"
+        )
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _publish(self, spec: JobSpec, slot: int) -> None:
+        """Publish ``slot`` until it is stored, each attempt bounded by the grace left."""
+        dedup_id = tick_deduplication_id(spec.name, slot)
+        not_after = slot + self.grace + self._skew
+        delay = 0.1
+        try:
+            while True:
+                message = JobMessage(
+                    job_name=spec.name,
+                    deduplication_id=dedup_id,
+                    enqueued_at=self._clock(),
+                    scheduled_at=slot,
+                    not_after=not_after,
+                )
+                try:
+                    async with asyncio.timeout(max(0.0, slot + self.grace - self._clock())):
+                        result = await self._queue.publish(message)
+                except InvalidJobError as exc:
+                    self.stats.failed += 1
+                    self.observer.tick(spec.name, "failed", slot)
+                    log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
+                    return
+                except Exception as exc:  # whatever the adapter raises: retried within grace
+                    self.observer.broker_error("publish")
+                    late = self._clock() - slot
+                    if late + delay > self.grace or self._stop.is_set():
+                        reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
+                        self.stats.failed += 1
+                        self.observer.tick(spec.name, "failed", slot)
+                        log.error(
+                            "%s: slot %s not enqueued within grace %gs: %s",
+                            spec.name,
+                            dedup_id,
+                            self.grace,
+                            reason,
+                        )
+                        return
+                    log.warning("%s: enqueue of %s failed (%s); retrying", spec.name, dedup_id, exc)
+                    await self._wait_to_retry(spec, delay)
+                    delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+                    continue
+                if result.duplicate:
+                    self.stats.duplicates += 1
+                    self.observer.tick(spec.name, "duplicate", slot)
+                else:
+                    self.stats.published += 1
+                    self.observer.tick(spec.name, "enqueued", slot)
+                    log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
+                return
+        except _Superseded:
+            self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
+
+    async def _wait_to_retry(self, spec: JobSpec, delay: float) -> None:
+        """Sleep before the next attempt; a later slot due meanwhile supersedes this one."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._retrying[spec.name] = task
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            if self._retrying.get(spec.name) is task or task.cancelling() > 1:
+                raise  # not superseded: the ticker itself is cancelled
+            task.uncancel()
+            raise _Superseded from None
+        finally:
+            if self._retrying.get(spec.name) is task:
+                del self._retrying[spec.name]
+
+
+class _Superseded(Exception):
+    """A later slot of the same job is due: this slot's publish gives up."""
+
+
+def _latest_until(sched: Schedule, slot: int, now: float) -> int:
+    """The last slot at or before ``now``, from ``slot`` (one that is)."""
+    while (after := sched.next_after(slot)) <= now:
+        slot = after
+    return slot
+
+
+def _schedule(spec: JobSpec) -> Schedule:
+    assert spec.schedule is not None
+    return spec.schedule

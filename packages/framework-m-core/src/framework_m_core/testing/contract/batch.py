@@ -1,0 +1,58 @@
+"""Contract tests of ``enqueue_many``: a batch is enqueues, sent in fewer round trips."""
+
+from __future__ import annotations
+
+import pytest
+
+from ...errors import InvalidJobError
+from ...ports.messages import decode_message
+from ...ports.protocols import BrokerProtocol
+from ...ports.records import Job
+from ..helpers import receive_all
+from .base import ContractBase
+
+
+class BatchContract(ContractBase):
+    """Ids in order, duplicates inside and outside the batch, nothing sent when invalid."""
+
+    async def test_a_batch_returns_each_job_s_id_in_order_and_stores_each_once(
+        self, broker: BrokerProtocol
+    ) -> None:
+        jobs = [Job("send", {"n": i}) for i in range(250)]  # more than one round of sends
+        ids = await broker.enqueue_many(jobs)
+        assert len(ids) == len(set(ids)) == 250
+        got = {m.id: m for m in (decode_message(d.body) for d in await receive_all(broker))}
+        assert set(got) == set(ids)
+        assert [got[i].kwargs["n"] for i in ids] == list(range(250))  # each id names its job
+        assert broker.stats.enqueued == 250
+        assert await broker.enqueue_many([]) == []
+
+    async def test_a_duplicate_in_a_batch_gets_the_original_s_id(
+        self, broker: BrokerProtocol
+    ) -> None:
+        earlier = await broker.enqueue("report", deduplication_id="tick:report:60")
+        ids = await broker.enqueue_many(
+            [
+                Job("report", {}, "tick:report:60"),  # a duplicate of an earlier enqueue
+                Job("report", {"day": 2}, "tick:report:120"),
+                Job("report", {"day": 3}, "tick:report:120"),  # of one earlier in the batch
+                Job("report", {"day": 4}),
+            ]
+        )
+        assert ids[0] == earlier
+        assert ids[1] == ids[2] != ids[3]
+        got = sorted(decode_message(d.body).kwargs.get("day", 0) for d in await receive_all(broker))
+        assert got == [0, 2, 4]
+        assert (broker.stats.enqueued, broker.stats.duplicates) == (3, 2)
+
+    @pytest.mark.parametrize(
+        "bad",
+        [Job("no spaces allowed"), Job("job", {"x": object()}), Job("job", {}, " padded")],
+    )
+    async def test_one_invalid_job_sends_none_of_the_batch(
+        self, broker: BrokerProtocol, bad: Job
+    ) -> None:
+        with pytest.raises(InvalidJobError):
+            await broker.enqueue_many([Job("fine", {"n": 1}), bad, Job("fine", {"n": 2})])
+        assert await broker.receive(10, 0.3) == []
+        assert broker.stats.enqueued == 0

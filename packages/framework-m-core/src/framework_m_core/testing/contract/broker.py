@@ -1,0 +1,32 @@
+"""``BrokerContract``: every area of the contract suite in one class."""
+
+from __future__ import annotations
+
+from .batch import BatchContract
+from .connection import ConnectionContract
+from .consume import ConsumeContract
+from .delayed import DelayedContract
+from .enqueue import EnqueueContract
+from .hostile_input import HostileInputContract
+from .process import ProcessContract
+from .schema import SchemaContract
+from .stats import StatsContract
+from .worker import WorkerContract
+
+
+class BrokerContract(
+    EnqueueContract,
+    BatchContract,
+    DelayedContract,
+    ConsumeContract,
+    ConnectionContract,
+    SchemaContract,
+    WorkerContract,
+    HostileInputContract,
+    StatsContract,
+    ProcessContract,
+):
+    """The whole contract suite; see :mod:`framework_m_core.testing`."""
+
+
+AREAS = BrokerContract.__bases__

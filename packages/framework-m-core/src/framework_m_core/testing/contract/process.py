@@ -1,0 +1,157 @@
+"""Contract tests across processes: what only shows when replicas are separate programs.
+
+An adapter that deduplicates in a per-process table passes every one-process
+test; these publish from several processes at once and run real ``m worker``
+processes against the test's URL, killing one with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ...ports.capabilities import Capability
+from ...ports.messages import decode_message
+from ...ports.protocols import BrokerProtocol
+from ..helpers import receive_all
+from ..namespaces import with_credentials, with_option
+from ..scenarios import (
+    RECORDER_APP,
+    Processes,
+    assert_each_slot_once,
+    processes,
+    slot_runs,
+    stop_all,
+    wait_for_line,
+    wait_for_slot,
+)
+from .base import ContractBase
+from .requirements import (
+    DEDUP_WINDOW_IN_URL,
+    SHORT_VISIBILITY,
+    SINGLE_HOST,
+    any_of,
+    requires,
+)
+
+
+class ProcessContract(ContractBase):
+    """Several processes on one broker URL: publishers racing, workers ticking and dying."""
+
+    @pytest.fixture
+    def procs(self, tmp_path: Path) -> Iterator[Processes]:
+        """Processes started by the test; SIGKILLed by pid at its end."""
+        with processes(tmp_path) as started:
+            yield started
+
+    @requires(Capability.CROSS_PROCESS)
+    async def test_processes_publishing_the_same_ids_at_once_store_one_job_per_id(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        dedup_ids = [f"tick:race:{i}" for i in range(20)]
+        go = tmp_path / "go"
+        publishers = [
+            procs.start(
+                sys.executable,
+                "-m",
+                "framework_m_core.testing.publisher",
+                broker_url,
+                str(go),
+                *dedup_ids,
+            )
+            for _ in range(4)
+        ]
+        for p in publishers:
+            await asyncio.to_thread(p.wait_for, "^ready$", timeout=30)
+        go.touch()
+        answers = []
+        for p in publishers:
+            assert await asyncio.to_thread(p.wait, 60) == 0, p.output
+            answers.append(json.loads(p.output.splitlines()[-1]))
+        messages = [decode_message(d.body) for d in await receive_all(broker)]
+        stored_ids = sorted(str(m.deduplication_id) for m in messages)
+        assert stored_ids == sorted(dedup_ids), "not exactly one job per id"
+        stored = {m.deduplication_id: m.id for m in messages}
+        for dedup_id in dedup_ids:
+            said = [answer[dedup_id] for answer in answers]
+            assert {job_id for job_id, _ in said} == {stored[dedup_id]}
+            assert [duplicate for _, duplicate in said].count(False) == 1
+
+    @requires(Capability.CROSS_PROCESS, DEDUP_WINDOW_IN_URL)
+    async def test_worker_processes_run_each_slot_once_while_one_is_killed(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        log = tmp_path / "slots.log"
+        # A window that leaves the tickers their default grace: a loaded machine is late.
+        url = with_option(broker_url, "dedup_window", 30)
+        workers = await asyncio.to_thread(procs.workers, url, 3, env={"FM_SLOT_LOG": str(log)})
+        first = int(time.time()) + 1
+        await asyncio.to_thread(wait_for_slot, log, first + 3, timeout=20)
+        workers[0].signal(signal.SIGKILL)
+        killed_at = time.time()
+        await asyncio.to_thread(wait_for_slot, log, int(killed_at) + 4, timeout=20)
+        last = int(time.time()) - 2
+        await asyncio.to_thread(stop_all, workers[1:])
+        assert_each_slot_once(slot_runs(log), first, last, around=[killed_at])
+        assert last - first >= 5
+
+    @requires(
+        Capability.CROSS_PROCESS, any_of(Capability.REDELIVER_ON_DISCONNECT, SHORT_VISIBILITY)
+    )
+    async def test_a_job_whose_worker_is_killed_is_completed_by_another(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        slow = tmp_path / "slow.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_SLOW_LOG": str(slow)}
+        workers = await asyncio.to_thread(procs.workers, broker_url, 2, "--no-scheduler", env=env)
+        job_id = await broker.enqueue("slow", seconds=2)
+        _, started, pid, attempt = await asyncio.to_thread(wait_for_line, slow, "start", 20)
+        assert (started, attempt) == (job_id, "1")
+        running = next(w for w in workers if w.pid == int(pid))
+        running.signal(signal.SIGKILL)
+        wait = min(broker.visibility_timeout, 30.0) + 20
+        _, again, other_pid, again_attempt = await asyncio.to_thread(
+            wait_for_line, slow, "start", wait, 2
+        )
+        assert (again, again_attempt) == (job_id, "2")
+        assert int(other_pid) != running.pid
+        _, done, done_pid, _ = await asyncio.to_thread(wait_for_line, slow, "end", 20)
+        assert (done, int(done_pid)) == (job_id, int(other_pid))
+        await asyncio.to_thread(stop_all, [w for w in workers if w is not running])
+
+    @requires(Capability.CROSS_PROCESS)
+    async def test_workers_without_the_scheduler_publish_no_ticks(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log")}
+        workers = await asyncio.to_thread(procs.workers, broker_url, 2, "--no-scheduler", env=env)
+        for w in workers:
+            assert w.matches("worker starting: role=worker ")
+        await asyncio.sleep(2.5)  # two slot boundaries pass; a ticker would have published
+        await asyncio.to_thread(stop_all, workers)
+        assert list(await receive_all(broker)) == []
+        assert not (tmp_path / "slots.log").exists()
+
+    @requires(Capability.CROSS_PROCESS, SINGLE_HOST)
+    async def test_a_worker_never_prints_the_password_of_its_broker_url(
+        self, broker_url: str, procs: Processes
+    ) -> None:
+        secret = f"pw-{uuid.uuid4().hex}"
+        url = with_credentials(broker_url, "fmuser", secret)
+        worker = procs.m("worker", "--app", RECORDER_APP, "--broker", url, "--no-scheduler")
+        try:  # it starts (a server without authentication) or stops, saying why
+            await asyncio.to_thread(worker.wait_for, "worker starting: role=|m: error: ", 1, 30)
+        finally:
+            worker.signal(signal.SIGTERM)
+            await asyncio.to_thread(worker.wait, 30)
+        assert worker.output
+        assert secret not in worker.output
+        assert "fmuser:***@" in worker.output

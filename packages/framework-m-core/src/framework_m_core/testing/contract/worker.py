@@ -1,0 +1,262 @@
+"""Contract tests of the worker runtime and the ticker running on the adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from ...app import App
+from ...errors import BrokerError
+from ...jobs import JobContext
+from ...ports.capabilities import Capability
+from ...ports.messages import JobMessage, decode_message
+from ...ports.protocols import BrokerProtocol
+from ...runtime.worker import Worker
+from ...scheduling.ticker import InProcessTickerAdapter
+from ..helpers import (
+    PROMPT,
+    BrokerFactory,
+    connected,
+    many,
+    receive_all,
+    received_by_any,
+    running_worker,
+    wait_until,
+)
+from .base import ContractBase
+from .requirements import SHORT_VISIBILITY, requires
+
+
+class WorkerContract(ContractBase):
+    """What ``m worker`` promises (see the README), on this adapter."""
+
+    async def test_hooks_set_up_state_for_plain_and_async_handlers_and_tear_it_down(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app, events = App(), []
+
+        @app.on_startup
+        async def open_pool(state: Any) -> None:
+            state.pool = "pool"
+            events.append("up")
+
+        @app.on_shutdown
+        def close_pool(state: Any) -> None:
+            events.append("down")
+
+        @app.job
+        async def uses(ctx: JobContext) -> None:
+            events.append(f"async {ctx.state.pool}")
+
+        @app.job
+        def blocks(ctx: JobContext) -> None:  # runs in the worker's thread pool
+            events.append(f"plain {ctx.state.pool}")
+
+        await broker.enqueue("uses")
+        await broker.enqueue("blocks")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.succeeded == 2)
+        assert events[0] == "up"
+        assert sorted(events[1:3]) == ["async pool", "plain pool"]
+        assert events[3:] == ["down"]
+
+    async def test_the_worker_runs_a_job_then_acks_it(self, broker: BrokerProtocol) -> None:
+        app = App()
+        seen: list[tuple[str, int, dict[str, Any]]] = []
+
+        @app.job
+        async def greet(ctx: JobContext, name: str) -> None:
+            seen.append((ctx.job_id, ctx.attempt, {"name": name}))
+
+        job_id = await broker.enqueue("greet", name="ada")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.succeeded == 1)
+        assert seen == [(job_id, 1, {"name": "ada"})]
+        assert list(await broker.receive(10, min(broker.visibility_timeout + 0.5, 2.0))) == []
+
+    async def test_a_failure_is_retried_with_a_higher_attempt(self, broker: BrokerProtocol) -> None:
+        app = App(backoff=0.1)
+        attempts: list[int] = []
+
+        @app.job
+        async def flaky(ctx: JobContext) -> None:
+            attempts.append(ctx.attempt)
+            if ctx.attempt == 1:
+                raise RuntimeError("first try fails")
+
+        await broker.enqueue("flaky")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.succeeded == 1)
+        assert attempts == [1, 2]
+        assert worker.stats.retried == 1
+
+    async def test_the_last_failed_attempt_is_dead_lettered(self, broker: BrokerProtocol) -> None:
+        app = App(backoff=0.05)
+
+        @app.job(max_attempts=2)
+        async def doomed(ctx: JobContext) -> None:
+            raise ValueError("always broken")
+
+        await broker.enqueue("doomed")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.dead_lettered == 1)
+        assert (worker.stats.retried, worker.stats.succeeded) == (1, 0)
+        assert list(await broker.receive(10, min(broker.visibility_timeout + 0.5, 2.0))) == []
+
+    @requires(Capability.DEAD_LETTER_INSPECTION)
+    async def test_a_dead_letter_from_the_worker_says_why(self, broker: BrokerProtocol) -> None:
+        app = App(backoff=0.05)
+        calls: list[int] = []
+
+        @app.job(max_attempts=3)
+        async def doomed(ctx: JobContext) -> None:
+            calls.append(ctx.attempt)
+            raise ValueError("always broken")
+
+        job_id = await broker.enqueue("doomed")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.dead_lettered == 1)
+        assert calls == [1, 2, 3]
+        [dead] = await broker.dead_letters()
+        assert "failed after 3 attempt(s)" in dead.reason
+        assert "ValueError: always broken" in dead.reason
+        assert (decode_message(dead.body).id, dead.attempts) == (job_id, 3)
+
+    @requires(Capability.DEAD_LETTER_INSPECTION)
+    async def test_a_job_over_its_timeout_fails(self, broker: BrokerProtocol) -> None:
+        app = App()
+
+        @app.job(timeout=0.2, max_attempts=1)
+        async def slow(ctx: JobContext) -> None:
+            await asyncio.sleep(30)
+
+        await broker.enqueue("slow")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.dead_lettered == 1)
+        [dead] = await broker.dead_letters()
+        assert "timed out after 0.2s" in dead.reason
+
+    @requires(Capability.DEAD_LETTER_INSPECTION)
+    async def test_unknown_jobs_and_garbage_are_dead_lettered_and_the_worker_goes_on(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app = App()
+        ran: list[str] = []
+
+        @app.job
+        async def known(ctx: JobContext, n: int) -> None:
+            ran.append(ctx.job_id)
+
+        await broker.enqueue("not_registered")
+        await broker.enqueue("known", wrong_argument=1)
+        await broker.requeue(b"\x00\xffnot json at all")
+        await broker.requeue(json.dumps({"v": 1, "id": "x", "job": "known"}).encode())
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.dead_lettered == 4)
+            good = await broker.enqueue("known", n=1)
+            await wait_until(lambda: ran == [good])
+        reasons = sorted(d.reason for d in await broker.dead_letters())
+        assert any("unknown job 'not_registered'" in r for r in reasons)
+        assert any("kwargs do not match handler of 'known'" in r for r in reasons)
+        assert any(r.startswith("undecodable message: body is not JSON") for r in reasons)
+        assert any("'kwargs' must be an object" in r for r in reasons)
+
+    @requires(Capability.STORE_DEADLINE)
+    async def test_a_message_that_reaches_the_broker_past_its_deadline_never_runs(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app = App()
+        ran: list[str] = []
+
+        @app.job
+        async def tick(ctx: JobContext) -> None:
+            ran.append(ctx.job_id)
+
+        now = time.time()
+        late = JobMessage(
+            "tick", deduplication_id="tick:tick:60", enqueued_at=now, scheduled_at=60,
+            not_after=now - 30,
+        )  # fmt: skip
+        try:  # refused, stored nowhere (told like a duplicate) or dropped by the worker
+            refused = int((await broker.publish(late)).duplicate)
+        except BrokerError:
+            refused = 1
+        on_time = await broker.enqueue("tick", deduplication_id="tick:tick:61")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.late_dropped + refused == 1 and ran != [])
+        assert ran == [on_time]
+        assert await receive_all(broker) == []
+
+    @requires(SHORT_VISIBILITY)
+    async def test_a_job_running_past_the_visibility_timeout_stays_reserved(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        app = App()
+        runs: list[int] = []
+        visibility = broker.visibility_timeout
+
+        @app.job(timeout=60)
+        async def long(ctx: JobContext) -> None:
+            runs.append(ctx.attempt)
+            await asyncio.sleep(visibility * 2.5)
+
+        await broker.enqueue("long")
+        async with connected(broker_factory) as other, running_worker(app, broker) as worker:
+            await wait_until(lambda: runs == [1])
+            async with asyncio.timeout(visibility * 2.5 + 2 * PROMPT):
+                while worker.stats.succeeded == 0:  # the heartbeats keep others off it
+                    assert list(await other.receive(10, visibility / 3)) == []
+        assert runs == [1]
+
+    async def test_a_stopped_worker_hands_its_unfinished_job_back(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        app = App()
+        started = asyncio.Event()
+
+        @app.job
+        async def endless(ctx: JobContext) -> None:
+            started.set()
+            await asyncio.sleep(3600)
+
+        job_id = await broker.enqueue("endless")
+        worker = Worker(app, broker, concurrency=1, shutdown_timeout=0.2, fetch_timeout=0.2)
+        task = asyncio.create_task(worker.run())
+        async with asyncio.timeout(PROMPT):
+            await started.wait()
+        worker.stop()
+        async with asyncio.timeout(PROMPT + 15):
+            await task
+        assert worker.stats.released == 1
+        async with connected(broker_factory) as other:
+            [again] = await received_by_any([other, broker], PROMPT)
+            assert decode_message(again.delivery.body).id == job_id
+            await again.consumer.ack(again.delivery)
+
+    async def test_three_tickers_enqueue_each_slot_once(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        app = App()
+
+        @app.job(every=1)
+        async def tick(ctx: JobContext) -> None: ...
+
+        window = broker.dedup_window
+        grace = max(0.0, min(0.5, window / 4))
+        async with many(broker_factory, 3) as brokers:
+            tickers = [
+                InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
+                for b in brokers
+            ]
+            tasks = [asyncio.create_task(t.run()) for t in tickers]
+            await wait_until(lambda: sum(t.stats.published for t in tickers) >= 3, timeout=10)
+            for t in tickers:
+                t.stop()
+            await asyncio.gather(*tasks)
+        slots = [decode_message(d.body).scheduled_at or 0 for d in await receive_all(broker)]
+        assert all(slots)
+        assert len(slots) == len(set(slots)), f"a slot was enqueued twice: {sorted(slots)}"
+        assert sum(t.stats.published for t in tickers) == len(slots)
+        assert sum(t.stats.duplicates for t in tickers) >= len(slots) - 1
