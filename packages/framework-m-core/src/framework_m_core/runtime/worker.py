@@ -32,6 +32,7 @@ DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
 log = logging.getLogger("framework_m.worker")
 
+_FETCH_BACKOFF_MIN = 0.1
 _FETCH_BACKOFF_MAX = 5.0
 
 __all__ = ["DEFAULT_CONCURRENCY", "Worker", "WorkerStats"]
@@ -81,13 +82,13 @@ class Worker:
         )
         self._execution = Execution(app, broker, self.stats, self._observer, self._threads)
         self._stopping = asyncio.Event()
-        self._hurried = False  # stopping without waiting for the receive in progress
+        self._aborting = False  # stopping without waiting for the receive in progress
         self._receiving: asyncio.Future[Sequence[Delivery]] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
         self._prepared = False
         self._failure: str | None = None
-        self._broker_problem: str | None = None  # the last receive failed: why
+        self._health = BrokerHealth(self._observer)
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent)."""
@@ -147,8 +148,8 @@ class Worker:
             return False, "starting: the schema is not checked yet"
         if self._stopping.is_set():
             return False, "shutting down"
-        if self._broker_problem is not None:
-            return False, f"the broker is out of reach: {self._broker_problem}"
+        if self._health.problem is not None:
+            return False, f"the broker is out of reach: {self._health.problem}"
         return True, "ok"
 
     async def run(self) -> None:
@@ -197,7 +198,6 @@ class Worker:
 
     async def _consume(self) -> None:
         async with asyncio.TaskGroup() as jobs:
-            backoff = 0.1
             while not self._stopping.is_set():
                 self._slot_free.clear()
                 free = self.concurrency - len(self._inflight)
@@ -205,42 +205,46 @@ class Worker:
                     await _first_of(self._slot_free, self._stopping)
                     await asyncio.sleep(0)  # jobs ending in the same pass: one larger receive
                     continue
-                try:
-                    deliveries = await self._receive(free)
-                except Exception as exc:  # broker down: keep trying, say so
-                    self._observer.broker_error("receive")
-                    if self._broker_problem is None:
-                        self._observer.broker_connected(False)
-                    self._broker_problem = str(exc) or type(exc).__name__
-                    log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(backoff):
-                            await self._stopping.wait()
-                    backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
-                    continue
-                if self._broker_problem is not None:
-                    self._observer.broker_connected(True)
-                backoff, self._broker_problem = 0.1, None
-                for delivery in deliveries:
-                    self.stats.received += 1
-                    if self._stopping.is_set():
-                        await self._execution.release(delivery)
-                        continue
-                    task = jobs.create_task(self._execution.run(delivery))
-                    self._inflight.add(task)
-                    task.add_done_callback(self._done)
+                for delivery in await self._receive_or_wait(free):
+                    await self._start(jobs, delivery)
             await self._drain()
+
+    async def _receive_or_wait(self, free: int) -> Sequence[Delivery]:
+        """Up to ``free`` deliveries; none after a failed receive, once its backoff passed
+        (or the worker stops)."""
+        try:
+            deliveries = await self._receive(free)
+        except Exception as exc:  # broker down: keep trying, say so
+            self._observer.broker_error("receive")
+            backoff = self._health.failed(exc)
+            log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._stopping.wait()
+            return ()
+        self._health.answered()
+        return deliveries
+
+    async def _start(self, jobs: asyncio.TaskGroup, delivery: Delivery) -> None:
+        """Run ``delivery``'s job in ``jobs``; release it if the worker is stopping."""
+        self.stats.received += 1
+        if self._stopping.is_set():
+            await self._execution.release(delivery)
+            return
+        task = jobs.create_task(self._execution.run(delivery))
+        self._inflight.add(task)
+        task.add_done_callback(self._done)
 
     def _hurry_up(self) -> None:
         """Cut the receive in progress short (a graceful stop lets it end)."""
-        self._hurried = True
+        self._aborting = True
         if self._receiving is not None:
             self._receiving.cancel()
 
     async def _receive(self, free: int) -> Sequence[Delivery]:
         """A receive that :meth:`_hurry_up` cuts short. Awaited directly, so its result
         reaches the consumer in one pass of the loop (an idle worker's latency)."""
-        if self._hurried:
+        if self._aborting:
             return []
         self._receiving = receiving = asyncio.ensure_future(
             self.broker.receive(free, self.fetch_timeout)
@@ -249,7 +253,7 @@ class Worker:
             return await receiving
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if receiving.cancelled() and self._hurried and not (task and task.cancelling()):
+            if receiving.cancelled() and self._aborting and not (task and task.cancelling()):
                 return []  # cut short, the consumer itself was not cancelled
             raise
         finally:
@@ -284,6 +288,35 @@ class Worker:
             log.warning("%d job(s) still running at the deadline: handing them back", len(pending))
             for task in pending:
                 task.cancel()
+
+
+class BrokerHealth:
+    """Whether the broker answered the last receive, and how long to wait after a failure.
+
+    Reports each change to the observer (``broker_connected``); the backoff doubles
+    with each failure in a row, up to a few seconds, and starts over on an answer.
+    """
+
+    def __init__(self, observer: Observer) -> None:
+        self._observer = observer
+        self.problem: str | None = None  # why the last receive failed; None: it answered
+        self._backoff = _FETCH_BACKOFF_MIN
+
+    def failed(self, exc: Exception) -> float:
+        """A receive failed with ``exc``; return the seconds to wait before the next."""
+        if self.problem is None:
+            self._observer.broker_connected(False)
+        self.problem = str(exc) or type(exc).__name__
+        backoff = self._backoff
+        self._backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
+        return backoff
+
+    def answered(self) -> None:
+        """A receive returned: the broker is reachable again."""
+        if self.problem is not None:
+            self._observer.broker_connected(True)
+            self.problem = None
+        self._backoff = _FETCH_BACKOFF_MIN
 
 
 def _innermost(exc: BaseException) -> BaseException:

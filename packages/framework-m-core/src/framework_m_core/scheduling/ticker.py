@@ -91,9 +91,10 @@ class InProcessTickerAdapter:
         self._skew = clock_skew
         self._clock = clock
         self._stop = asyncio.Event()
-        self._publishes = asyncio.TaskGroup()
-        self._retrying: dict[str, asyncio.Task[None]] = {}  # per job: a publish between tries
-        self._in_flight: set[asyncio.Task[None]] = set()
+        self._group: asyncio.TaskGroup | None = None  # the publishes and clock checks of run()
+        self._publishing: set[asyncio.Task[None]] = set()
+        self._measuring: asyncio.Task[None] | None = None  # a clock check in progress
+        self._latest: dict[str, int] = {}  # per job: the latest slot fired
         self.stats = TickerStats()
         self.observer = observer or Observer()
         self.clock_check: ClockCheck | None = None  # set when run() starts
@@ -113,7 +114,6 @@ class InProcessTickerAdapter:
 
     async def run(self) -> None:
         self.check()
-        grace = self.grace
         if not self._jobs:
             log.info("ticker idle: the app has no scheduled jobs")
             await self._stop.wait()
@@ -121,70 +121,88 @@ class InProcessTickerAdapter:
         log.info(
             "ticker started: %d schedule(s), grace %gs, clock skew %gs, dedup window %gs",
             len(self._jobs),
-            grace,
+            self.grace,
             self._skew,
             self._queue.dedup_window,
         )
         check = self.clock_check = ClockCheck(
             self._queue,
             clock_skew=self._skew,
-            limit=(self._queue.dedup_window - grace) / 2,
+            limit=(self._queue.dedup_window - self.grace) / 2,
             clock=self._clock,
         )
         await check.run()
-        now = self._clock()
-        # (next slot, job index): only the schedules that are due are looked at.
-        due: list[tuple[int, int]] = []
         failure: Exception | None = None
         try:
-            async with asyncio.TaskGroup() as self._publishes:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
                 try:
-                    for i, spec in enumerate(self._jobs):
-                        sched = _schedule(spec)
-                        latest = sched.next_after(now - grace)
-                        if latest <= now and check.halted:
-                            self.stats.clock_held += 1
-                            self.observer.tick(spec.name, "clock_held", latest)
-                        elif latest <= now:
-                            self._fire(spec, _latest_until(sched, latest, now))
-                        due.append((sched.next_after(now), i))
-                    heapq.heapify(due)
-                    while not self._stop.is_set():
-                        await self._sleep_until(min(due[0][0], check.next_at))
-                        if self._stop.is_set():
-                            break
-                        now = self._clock()
-                        while due[0][0] <= now:
-                            slot, i = due[0]
-                            spec = self._jobs[i]
-                            if check.halted:
-                                after = self._hold(spec, slot, now)
-                            else:
-                                after = self._fire_due(spec, slot, now, grace)
-                            heapq.heapreplace(due, (after, i))
-                        if check.due():
-                            check.next_at = now + CHECK_EVERY  # one measurement at a time
-                            measuring = self._publishes.create_task(check.run(), name="clock check")
-                            self._in_flight.add(measuring)
-                            measuring.add_done_callback(self._in_flight.discard)
-                    for task in self._in_flight:  # stopping: no new clock reading needed
-                        if task.get_name() == "clock check":
-                            task.cancel()
-                except Exception as exc:  # raised as itself, not inside an ExceptionGroup
+                    await self._tick_until_stopped(check)
+                except Exception as exc:  # raised as itself below, not in an ExceptionGroup
                     failure = exc
                     self._stop.set()
-                    for task in self._in_flight:
+                    for task in self._publishing:
                         task.cancel()
+                if self._measuring is not None:  # stopping: no new clock reading needed
+                    self._measuring.cancel()
         finally:
+            s = self.stats
             log.info(
                 "ticker stopped: %d published, %d duplicates, %d late, %d failed",
-                self.stats.published,
-                self.stats.duplicates,
-                self.stats.late_skipped,
-                self.stats.failed,
+                *(s.published, s.duplicates, s.late_skipped, s.failed),
             )
         if failure is not None:
             raise failure
+
+    async def _tick_until_stopped(self, check: ClockCheck) -> None:
+        """Fire the first slots, then sleep to each next slot (or clock check) and tick."""
+        # (next slot, job index): only the schedules that are due are looked at.
+        due = self._first_slots(self._clock(), check.halted)
+        while not self._stop.is_set():
+            await self._sleep_until(min(due[0][0], check.next_at))
+            if self._stop.is_set():
+                return
+            now = self._clock()
+            self._tick(due, now, check.halted)
+            if check.due():
+                self._start_clock_check(check, now)
+
+    def _first_slots(self, now: float, halted: bool) -> list[tuple[int, int]]:
+        """On start, fire each job's latest slot inside grace (the earlier ones are not
+        skipped: another replica ran them, or this one was not up); return the heap of
+        next slots."""
+        grace = self.grace
+        due: list[tuple[int, int]] = []
+        for i, spec in enumerate(self._jobs):
+            sched = _schedule(spec)
+            latest = sched.next_after(now - grace)
+            if latest <= now and halted:
+                self.stats.clock_held += 1
+                self.observer.tick(spec.name, "clock_held", latest)
+            elif latest <= now:
+                self._fire(spec, _latest_until(sched, latest, now))
+            due.append((sched.next_after(now), i))
+        heapq.heapify(due)
+        return due
+
+    def _tick(self, due: list[tuple[int, int]], now: float, halted: bool) -> None:
+        """Fire (or hold, while the clock is off) every slot due by ``now``."""
+        grace = self.grace
+        while due[0][0] <= now:
+            slot, i = due[0]
+            spec = self._jobs[i]
+            after = (
+                self._hold(spec, slot, now) if halted else self._fire_due(spec, slot, now, grace)
+            )
+            heapq.heapreplace(due, (after, i))
+
+    def _start_clock_check(self, check: ClockCheck, now: float) -> None:
+        """Measure the clock beside the ticking, one measurement at a time."""
+        if self._measuring is not None and not self._measuring.done():
+            return
+        assert self._group is not None
+        check.next_at = now + CHECK_EVERY
+        self._measuring = self._group.create_task(check.run(), name="clock check")
 
     def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
         """Fire the latest due slot of ``spec`` inside grace (the others are skipped as
@@ -240,88 +258,85 @@ class InProcessTickerAdapter:
                     await self._stop.wait()
 
     def _fire(self, spec: JobSpec, slot: int) -> None:
-        """Publish ``slot`` of ``spec``. An earlier slot's publish waiting to try again gives
-        up: after an outage only the latest slot runs (one attempt in flight goes on)."""
-        waiting = self._retrying.pop(spec.name, None)
-        if waiting is not None:
-            waiting.cancel()
-        task = self._publishes.create_task(
-            self._publish(spec, slot), name=f"tick:{spec.name}:{slot}"
-        )
-        self._in_flight.add(task)
-        task.add_done_callback(self._in_flight.discard)
+        """Publish ``slot`` of ``spec``; it is now the job's latest slot, so an earlier
+        slot's publish waiting to try again gives up (after an outage only the latest
+        slot runs; an attempt already in flight goes on)."""
+        assert self._group is not None
+        self._latest[spec.name] = slot
+        task = self._group.create_task(self._publish(spec, slot), name=f"tick:{spec.name}:{slot}")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    def _grace_left(self, slot: int) -> float:
+        return slot + self.grace - self._clock()
 
     async def _publish(self, spec: JobSpec, slot: int) -> None:
-        """Publish ``slot`` until it is stored, each attempt bounded by the grace left."""
-        dedup_id = tick_deduplication_id(spec.name, slot)
-        not_after = slot + self.grace + self._skew
+        """Publish ``slot`` until it is stored, each attempt bounded by the grace left;
+        between attempts, a later slot of the job supersedes it."""
         delay = 0.1
-        try:
-            while True:
-                message = JobMessage(
-                    job_name=spec.name,
-                    deduplication_id=dedup_id,
-                    enqueued_at=self._clock(),
-                    scheduled_at=slot,
-                    not_after=not_after,
-                )
-                try:
-                    async with asyncio.timeout(max(0.0, slot + self.grace - self._clock())):
-                        result = await self._queue.publish(message)
-                except InvalidJobError as exc:
-                    self.stats.failed += 1
-                    self.observer.tick(spec.name, "failed", slot)
-                    log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
-                    return
-                except Exception as exc:  # whatever the adapter raises: retried within grace
-                    self.observer.broker_error("publish")
-                    late = self._clock() - slot
-                    if late + delay > self.grace or self._stop.is_set():
-                        reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
-                        self.stats.failed += 1
-                        self.observer.tick(spec.name, "failed", slot)
-                        log.error(
-                            "%s: slot %s not enqueued within grace %gs: %s",
-                            spec.name,
-                            dedup_id,
-                            self.grace,
-                            reason,
-                        )
-                        return
-                    log.warning("%s: enqueue of %s failed (%s); retrying", spec.name, dedup_id, exc)
-                    await self._wait_to_retry(spec, delay)
-                    delay = min(delay * 2, _PUBLISH_RETRY_MAX)
-                    continue
-                if result.duplicate:
-                    self.stats.duplicates += 1
-                    self.observer.tick(spec.name, "duplicate", slot)
-                else:
-                    self.stats.published += 1
-                    self.observer.tick(spec.name, "enqueued", slot)
-                    log.debug("%s: enqueued slot %s as job %s", spec.name, dedup_id, result.job_id)
+        while True:
+            error = await self._attempt(spec, slot)
+            if error is None:
                 return
-        except _Superseded:
-            self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
-
-    async def _wait_to_retry(self, spec: JobSpec, delay: float) -> None:
-        """Sleep before the next attempt; a later slot due meanwhile supersedes this one."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._retrying[spec.name] = task
-        try:
+            if self._grace_left(slot) < delay or self._stop.is_set():
+                self._failed(
+                    spec, slot, "no answer in time" if isinstance(error, TimeoutError) else error
+                )
+                return
+            log.warning(
+                "%s: enqueue of %s failed (%s); retrying",
+                spec.name,
+                tick_deduplication_id(spec.name, slot),
+                error,
+            )
             await asyncio.sleep(delay)
-        except asyncio.CancelledError:
-            if self._retrying.get(spec.name) is task or task.cancelling() > 1:
-                raise  # not superseded: the ticker itself is cancelled
-            task.uncancel()
-            raise _Superseded from None
-        finally:
-            if self._retrying.get(spec.name) is task:
-                del self._retrying[spec.name]
+            if self._latest.get(spec.name) != slot:
+                self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
+                return
+            delay = min(delay * 2, _PUBLISH_RETRY_MAX)
 
+    async def _attempt(self, spec: JobSpec, slot: int) -> Exception | None:
+        """Publish ``slot`` once; the broker's error to retry on, else None (stored, a
+        duplicate, or refused for good)."""
+        message = JobMessage(
+            job_name=spec.name,
+            deduplication_id=tick_deduplication_id(spec.name, slot),
+            enqueued_at=self._clock(),
+            scheduled_at=slot,
+            not_after=slot + self.grace + self._skew,
+        )
+        try:
+            async with asyncio.timeout(max(0.0, self._grace_left(slot))):
+                result = await self._queue.publish(message)
+        except InvalidJobError as exc:
+            self.stats.failed += 1
+            self.observer.tick(spec.name, "failed", slot)
+            log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
+            return None
+        except Exception as exc:  # whatever the adapter raises: retried within grace
+            self.observer.broker_error("publish")
+            return exc
+        if result.duplicate:
+            self.stats.duplicates += 1
+            self.observer.tick(spec.name, "duplicate", slot)
+        else:
+            self.stats.published += 1
+            self.observer.tick(spec.name, "enqueued", slot)
+            log.debug(
+                "%s: enqueued slot %s as job %s", spec.name, message.deduplication_id, result.job_id
+            )
+        return None
 
-class _Superseded(Exception):
-    """A later slot of the same job is due: this slot's publish gives up."""
+    def _failed(self, spec: JobSpec, slot: int, reason: object) -> None:
+        self.stats.failed += 1
+        self.observer.tick(spec.name, "failed", slot)
+        log.error(
+            "%s: slot %s not enqueued within grace %gs: %s",
+            spec.name,
+            tick_deduplication_id(spec.name, slot),
+            self.grace,
+            reason,
+        )
 
 
 def _latest_until(sched: Schedule, slot: int, now: float) -> int:
