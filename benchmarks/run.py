@@ -389,6 +389,55 @@ async def latency_rows(label: str, subjects: list[tuple[str, Bench]], deadline: 
     ]  # fmt: skip
 
 
+def wanted(measurement: str, only: list[str]) -> bool:
+    """Whether ``measurement`` runs: those ``--only`` names, else all but the opt-in ones."""
+    if not only:
+        return measurement not in OPT_IN
+    return any(o in measurement for o in only)
+
+
+def throughput_groups(
+    url: str, n: int, raw: Rows, other: Rows
+) -> dict[str, list[tuple[str, Bench]]]:
+    """Each throughput measurement's subjects: the raw client (``raw``) first, then
+    framework-m, then the peers (``other``)."""
+    one_by_one = max(1, n // ONE_BY_ONE_SHARE)
+    groups: dict[str, list[tuple[str, Bench]]] = {
+        "enqueue one by one": [
+            ("framework-m, no dedup id", partial(bench_enqueue, url, one_by_one, False)),
+            ("framework-m, dedup id", partial(bench_enqueue, url, one_by_one, True)),
+        ],
+        "enqueue, 100 in flight": [
+            ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),
+        ],
+        "enqueue a batch": [
+            ("framework-m enqueue_many, dedup ids", partial(bench_enqueue_many, url, n)),
+        ],
+        "drain no-op jobs": [
+            ("framework-m worker, defaults", partial(bench_drain, url, n)),
+            ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
+        ],
+        "concurrency sweep": [
+            (f"framework-m worker, concurrency {c}", partial(bench_drain, url, n, False, c))
+            for c in CONCURRENCIES
+        ],
+    }
+    for measurement, rows_ in raw.items():
+        count = one_by_one if measurement == "enqueue one by one" else n
+        groups[measurement][:0] = [(name, partial(fn, count)) for name, fn in rows_]
+    for measurement, rows_ in other.items():
+        if measurement in groups:
+            groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
+    return groups
+
+
+# The ticker CPU measurements: whether its schedule keeps it busy, measurement, subject.
+TICKER_CPU = (
+    (False, "ticker CPU, idle", "per replica, 10 schedules"),
+    (True, "ticker CPU, 1s schedule", "per replica, 10 replicas"),
+)
+
+
 async def run(
     urls: list[str],
     n: int,
@@ -402,60 +451,25 @@ async def run(
 ) -> list[Row]:
     """Measure, appending to ``rows`` and printing each measurement as it completes."""
 
-    def wanted(measurement: str) -> bool:
-        if not only:
-            return measurement not in OPT_IN
-        return any(o in measurement for o in only)
-
     def done(new: list[Row]) -> None:
         rows.extend(new)
         print_rows(new)
 
-    one_by_one = max(1, n // ONE_BY_ONE_SHARE)
     for url in urls:
         label = redact_url(url).split("?")[0]
         raw = ceilings(url)
         other = peers(url) if with_peers else {}
-        groups: dict[str, list[tuple[str, Bench]]] = {
-            "enqueue one by one": [
-                ("framework-m, no dedup id", partial(bench_enqueue, url, one_by_one, False)),
-                ("framework-m, dedup id", partial(bench_enqueue, url, one_by_one, True)),
-            ],
-            "enqueue, 100 in flight": [
-                ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),
-            ],
-            "enqueue a batch": [
-                ("framework-m enqueue_many, dedup ids", partial(bench_enqueue_many, url, n)),
-            ],
-            "drain no-op jobs": [
-                ("framework-m worker, defaults", partial(bench_drain, url, n)),
-                ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
-            ],
-            "concurrency sweep": [
-                (f"framework-m worker, concurrency {c}", partial(bench_drain, url, n, False, c))
-                for c in CONCURRENCIES
-            ],
-        }
-        for measurement, rows_ in raw.items():
-            count = one_by_one if measurement == "enqueue one by one" else n
-            groups[measurement][:0] = [(name, partial(fn, count)) for name, fn in rows_]
-        for measurement, rows_ in other.items():
-            if measurement in groups:
-                groups[measurement] += [(name, partial(fn, n)) for name, fn in rows_]
-        for measurement, subjects in groups.items():
-            if wanted(measurement):
+        for measurement, subjects in throughput_groups(url, n, raw, other).items():
+            if wanted(measurement, only):
                 results = await interleaved(rounds, subjects, deadline)
                 done([Row(f"{label} {measurement}", *result[:2], "/s", result[2])
                       for result in results])  # fmt: skip
-        if wanted(LATENCY):
+        if wanted(LATENCY, only):
             latency = [("framework-m worker, defaults", partial(bench_latency, url, samples))]
             latency += [(name, partial(fn, samples)) for name, fn in other.get(LATENCY, [])]
             done(await latency_rows(label, latency, deadline))
-        for busy, measurement, subject in (
-            (False, "ticker CPU, idle", "per replica, 10 schedules"),
-            (True, "ticker CPU, 1s schedule", "per replica, 10 replicas"),
-        ):
-            if not wanted(measurement):
+        for busy, measurement, subject in TICKER_CPU:
+            if not wanted(measurement, only):
                 continue
             bench = partial(bench_ticker_cpu, url, 10, ticker_seconds, busy=busy)
             [(_, cpu, error)] = await interleaved(1, [(subject, bench)], deadline)

@@ -134,37 +134,52 @@ def parse_url(url: str) -> NatsSettings:
 
 
 def _validate(s: NatsSettings, shown: str) -> None:
-    def bad(message: str) -> ConfigurationError:
-        return ConfigurationError(f"{message} (in {shown!r})")
+    """Raise :class:`ConfigurationError` naming the first thing wrong with ``s``, if any."""
+    problem = _name_problem(s) or _limit_problem(s) or _file_problem(s)
+    if problem is not None:
+        raise ConfigurationError(f"{problem} (in {shown!r})")
 
+
+def _name_problem(s: NatsSettings) -> str | None:
+    """What is wrong with the stream, consumer and subject names, if anything."""
     for label, value in (
         ("stream", s.stream),
         ("consumer", s.consumer),
         ("dead_letter_stream", s.dead_letter_stream),
     ):
         if not _NAME.match(value):
-            raise bad(f"{label} {value!r} must be letters, digits, '_' or '-'")
+            return f"{label} {value!r} must be letters, digits, '_' or '-'"
     if s.stream == s.dead_letter_stream:
-        raise bad("dead_letter_stream must differ from stream")
+        return "dead_letter_stream must differ from stream"
     if not _SUBJECT.match(s.subject_prefix):
-        raise bad(f"subject_prefix {s.subject_prefix!r} must be dot-separated tokens")
+        return f"subject_prefix {s.subject_prefix!r} must be dot-separated tokens"
+    return None
+
+
+def _limit_problem(s: NatsSettings) -> str | None:
+    """What is wrong with the durations, counts and timeouts, if anything."""
     if not s.dedup_window > 0:
-        raise bad("dedup_window must be > 0 seconds")
+        return "dedup_window must be > 0 seconds"
     if s.max_age < s.dedup_window:
-        raise bad(
+        return (
             f"max_age ({s.max_age:g}s) must be at least dedup_window ({s.dedup_window:g}s): "
             "JetStream forgets an id when its message is gone"
         )
     if s.dead_letter_max_age <= 0:
-        raise bad("dead_letter_max_age must be > 0 seconds")
+        return "dead_letter_max_age must be > 0 seconds"
     if not 1 <= s.replicas <= 5:
-        raise bad(f"replicas must be 1 to 5, got {s.replicas}")
+        return f"replicas must be 1 to 5, got {s.replicas}"
     if not s.ack_wait >= 0.5:
-        raise bad("ack_wait must be at least 0.5 seconds")
+        return "ack_wait must be at least 0.5 seconds"
     if s.max_ack_pending < 1:
-        raise bad("max_ack_pending must be >= 1")
+        return "max_ack_pending must be >= 1"
     if s.connect_timeout <= 0:
-        raise bad("connect_timeout must be > 0 seconds")
+        return "connect_timeout must be > 0 seconds"
+    return None
+
+
+def _file_problem(s: NatsSettings) -> str | None:
+    """What is wrong with the credential and TLS files, if anything."""
     for label, path in (
         ("creds", s.creds),
         ("nkey", s.nkey),
@@ -173,6 +188,7 @@ def _validate(s: NatsSettings, shown: str) -> None:
         ("tls_key", s.tls_key),
     ):
         if path is not None and not Path(path).is_file():
-            raise bad(f"{label} file {path!r} does not exist")
+            return f"{label} file {path!r} does not exist"
     if s.tls_key and not s.tls_cert:
-        raise bad("tls_key needs tls_cert")
+        return "tls_key needs tls_cert"
+    return None

@@ -20,6 +20,10 @@ from framework_m_core.ports import Calls, PassBatch, answer
 # Fewer than this at the head of the channel go one by one.
 _RUN = 2
 
+# One basic.ack to write: the delivery tags it settles, the message to ack, and
+# whether it is a multiple ack (settling every outstanding tag up to the message's).
+_Send = tuple[list[int], AbstractIncomingMessage, bool]
+
 
 class ChannelAcks:
     """Acks for the deliveries of one consuming channel; a new channel gets a new one."""
@@ -51,25 +55,8 @@ class ChannelAcks:
         await self._batch.submit(msg)
 
     async def _flush(self, calls: Calls[AbstractIncomingMessage, None]) -> None:
-        waiting: dict[int, list[asyncio.Future[None]]] = {}
-        acking: dict[int, AbstractIncomingMessage] = {}
-        for msg, future in calls:
-            tag = msg.delivery_tag or 0  # owns() let in only messages with a tag
-            if self.acked(msg):  # acked before, or in flight now
-                answer(future, None)
-                continue
-            acking[tag] = msg
-            waiting.setdefault(tag, []).append(future)
-        run: list[int] = []
-        for tag in sorted(self._unacked):
-            if tag not in acking:
-                break
-            run.append(tag)
-        for tag in acking:  # in flight: acking one again meanwhile does nothing
-            del self._unacked[tag]
-        sends = [(run, acking[run[-1]], True)] if len(run) >= _RUN else []
-        covered = set(run) if sends else set()
-        sends += [([tag], msg, False) for tag, msg in acking.items() if tag not in covered]
+        acking, waiting = self._to_ack(calls)
+        sends = self._sends(acking)
         for n, (tags, msg, multiple) in enumerate(sends):
             try:
                 await msg.ack(multiple=multiple)
@@ -80,3 +67,40 @@ class ChannelAcks:
             for tag in tags:
                 for future in waiting[tag]:
                     answer(future, None)
+
+    def _to_ack(
+        self, calls: Calls[AbstractIncomingMessage, None]
+    ) -> tuple[dict[int, AbstractIncomingMessage], dict[int, list[asyncio.Future[None]]]]:
+        """The messages of ``calls`` still to ack and the futures waiting on each, by
+        delivery tag; the calls for messages already acked are answered now."""
+        waiting: dict[int, list[asyncio.Future[None]]] = {}
+        acking: dict[int, AbstractIncomingMessage] = {}
+        for msg, future in calls:
+            tag = msg.delivery_tag or 0  # owns() let in only messages with a tag
+            if self.acked(msg):  # acked before, or in flight now
+                answer(future, None)
+                continue
+            acking[tag] = msg
+            waiting.setdefault(tag, []).append(future)
+        return acking, waiting
+
+    def _sends(self, acking: dict[int, AbstractIncomingMessage]) -> list[_Send]:
+        """The acks to write for ``acking``: one with ``multiple`` for the run at the
+        channel's head when it is long enough, then the others one by one. Counts them
+        all as in flight (no longer unacked)."""
+        run = self._head_run(acking)
+        for tag in acking:  # in flight: acking one again meanwhile does nothing
+            del self._unacked[tag]
+        sends: list[_Send] = [(run, acking[run[-1]], True)] if len(run) >= _RUN else []
+        covered = set(run) if sends else set()
+        sends += [([tag], msg, False) for tag, msg in acking.items() if tag not in covered]
+        return sends
+
+    def _head_run(self, acking: dict[int, AbstractIncomingMessage]) -> list[int]:
+        """The channel's oldest unacked tags, up to the first one not in ``acking``."""
+        run: list[int] = []
+        for tag in sorted(self._unacked):
+            if tag not in acking:
+                break
+            run.append(tag)
+        return run

@@ -126,16 +126,47 @@ def parse_url(url: str) -> RabbitSettings:
     if parts.scheme not in ("amqp", "amqps"):
         raise ConfigurationError(f"not an amqp:// or amqps:// URL: {shown!r}")
     opts = query_params(url, _OPTIONS)
+    queue = _queue(opts)
+    persistence = _cache_persistence(opts)
+    window, cache_size, prefetch, delivery_limit, priority = _sizes(opts, shown)
+    passed, timeout = _connection_options(opts)
+    return RabbitSettings(
+        display_url=shown,
+        connection_url=urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), "")),
+        queue=queue,
+        dedup_window=window,
+        cache_size=cache_size,
+        cache_persistence=persistence,
+        prefetch=prefetch,
+        delivery_limit=delivery_limit,
+        policy_priority=priority,
+        connect_timeout=float(timeout),
+        management=_management(url, opts, passed),
+    )
+
+
+def _queue(opts: dict[str, object]) -> str:
+    """The queue name, the stem of every name derived from it."""
     queue = str(opts.get("queue", "framework_m"))
     if not _QUEUE.fullmatch(queue):
         raise ConfigurationError(
             f"queue must be 1-200 letters, digits, '_', '.', ':' or '-', got {queue!r}"
         )
+    return queue
+
+
+def _cache_persistence(opts: dict[str, object]) -> str:
+    """Where the exchange keeps its dedup ids: ``disk`` or ``memory``."""
     persistence = str(opts.get("cache_persistence", "disk"))
     if persistence not in ("disk", "memory"):
         raise ConfigurationError(
             f"cache_persistence must be 'disk' or 'memory', got {persistence!r}"
         )
+    return persistence
+
+
+def _sizes(opts: dict[str, object], shown: str) -> tuple[float, int, int, int, int]:
+    """dedup_window, cache_size, prefetch, delivery_limit and policy_priority, checked."""
     window = float(str(opts.get("dedup_window", 120.0)))
     cache_size, prefetch, delivery_limit, priority = (
         int(str(opts.get(key, default)))
@@ -154,6 +185,12 @@ def parse_url(url: str) -> RabbitSettings:
         raise ConfigurationError(
             f"cache_size {cache_size} is over the exchange's limit of {MAX_CACHE_SIZE:,} ids"
         )
+    return window, cache_size, prefetch, delivery_limit, priority
+
+
+def _connection_options(opts: dict[str, object]) -> tuple[dict[str, str], str]:
+    """The checked options passed through to aio-pika (with the connection's name),
+    and the connect timeout (whole seconds, as text)."""
     passed = {k: str(v) for k, v in opts.items() if k in _CONNECTION_OPTIONS}
     timeout = str(opts.get("timeout", "60"))
     for name, value in (("heartbeat", passed.get("heartbeat", "60")), ("timeout", timeout)):
@@ -165,26 +202,19 @@ def parse_url(url: str) -> RabbitSettings:
         if file in passed and not os.path.isfile(passed[file]):
             raise ConfigurationError(f"{file} {passed[file]!r} is not a readable file")
     passed.setdefault("name", "framework-m")  # the connection's name in the management UI
+    return passed, timeout
+
+
+def _management(url: str, opts: dict[str, object], passed: dict[str, str]) -> ManagementAPI | None:
+    """The management API the URL names (by default the broker's own), None for ``off``."""
     management = str(opts.get("management", ManagementAPI.default_url(url)))
-    return RabbitSettings(
-        display_url=shown,
-        connection_url=urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), "")),
-        queue=queue,
-        dedup_window=window,
-        cache_size=cache_size,
-        cache_persistence=persistence,
-        prefetch=prefetch,
-        delivery_limit=delivery_limit,
-        policy_priority=priority,
-        connect_timeout=float(timeout),
-        management=None
-        if management == "off"
-        else ManagementAPI(
-            management,
-            url,
-            cafile=passed.get("cafile"),
-            certfile=passed.get("certfile"),
-            keyfile=passed.get("keyfile"),
-            verify=passed.get("no_verify_ssl", "0") == "0",
-        ),
+    if management == "off":
+        return None
+    return ManagementAPI(
+        management,
+        url,
+        cafile=passed.get("cafile"),
+        certfile=passed.get("certfile"),
+        keyfile=passed.get("keyfile"),
+        verify=passed.get("no_verify_ssl", "0") == "0",
     )

@@ -226,16 +226,7 @@ def decode_message(body: bytes) -> JobMessage:
 
     Whatever ``body`` holds, this returns a message or raises that error: nothing else.
     """
-    try:
-        data = loads_strict(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MessageDecodeError(f"body is not JSON: {_short(exc)}") from None
-    except RecursionError:
-        raise MessageDecodeError("body is JSON nested too deeply to read") from None
-    if not isinstance(data, dict):
-        raise MessageDecodeError(f"body is JSON {type(data).__name__}, not an object")
-    if data.get("v") != WIRE_VERSION:
-        raise MessageDecodeError(f"unsupported message version {data.get('v')!r}")
+    data = _wire_object(body)
     job_id = data.get("id")
     if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id):
         raise MessageDecodeError(
@@ -254,6 +245,41 @@ def decode_message(body: bytes) -> JobMessage:
     enqueued_at = data.get("enqueued_at")
     if not _is_time(enqueued_at):
         raise MessageDecodeError("field 'enqueued_at' must be a unix time in seconds")
+    scheduled_at, not_after, not_before = _optional_times(data)
+    meta = data.get("meta", {})
+    if (problem := meta_problem(meta)) is not None:
+        raise MessageDecodeError(f"field 'meta' {problem}")
+    return JobMessage(
+        job_name=job_name,
+        kwargs=kwargs,
+        id=job_id,
+        deduplication_id=dedup_id,
+        enqueued_at=float(enqueued_at),  # type: ignore[arg-type]
+        scheduled_at=scheduled_at,
+        not_after=not_after,
+        meta=meta,
+        not_before=not_before,
+    )
+
+
+def _wire_object(body: bytes) -> dict[str, Any]:
+    """``body`` read as a JSON object of this wire version; MessageDecodeError else."""
+    try:
+        data = loads_strict(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MessageDecodeError(f"body is not JSON: {_short(exc)}") from None
+    except RecursionError:
+        raise MessageDecodeError("body is JSON nested too deeply to read") from None
+    if not isinstance(data, dict):
+        raise MessageDecodeError(f"body is JSON {type(data).__name__}, not an object")
+    if data.get("v") != WIRE_VERSION:
+        raise MessageDecodeError(f"unsupported message version {data.get('v')!r}")
+    return data
+
+
+def _optional_times(data: dict[str, Any]) -> tuple[int | None, float | None, float | None]:
+    """The message's ``scheduled_at``, ``not_after`` and ``not_before``, each None when
+    absent or null; MessageDecodeError when one is not a unix time."""
     scheduled_at = data.get("scheduled_at")
     if scheduled_at is not None and (
         not isinstance(scheduled_at, int) or not _is_time(scheduled_at)
@@ -265,19 +291,10 @@ def decode_message(body: bytes) -> JobMessage:
     not_before = data.get("not_before")
     if not_before is not None and not _is_time(not_before):
         raise MessageDecodeError("field 'not_before' must be a unix time or null")
-    meta = data.get("meta", {})
-    if (problem := meta_problem(meta)) is not None:
-        raise MessageDecodeError(f"field 'meta' {problem}")
-    return JobMessage(
-        job_name=job_name,
-        kwargs=kwargs,
-        id=job_id,
-        deduplication_id=dedup_id,
-        enqueued_at=float(enqueued_at),  # type: ignore[arg-type]
-        scheduled_at=scheduled_at,
-        not_after=None if not_after is None else float(not_after),
-        meta=meta,
-        not_before=None if not_before is None else float(not_before),
+    return (
+        scheduled_at,
+        None if not_after is None else float(not_after),
+        None if not_before is None else float(not_before),
     )
 
 

@@ -176,44 +176,9 @@ def parse(expression: object) -> CronSpec:
     """Compile ``expression``; :class:`ScheduleError` naming the field and token if invalid."""
     if not isinstance(expression, str):
         raise ScheduleError(f"cron expression must be a string, got {expression!r}")
-    text = " ".join(expression.split()).lower()
-    if text.startswith("@"):
-        alias = ALIASES.get(text)
-        if alias is None:
-            raise ScheduleError(
-                f"invalid cron expression {expression!r}: {text.split()[0]!r} is not a schedule "
-                f"(use one of {', '.join(ALIASES)})"
-            )
-        text = alias
-    tokens = text.split(" ")
-    if len(tokens) not in (5, 6):
-        raise ScheduleError(
-            f"invalid cron expression {expression!r}: expected 5 fields (minute hour "
-            f"day-of-month month day-of-week) or 6 with a leading seconds field, got {len(tokens)}"
-        )
-    if len(tokens) == 5:
-        tokens.insert(0, "0")
-    values: list[set[int]] = []
+    tokens = _tokens(expression)
     rules = _DayRules()
-    for index, token in enumerate(tokens):
-        name, low, high, names = _FIELDS[index]
-        found: set[int] = set()
-        for item in token.split(","):
-            where = f"{name} field {token!r}"
-            if item in ("r", "h") or (item.startswith(("r", "h")) and item[1:2] in ("", "(", "/")):
-                raise ScheduleError(
-                    f"invalid cron expression {expression!r}: {item.upper()!r} in the {where} "
-                    "is not deterministic: every replica must compute the same slots"
-                )
-            if index == 3 and _day_of_month_rule(item, rules, expression, where):
-                continue
-            if index == 5 and _day_of_week_rule(item, rules, expression, where):
-                continue
-            if item == "?" and index in (3, 5):
-                found.update(range(low, high + 1))
-                continue
-            found.update(_values(item, low, high, names, expression, where))
-        values.append(found)
+    values = [_field_values(index, token, rules, expression) for index, token in enumerate(tokens)]
     weekdays = {0 if d == 7 else d for d in values[5]}
     dom_restricted = not tokens[3].startswith(("*", "?"))
     dow_restricted = not tokens[5].startswith(("*", "?"))
@@ -237,6 +202,50 @@ def parse(expression: object) -> CronSpec:
     if spec.next_match(start) is None:
         raise ScheduleError(f"invalid cron expression {expression!r}: no date ever matches it")
     return spec
+
+
+def _tokens(expression: str) -> list[str]:
+    """The six fields of ``expression`` (an alias expanded, seconds ``0`` when left out)."""
+    text = " ".join(expression.split()).lower()
+    if text.startswith("@"):
+        alias = ALIASES.get(text)
+        if alias is None:
+            raise ScheduleError(
+                f"invalid cron expression {expression!r}: {text.split()[0]!r} is not a schedule "
+                f"(use one of {', '.join(ALIASES)})"
+            )
+        text = alias
+    tokens = text.split(" ")
+    if len(tokens) not in (5, 6):
+        raise ScheduleError(
+            f"invalid cron expression {expression!r}: expected 5 fields (minute hour "
+            f"day-of-month month day-of-week) or 6 with a leading seconds field, got {len(tokens)}"
+        )
+    if len(tokens) == 5:
+        tokens.insert(0, "0")
+    return tokens
+
+
+def _field_values(index: int, token: str, rules: _DayRules, expression: str) -> set[int]:
+    """The values field ``index`` (``token``) matches; its day rules go into ``rules``."""
+    name, low, high, names = _FIELDS[index]
+    found: set[int] = set()
+    for item in token.split(","):
+        where = f"{name} field {token!r}"
+        if item in ("r", "h") or (item.startswith(("r", "h")) and item[1:2] in ("", "(", "/")):
+            raise ScheduleError(
+                f"invalid cron expression {expression!r}: {item.upper()!r} in the {where} "
+                "is not deterministic: every replica must compute the same slots"
+            )
+        if index == 3 and _day_of_month_rule(item, rules, expression, where):
+            continue
+        if index == 5 and _day_of_week_rule(item, rules, expression, where):
+            continue
+        if item == "?" and index in (3, 5):
+            found.update(range(low, high + 1))
+            continue
+        found.update(_values(item, low, high, names, expression, where))
+    return found
 
 
 def _values(
