@@ -24,7 +24,7 @@ async def measure(server: str, n: int = 10) -> list[float]:
 
     try:
         async with (
-            connect(url, migrate=True) as broker,
+            connect(url, sync_schema=True) as broker,
             running_worker(app, broker, fetch_timeout=1.0),
         ):
             await asyncio.sleep(1.0)

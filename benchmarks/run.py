@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from framework_m_core import App, InProcessTickerAdapter, Job, JobContext, Worker
+from framework_m_core import App, BatchJob, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.observability.metrics import Metrics
 from framework_m_core.ports.protocols import BrokerProtocol
@@ -114,7 +114,7 @@ async def bench_enqueue_many(url: str, n: int, batch: int = 500) -> float:
     """``enqueue_many`` in batches of ``batch`` jobs, each with a dedup id."""
     async with fresh(url) as broker:
         run = uuid.uuid4().hex
-        jobs = [Job("noop", {"i": i}, f"{run}:{i}") for i in range(n)]
+        jobs = [BatchJob("noop", {"i": i}, f"{run}:{i}") for i in range(n)]
         t0 = time.perf_counter()
         for start in range(0, n, batch):
             await broker.enqueue_many(jobs[start : start + batch])

@@ -3,7 +3,7 @@
 Run the API and the workers against the same broker::
 
     export M_BROKER_URL=redis://127.0.0.1:6379/0
-    m migrate                                   # once per deploy, with admin rights
+    m sync-schema                               # once per deploy, with admin rights
     uvicorn examples.fastapi_app:api            # the web app: enqueues
     m worker --app examples.fastapi_app         # the workers: run the jobs
 

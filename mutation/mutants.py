@@ -201,13 +201,13 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "memory-release-sits",
         "memory",
-        "a release hands the delivery back at once",
+        "a released delivery is available at once",
         f"{MEMORY}/broker.py",
         "    async def release(self, delivery: Delivery) -> None:\n"
         "        entry = self._settle(delivery)\n",
         "    async def release(self, delivery: Delivery) -> None:\n        return\n"
         "        entry = self._settle(delivery)\n",
-        "test_release_hands_back_at_once",
+        "test_a_released_delivery_is_available_at_once",
     ),
     m(
         "memory-release-counted",
@@ -221,11 +221,11 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "memory-close-keeps",
         "memory",
-        "close hands reserved deliveries back",
+        "close releases reserved deliveries",
         f"{MEMORY}/broker.py",
         "        for tok in self._mine:\n",
         "        for tok in ():\n",
-        "test_close_hands_reserved_deliveries_back_at_once",
+        "test_close_releases_reserved_deliveries_at_once",
     ),
     m(
         "memory-extend-noop",
@@ -474,11 +474,11 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "redis-close-keeps",
         "redis",
-        "close hands reserved deliveries back",
+        "close releases reserved deliveries",
         f"{REDIS}/broker.py",
         "        for delivery in list(self._held.values()):",
         "        for delivery in []:",
-        "test_close_hands_reserved_deliveries_back_at_once",
+        "test_close_releases_reserved_deliveries_at_once",
     ),
     m(
         "redis-batch-limit",
@@ -607,11 +607,11 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "sqlite-close-keeps",
         "sqlite",
-        "close hands reserved deliveries back",
+        "close releases reserved deliveries",
         f"{SQLITE}/broker.py",
         "        for delivery in list(self._held.values()):",
         "        for delivery in []:",
-        "test_close_hands_reserved_deliveries_back_at_once",
+        "test_close_releases_reserved_deliveries_at_once",
     ),
     m(
         "sqlite-waits-out",

@@ -109,26 +109,26 @@ def main() -> int:
     started = time.monotonic()
     for adapter in sorted({m.adapter for m in chosen}):
         baseline(adapter, [m for m in chosen if m.adapter == adapter])
-    print(f"{'mutant':28} {'verdict':9} {'seconds':>7}  killed by / promise")
-    verdicts: Counter[tuple[str, str]] = Counter()
+    print(f"{'mutant':28} {'result':9} {'seconds':>7}  killed by / promise")
+    results: Counter[tuple[str, str]] = Counter()
     for mutant in chosen:
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="fm-mutation-") as workdir:
             code, failed, output = run_tests(
                 mutant.adapter, mutant.tests, copy_tree(Path(workdir), mutant)
             )
-        verdict = "killed" if code == 1 and failed else "SURVIVED" if code == 0 else "ERROR"
-        verdicts[(mutant.adapter, verdict)] += 1
+        result = "killed" if code == 1 and failed else "SURVIVED" if code == 0 else "ERROR"
+        results[(mutant.adapter, result)] += 1
         detail = failed[0] if failed else mutant.promise
-        print(f"{mutant.id:28} {verdict:9} {time.monotonic() - t0:7.1f}  {detail}", flush=True)
-        if verdict == "ERROR":
+        print(f"{mutant.id:28} {result:9} {time.monotonic() - t0:7.1f}  {detail}", flush=True)
+        if result == "ERROR":
             print(output)
     print(f"\nsummary ({time.monotonic() - started:.0f}s):")
     for adapter in sorted({m.adapter for m in chosen}):
-        total = sum(n for (a, _), n in verdicts.items() if a == adapter)
-        killed = verdicts[(adapter, "killed")]
+        total = sum(n for (a, _), n in results.items() if a == adapter)
+        killed = results[(adapter, "killed")]
         print(f"  {adapter:7} {total:3} mutants, {killed:3} killed")
-    return 0 if all(v == "killed" for (_, v) in verdicts) else 1
+    return 0 if all(v == "killed" for (_, v) in results) else 1
 
 
 if __name__ == "__main__":

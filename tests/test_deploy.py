@@ -47,7 +47,7 @@ def test_every_command_is_one_m_accepts_and_runs_as_non_root() -> None:
         env = {e["name"]: e for e in container["env"]}
         assert env["M_BROKER_URL"]["valueFrom"]["secretKeyRef"]["name"] == "framework-m-broker"
         if args.command == "worker":
-            assert args.no_migrate, f"{name}: workers leave the schema to the migrate Job"
+            assert args.no_sync_schema, f"{name}: workers leave the schema to the sync-schema Job"
 
 
 def test_workers_drain_inside_the_grace_period_and_probe_their_own_port() -> None:

@@ -25,7 +25,7 @@ def test_enqueue_in_and_at_hold_the_job_and_a_naive_time_is_refused() -> None:
     url = ns.url()
 
     async def stats(migrate: bool = False) -> QueueStats:
-        async with connect(url, migrate=migrate) as broker:
+        async with connect(url, sync_schema=migrate) as broker:
             return await broker.queue_stats()
 
     try:

@@ -26,7 +26,7 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
     monkeypatch.setenv("M_BROKER_URL", url)
 
     async def migrate() -> None:
-        async with connect(url, migrate=True):
+        async with connect(url, sync_schema=True):
             pass
 
     async def run_jobs() -> int:

@@ -74,7 +74,7 @@ def test_three_replicas_count_each_slot_once_between_two_scrapes(
             seen = ticks(b, "enqueued") + ticks(b, "duplicate")
             assert seen - ticks(a, "enqueued") - ticks(a, "duplicate") == slots
             assert b[("framework_m_tick_last_slot_timestamp_seconds", 'job="record"')] == last_at
-            assert ticks(b, "failed") == ticks(b, "late") == 0
+            assert ticks(b, "failed") == ticks(b, "skipped") == 0
             assert b[("framework_m_broker_connected", "")] == 1
             depth = {
                 labels.rsplit("state=", 1)[1]: value

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from framework_m_core import Job, decode_message
+from framework_m_core import BatchJob, decode_message
 from framework_m_core.testing import receive_all
 from framework_m_nats import NatsBroker
 from framework_m_nats.testing import NatsNamespace
@@ -72,7 +72,7 @@ def test_racing_publishers_on_an_r3_stream_store_each_id_once(
         brokers = [await synced_broker(url) for _ in range(6)]
         try:
             answers = await asyncio.gather(
-                *(b.enqueue_many([Job("race", {}, i) for i in ids]) for b in brokers)
+                *(b.enqueue_many([BatchJob("race", {}, i) for i in ids]) for b in brokers)
             )
             stored = [decode_message(d.body).id for d in await receive_all(brokers[0])]
             return answers, stored

@@ -260,7 +260,7 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
                 timeout=60,
             )
             for command in (
-                ["migrate", "--dry-run"],
+                ["sync-schema", "--dry-run"],
                 ["worker", "--app", RECORDER_APP],
             )
         ]

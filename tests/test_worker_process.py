@@ -68,7 +68,7 @@ def test_sigterm_lets_the_running_job_finish(procs: Processes, tmp_path: Path) -
     assert worker.matches(r"worker stopped: [1-9]\d* succeeded")
 
 
-def test_second_signal_hands_running_jobs_back_at_once(procs: Processes, tmp_path: Path) -> None:
+def test_second_signal_releases_running_jobs_at_once(procs: Processes, tmp_path: Path) -> None:
     (tmp_path / "slowapp.py").write_text(SLOW_APP)
     worker = procs.m(
         "worker",
@@ -85,7 +85,7 @@ def test_second_signal_hands_running_jobs_back_at_once(procs: Processes, tmp_pat
     worker.signal(signal.SIGINT)
     assert worker.wait(timeout=10) == 0
     assert time.monotonic() - t0 < 5
-    assert worker.matches(r"aborting: handing \d+ running job\(s\) back")
+    assert worker.matches(r"aborting: releasing \d+ running job\(s\)")
     assert worker.matches(r"\d+ released")
 
 
@@ -131,18 +131,20 @@ def test_a_worker_whose_ticker_dies_exits_non_zero_at_once_saying_why(
     assert worker.matches(r"m: error: the ticker died: RuntimeError: injected")
 
 
-def test_no_migrate_refuses_until_m_migrate_ran(procs: Processes) -> None:
+def test_no_sync_schema_refuses_until_m_sync_schema_ran(procs: Processes) -> None:
     ns = namespace("redis://127.0.0.1:6379/0")
     url = ns.url()
     try:
-        refused = procs.m("worker", "--app", "examples.heartbeat", "--broker", url, "--no-migrate")
+        refused = procs.m(
+            "worker", "--app", "examples.heartbeat", "--broker", url, "--no-sync-schema"
+        )
         assert refused.wait() == 1
         assert "m: schema conflict: the broker's schema is not what this code needs" in (
             refused.output
         )
-        assert procs.m("migrate", "--broker", url).wait() == 0
+        assert procs.m("sync-schema", "--broker", url).wait() == 0
         worker = procs.m(
-            "worker", "--app", "examples.heartbeat", "--broker", url, "--no-migrate",
+            "worker", "--app", "examples.heartbeat", "--broker", url, "--no-sync-schema",
             env={"M_LOG_LEVEL": "info"},
         )  # fmt: skip
         worker.wait_for(r"every_second slot=", timeout=20)

@@ -54,7 +54,7 @@ async def test_a_run_at_the_head_goes_in_one_multiple_ack_that_stops_at_a_runnin
         await broker.ack(got[3])  # the channel is fine: a single ack of its own
         assert acks_sent[2:] == [(_tag(got[3]), False)]
         running = decode_message(got[5].body).id
-    async with RabbitBroker.from_url(url) as other:  # handed back on close: got[5] alone
+    async with RabbitBroker.from_url(url) as other:  # released on close: got[5] alone
         back = await receive_all(other, timeout=PROMPT)
         assert [decode_message(d.body).id for d in back] == [running]
 

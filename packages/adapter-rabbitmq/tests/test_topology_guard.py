@@ -47,7 +47,7 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
     await channel.queue_delete(broker.settings.jobs)
     await connection.close()
     async with broker:
-        with pytest.raises(BrokerError, match=r"m migrate"):
+        with pytest.raises(BrokerError, match=r"m sync-schema"):
             await broker.enqueue("lost", deduplication_id="tick:lost:1")
         assert broker.stats.duplicates == 0
 

@@ -74,7 +74,7 @@ async def test_a_newer_layout_is_refused(namespace: RedisNamespace) -> None:
             await broker.sync_schema()
 
 
-async def test_receive_without_the_group_says_to_migrate(
+async def test_receive_without_the_group_says_to_sync_the_schema(
     namespace: RedisNamespace,
 ) -> None:
     async with RedisBroker.from_url(namespace.url()) as broker:
@@ -110,7 +110,7 @@ async def test_dedup_key_lives_exactly_the_window(namespace: RedisNamespace) -> 
         await client.aclose()
 
 
-async def test_a_closing_consumer_hands_back_its_entries_and_leaves_the_group(
+async def test_a_closing_consumer_releases_its_entries_and_leaves_the_group(
     namespace: RedisNamespace,
 ) -> None:
     url = namespace.url(visibility_timeout=60)
@@ -135,7 +135,7 @@ async def test_a_closing_consumer_hands_back_its_entries_and_leaves_the_group(
         names = {c["name"].decode() for c in await admin.client.xinfo_consumers(s.stream, s.group)}
         assert names == {stuck.consumer}  # its entry stays pending, for XAUTOCLAIM
         [back] = await admin.receive(10, 2)
-        assert (back.body, back.attempt) == (taken.body, 1)  # handed back: not an attempt
+        assert (back.body, back.attempt) == (taken.body, 1)  # released: not an attempt
         assert kept.body != taken.body
 
 
@@ -228,7 +228,7 @@ async def test_a_connection_that_fails_to_open_gives_its_slot_back() -> None:
                 await pool.get_connection()
 
 
-async def test_the_acks_of_one_loop_pass_share_a_script_call_each_with_its_own_verdict(
+async def test_the_acks_of_one_loop_pass_share_a_script_call_each_with_its_own_answer(
     namespace: RedisNamespace,
 ) -> None:
     async with RedisBroker.from_url(namespace.url(visibility_timeout=60)) as broker:

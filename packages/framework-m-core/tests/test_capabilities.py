@@ -36,4 +36,4 @@ def test_requirements_say_why_they_are_unmet() -> None:
     broker = MemoryBroker.from_url("memory://x?visibility_timeout=30")
     reasons = [r.unmet(broker, "memory://x") for r in requirements_of(test)]
     assert reasons[0] == "the adapter does not declare the 'cross_process' capability"
-    assert reasons[1] is None  # memory:// hands deliveries back on close
+    assert reasons[1] is None  # memory:// releases deliveries on close

@@ -94,7 +94,7 @@ def test_grace_that_breaks_the_dedup_window_is_refused() -> None:
     ],
 )
 def test_malformed_broker_urls_fail_with_one_line_and_no_password(url: str, message: str) -> None:
-    line = one_line_error(m("migrate", "--broker", url))
+    line = one_line_error(m("sync-schema", "--broker", url))
     assert message in line
     assert "pa/ss" not in line
 
@@ -143,10 +143,18 @@ def test_schedules_lists_slots_and_dedup_ids() -> None:
     assert second == first + 1
 
 
-def test_migrate_dry_run_on_memory() -> None:
+def test_sync_schema_dry_run_on_memory() -> None:
+    result = m("sync-schema", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "create queue memory://default: in-process queue" in result.stdout
+    assert "note" not in result.stderr
+
+
+def test_m_migrate_still_syncs_and_says_its_new_name() -> None:
     result = m("migrate", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "create queue memory://default: in-process queue" in result.stdout
+    assert "`m migrate` is now `m sync-schema`" in result.stderr
 
 
 @pytest.fixture
@@ -166,7 +174,7 @@ def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[
     url = "memory://status-test"
     assert main(["status", "--broker", url]) == 0
     shown = capsys.readouterr().out
-    assert "differs: run m migrate (1 change(s))" in shown
+    assert "differs: run m sync-schema (1 change(s))" in shown
     assert "ready           -" in shown
 
     async def fill() -> None:
@@ -221,7 +229,7 @@ def test_python_dash_m_is_the_same_command() -> None:
     )
     assert result.returncode == 0
     assert "worker" in result.stdout
-    assert "migrate" in result.stdout
+    assert "sync-schema" in result.stdout
 
 
 def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
@@ -274,7 +282,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
                 task = asyncio.create_task(worker.run())
                 await asyncio.wait_for(started[1].wait(), 10)
                 signal.raise_signal(signal.SIGINT)
-                signal.raise_signal(signal.SIGINT)  # a second one: hand the job back now
+                signal.raise_signal(signal.SIGINT)  # a second one: release the job now
                 await asyncio.wait_for(task, 10)
             return worker
 

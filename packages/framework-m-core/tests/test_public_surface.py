@@ -10,33 +10,126 @@ import importlib
 
 import pytest
 
-CORE = (
-    "App AppLoadError BaseBroker BrokerError BrokerProtocol BrokerStats Capability "
-    "ConfigurationError ConsumerProtocol Cron DeadLetter Delivery DeliveryLostError Every "
-    "FrameworkMError InProcessTickerAdapter InvalidJobError Job JobContext JobDefinitionError "
-    "JobMessage JobQueueProtocol JobSpec MessageDecodeError PROJECT PublishResult QueueStats "
-    "Schedule ScheduleError SchemaChange SchemaConflictError SchemaPlan SchemaRaceError "
-    "SchemaSyncProtocol TickerProtocol UnknownBrokerError Worker WorkerFailedError __version__ "
-    "connect cron decode_message every load_app open_broker tick_deduplication_id"
-).split()
+CORE = [
+    "App",
+    "AppLoadError",
+    "BaseBroker",
+    "BatchJob",
+    "BrokerError",
+    "BrokerProtocol",
+    "BrokerStats",
+    "Capability",
+    "ConfigurationError",
+    "ConsumerProtocol",
+    "Cron",
+    "DeadLetter",
+    "Delivery",
+    "DeliveryLostError",
+    "Every",
+    "FrameworkMError",
+    "InProcessTickerAdapter",
+    "InvalidJobError",
+    "Job",
+    "JobContext",
+    "JobDefinitionError",
+    "JobMessage",
+    "JobQueueProtocol",
+    "JobSpec",
+    "MessageDecodeError",
+    "PROJECT",
+    "PublishResult",
+    "QueueStats",
+    "Schedule",
+    "ScheduleError",
+    "SchemaChange",
+    "SchemaConflictError",
+    "SchemaPlan",
+    "SchemaRaceError",
+    "SchemaSyncProtocol",
+    "TickerProtocol",
+    "UnknownBrokerError",
+    "Worker",
+    "WorkerFailedError",
+    "__version__",
+    "connect",
+    "cron",
+    "decode_message",
+    "every",
+    "load_app",
+    "open_broker",
+    "tick_deduplication_id",
+]
 
-TESTING = (
-    "BrokerContract EnqueueContract BatchContract DelayedContract ConsumeContract "
-    "ConnectionContract SchemaContract WorkerContract HostileInputContract StatsContract "
-    "ProcessContract AREAS namespace_fixture PROMPT connected many receive_all running_worker "
-    "synced wait_until Drained Tick drain run_job ticks_between requires any_of Requirement "
-    "SHORT_DEDUP_WINDOW SHORT_VISIBILITY DEDUP_WINDOW_IN_URL SINGLE_HOST Namespace namespace "
-    "with_options"
-).split()
+TESTING = [
+    "BrokerContract",
+    "EnqueueContract",
+    "BatchContract",
+    "DelayedContract",
+    "ConsumeContract",
+    "ConnectionContract",
+    "SchemaContract",
+    "WorkerContract",
+    "HostileInputContract",
+    "StatsContract",
+    "ProcessContract",
+    "AREAS",
+    "namespace_fixture",
+    "PROMPT",
+    "connected",
+    "many",
+    "receive_all",
+    "running_worker",
+    "synced",
+    "wait_until",
+    "Drained",
+    "Tick",
+    "drain",
+    "run_job",
+    "ticks_between",
+    "requires",
+    "any_of",
+    "Requirement",
+    "SHORT_DEDUP_WINDOW",
+    "SHORT_VISIBILITY",
+    "DEDUP_WINDOW_IN_URL",
+    "SINGLE_HOST",
+    "Namespace",
+    "namespace",
+    "with_options",
+]
 
 # What an adapter imports: one module, the ports and the SDK around them.
-PORTS = (
-    "BaseBroker BrokerError BrokerProtocol BrokerSettings BrokerStats Capability "
-    "ConfigurationError ConsumerProtocol DeadLetter Delivery DeliveryLostError InvalidJobError "
-    "JobMessage JobQueueProtocol PassBatch PublishResult QueueStats SchemaChange "
-    "SchemaConflictError SchemaPlan SchemaRaceError SchemaSyncProtocol TickerProtocol "
-    "decode_message options_of query_params redact_url scheme_of"
-).split()
+PORTS = [
+    "BaseBroker",
+    "BatchJob",
+    "BrokerError",
+    "BrokerProtocol",
+    "BrokerSettings",
+    "BrokerStats",
+    "Capability",
+    "ConfigurationError",
+    "ConsumerProtocol",
+    "DeadLetter",
+    "Delivery",
+    "DeliveryLostError",
+    "InvalidJobError",
+    "JobMessage",
+    "JobQueueProtocol",
+    "PassBatch",
+    "PublishResult",
+    "QueueStats",
+    "SchemaChange",
+    "SchemaConflictError",
+    "SchemaPlan",
+    "SchemaRaceError",
+    "SchemaSyncProtocol",
+    "TickerProtocol",
+    "decode_message",
+    "options_of",
+    "query_params",
+    "redact_url",
+    "scheme_of",
+]
 
 
 @pytest.mark.parametrize(
@@ -68,3 +161,27 @@ def test_the_core_package_keeps_at_most_twelve_modules_at_its_top() -> None:
 
     top = [p.name for p in files("framework_m_core").iterdir() if p.name.endswith(".py")]
     assert len(top) <= 12, sorted(top)
+
+
+@pytest.mark.anyio
+async def test_the_former_names_still_work() -> None:
+    """Renamed for the glossary; the former names stay for code written against them."""
+    from framework_m_core import BatchJob, Job, JobContext
+    from framework_m_core.testing import Drained, run_job
+
+    assert Job is BatchJob
+    from framework_m_core import App
+
+    app = App()
+    seen = []
+
+    @app.job()
+    async def follow(ctx: JobContext) -> None:
+        seen.append((ctx.broker, ctx.queue))
+
+    await run_job(app, "follow")
+    ((broker, queue),) = seen
+    assert queue is broker is not None
+    drained = Drained()
+    assert drained.late_dropped is drained.expired
+    assert drained.names("late_dropped") == drained.names("expired") == []

@@ -25,7 +25,7 @@ async def test_run_job_gives_a_worker_s_context_and_returns_the_result() -> None
     @app.job
     async def age(ctx: JobContext, name: str) -> int:
         assert (ctx.attempt, ctx.max_attempts, ctx.job_name) == (2, 4, "age")
-        await ctx.queue.enqueue("age", name="follow-up")
+        await ctx.broker.enqueue("age", name="follow-up")
         return int(ctx.state.db[name])
 
     @app.job
@@ -63,7 +63,7 @@ async def test_drain_runs_until_idle_and_reports_every_outcome(memory: MemoryBro
     @app.job
     async def fan_out(ctx: JobContext, n: int) -> None:
         for i in range(n):
-            await ctx.queue.enqueue("leaf", i=i)
+            await ctx.broker.enqueue("leaf", i=i)
 
     @app.job
     async def leaf(ctx: JobContext, i: int) -> None: ...
@@ -87,7 +87,7 @@ async def test_drain_says_when_the_queue_never_idles(memory: MemoryBroker) -> No
 
     @app.job
     async def forever(ctx: JobContext) -> None:
-        await ctx.queue.enqueue("forever")
+        await ctx.broker.enqueue("forever")
 
     await memory.enqueue("forever")
     with pytest.raises(TimeoutError, match=r"not idle after 0\.5s"):
@@ -128,5 +128,5 @@ async def test_ticks_between_into_a_broker_then_drain_runs_them(memory: MemoryBr
     ticks = await ticks_between(app, start, start + timedelta(hours=3), broker=memory)
     ran = await drain(app, memory)
     assert ran.names("succeeded") == ["hourly"] * len(ticks) == ["hourly"] * 4
-    assert ran.late_dropped == []
+    assert ran.expired == []
     assert slots == [t.slot for t in ticks]

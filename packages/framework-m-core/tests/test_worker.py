@@ -97,7 +97,7 @@ async def test_graceful_stop_lets_running_jobs_finish(memory: MemoryBroker) -> N
     assert await memory.receive(10, 0.2) == []
 
 
-async def test_jobs_past_the_shutdown_deadline_are_handed_back(memory: MemoryBroker) -> None:
+async def test_jobs_past_the_shutdown_deadline_are_released(memory: MemoryBroker) -> None:
     app = App()
     started = asyncio.Event()
 
@@ -120,7 +120,7 @@ async def test_jobs_past_the_shutdown_deadline_are_handed_back(memory: MemoryBro
     assert job_id.encode() in again.body
 
 
-async def test_abort_hands_running_jobs_back_at_once(memory: MemoryBroker) -> None:
+async def test_abort_releases_running_jobs_at_once(memory: MemoryBroker) -> None:
     app = App()
     started = asyncio.Event()
 
@@ -257,7 +257,7 @@ async def test_a_job_whose_workers_keep_dying_is_dead_lettered(queue_name: str) 
         calls += 1
 
     await broker.enqueue("crashy")
-    for _ in range(2):  # two workers take it and vanish without a verdict
+    for _ in range(2):  # two workers take it and vanish without settling it
         assert len(await broker.receive(1, 2)) == 1
     async with running_worker(app, broker, fetch_timeout=0.1) as worker:
         await wait_until(lambda: worker.stats.dead_lettered == 1)
@@ -387,12 +387,12 @@ async def _cancelled_mid_job(memory: MemoryBroker, cancel: str) -> tuple[list[st
 
 
 @pytest.mark.parametrize("cancel", ["asyncio", "anyio"])
-async def test_cancelling_run_cancels_handlers_and_hands_their_jobs_back(
+async def test_cancelling_run_cancels_handlers_and_releases_their_jobs(
     memory: MemoryBroker, cancel: str
 ) -> None:
     seen, again = await _cancelled_mid_job(memory, cancel)
     assert seen == ["started", "cancelled"]
-    assert again.attempt == 1  # handed back, not left to expire
+    assert again.attempt == 1  # released, not left to expire
 
 
 async def test_a_failed_attempt_logs_its_traceback_once_and_the_last_one_at_error(
@@ -454,13 +454,13 @@ async def test_schema_warnings_are_logged_at_start(
     )
 
 
-async def test_without_migrate_a_schema_that_differs_is_refused_with_the_plan(
+async def test_without_schema_sync_a_schema_that_differs_is_refused_with_the_plan(
     queue_name: str,
 ) -> None:
     async with MemoryBroker(MemorySettings(queue_name)) as broker:
-        with pytest.raises(SchemaConflictError, match="run `m migrate` first") as raised:
-            await Worker(App(), broker, migrate=False).prepare()
+        with pytest.raises(SchemaConflictError, match="run `m sync-schema` first") as raised:
+            await Worker(App(), broker, sync_schema=False).prepare()
         assert f"create queue memory://{queue_name}" in str(raised.value)
         assert not (await broker.plan_schema()).in_sync  # nothing was changed
         await broker.sync_schema()  # the pre-deploy step
-        await Worker(App(), broker, migrate=False).prepare()
+        await Worker(App(), broker, sync_schema=False).prepare()

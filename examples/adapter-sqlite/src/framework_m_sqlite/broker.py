@@ -99,7 +99,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
     async def close(self) -> None:
         if self._db is None:
             return
-        for delivery in list(self._held.values()):  # hand back what this consumer holds
+        for delivery in list(self._held.values()):  # release what this consumer holds
             with contextlib.suppress(BrokerError):
                 await self.release(delivery)
         db, self._db = self._db, None

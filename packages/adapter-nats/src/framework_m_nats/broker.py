@@ -116,7 +116,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             return
         try:
             now = time.monotonic()
-            for res in held:  # hand back what this consumer still holds
+            for res in held:  # release what this consumer still holds
                 if not res.settled and res.until > now:
                     await res.msg.nak()
             if psub is not None:
@@ -285,7 +285,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def queue_stats(self) -> QueueStats:
         """Counts of the durable consumer and the dead-letter stream, in two JetStream
         requests (:mod:`.stats`): ``ready`` num_pending; ``reserved`` num_ack_pending, with
-        retries waiting out their delay and deliveries handed back or past ack_wait until
+        retries waiting out their delay and deliveries released or past ack_wait until
         redelivered; ``scheduled`` None (counted in ``reserved``); ``dead_letters`` the
         dead-letter stream's messages; ``consumers`` None (pull consumers count no clients).
         """

@@ -4,7 +4,7 @@ JetStream 2.9 cannot hold a message back, so a delayed job is published to
 ``<prefix>.delayed`` (same stream: the dedup window covers both subjects) with
 its due time in a header. Every consuming worker runs a mover on the durable
 ``<consumer>_delayed``: a job not yet due is negatively acked with the time
-left as delay, so the server hands it back when it is due; a due one is
+left as delay, so the server delivers it again when it is due; a due one is
 published to the jobs subject (``Nats-Msg-Id`` ``delayed:<stream seq>``, so a
 move repeated after a lost ack stores nothing) and acked. Nothing is held in
 memory: a restart of the server or of every worker loses no delayed job.
@@ -29,7 +29,7 @@ from .wire import MSG_ID, due_ms
 log = logging.getLogger("framework_m.nats")
 
 _BATCH = 100
-_EARLY = 0.02  # seconds: a job due this soon is waited for here, not handed back
+_EARLY = 0.02  # seconds: a job due this soon is waited for here, not nak-ed
 _BACKOFF = 1.0
 _STOP_WAIT = 5.0
 
@@ -79,7 +79,7 @@ class DelayMover:
                 raise
             except NotFoundError:
                 log.warning(
-                    "nats: consumer %s does not exist: delayed jobs wait until `m migrate`",
+                    "nats: consumer %s does not exist: delayed jobs wait until `m sync-schema`",
                     self.s.delayed_consumer,
                 )
                 psub = None

@@ -47,7 +47,7 @@ async def fetch(
             msgs += await psub.fetch(more, timeout=FILL_TIMEOUT)
         except TimeoutError:
             pass
-        except asyncio.CancelledError:  # hand back what was taken, not to ack_wait
+        except asyncio.CancelledError:  # release what was taken, not left to ack_wait
             await asyncio.shield(asyncio.gather(*(m.nak() for m in msgs)))
             raise
     return msgs

@@ -135,7 +135,7 @@ def _refuse(target: str, field: str, have: Any, want: Any, messages: int) -> Sch
         f"{field} is {_show(have)} on the server, framework-m needs {_show(want)}; JetStream "
         f"cannot change {field} in place. Manual steps: stop all workers; move the "
         f"{messages} stored message(s) aside if you need them (e.g. `nats stream backup`); "
-        f"delete the stream (`nats stream rm {target.split()[-1]}`); run `m migrate`"
+        f"delete the stream (`nats stream rm {target.split()[-1]}`); run `m sync-schema`"
     )
     return SchemaChange("refuse", target, detail)
 
@@ -164,7 +164,8 @@ async def _plan_consumer(
                 f"{name} is {_show(getattr(have, name))}, framework-m needs "
                 f"{_show(getattr(want, name))}; it cannot change in place. Manual steps: stop "
                 f"all workers, delete the consumer (`nats consumer rm {stream} "
-                f"{want.durable_name}`) and run `m migrate`; unacked messages are delivered again"
+                f"{want.durable_name}`) and run `m sync-schema`; unacked messages are "
+                "delivered again"
             )
             return [SchemaChange("refuse", target, detail)]
     diffs = [

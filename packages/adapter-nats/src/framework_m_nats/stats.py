@@ -9,8 +9,8 @@ What JetStream can and cannot tell:
   sequence that match its filter subject (the jobs subject). Dead letters are
   in a stream of their own, so they are never among them.
 * ``num_ack_pending`` counts every delivery not yet acked or termed: the ones a
-  worker holds, retries waiting out a ``nak(delay=...)``, and deliveries handed
-  back (``nak()``) or past their ``ack_wait`` until they are delivered again.
+  worker holds, retries waiting out a ``nak(delay=...)``, and deliveries
+  released (``nak()``) or past their ``ack_wait`` until they are delivered again.
   JetStream gives no separate count of any of these, so ``scheduled`` is None.
 * A pull consumer keeps no count of the clients fetching from it
   (``num_waiting`` is pull requests waiting, not consumers), so ``consumers``
@@ -37,7 +37,7 @@ async def read(js: JetStreamContext, s: NatsSettings) -> QueueStats:
         except NotFoundError as exc:
             raise BrokerError(
                 f"reading queue stats failed: {exc.description or 'not found'}: "
-                "run schema sync (m migrate)"
+                "run schema sync (m sync-schema)"
             ) from None
     return QueueStats(
         ready=consumer.num_pending or 0,

@@ -99,10 +99,10 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         await self.link.open()
 
     async def close(self) -> None:
-        await self._hand_back_buffer()
+        await self._release_buffer()
         await self.link.close()
 
-    async def _hand_back_buffer(self) -> None:
+    async def _release_buffer(self) -> None:
         """Stop consuming and release what this consumer still holds, handed out or not:
         closing the channel would return it too, but a quorum queue counts that as a
         delivery."""
@@ -118,7 +118,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
                 if not self._acked(msg):
                     await self.release(Delivery(msg.body, wire.attempt(msg), msg))
         except (BrokerError, *AMQP_ERRORS) as exc:
-            log.debug("could not hand back buffered deliveries (%s): the channel returns them", exc)
+            log.debug("could not release buffered deliveries (%s): the channel returns them", exc)
 
     # -- schema ------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             log.warning(
                 "amqp: cannot bind %s to %s before publishing (%s); a job that no binding "
                 "takes would be counted as a duplicate: keep the topology in place with "
-                "`m migrate` run by a user with configure permission",
+                "`m sync-schema` run by a user with configure permission",
                 self.settings.jobs,
                 self.settings.exchange,
                 reason,
@@ -220,7 +220,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         except aiormq.exceptions.ChannelNotFoundEntity:
             await self.link.reopen()
             raise BrokerError(
-                f"queue {self.settings.jobs} does not exist: run schema sync (m migrate)"
+                f"queue {self.settings.jobs} does not exist: run schema sync (m sync-schema)"
             ) from None
         except AMQP_ERRORS as exc:
             raise BrokerError(f"cannot consume from {self.settings.jobs}: {exc}") from None

@@ -33,7 +33,7 @@ async def bound_exchange(
     except aiormq.exceptions.ChannelNotFoundEntity as exc:
         await link.reopen()
         raise BrokerError(
-            f"{exc.args[0] if exc.args else exc}: run schema sync (m migrate)"
+            f"{exc.args[0] if exc.args else exc}: run schema sync (m sync-schema)"
         ) from None
     except aiormq.exceptions.ChannelAccessRefused as exc:
         # A producer without configure permission: publish without the guarantee.
@@ -56,7 +56,8 @@ async def publish_job(
     except PublishError:  # basic.return: routed nowhere
         if message.deduplication_id is None:
             raise BrokerError(
-                f"exchange {s.exchange} routed a job nowhere: is the queue bound? run `m migrate`"
+                f"exchange {s.exchange} routed a job nowhere: is the queue bound? "
+                "run `m sync-schema`"
             ) from None
         return PublishResult(message.id, duplicate=True)
     except DeliveryError as exc:  # basic.nack: the broker did not take it
@@ -75,7 +76,7 @@ async def publish_to(link: Link, message: aio_pika.Message, queue: str) -> None:
     try:
         await link.channel().default_exchange.publish(message, routing_key=queue, mandatory=True)
     except PublishError:
-        raise NoSuchQueue(f"queue {queue} does not exist: run `m migrate`") from None
+        raise NoSuchQueue(f"queue {queue} does not exist: run `m sync-schema`") from None
     except AMQP_ERRORS as exc:
         raise BrokerError(f"publish to {queue} failed: {exc}") from None
 

@@ -118,7 +118,7 @@ class RabbitSchema:
             elif refused is not None:
                 detail = (
                     f"exists with other arguments ({refused}); delete it (after moving its "
-                    "messages) and run `m migrate`"
+                    "messages) and run `m sync-schema`"
                 )
                 changes.append(SchemaChange("refuse", target, detail))
         warnings = []
@@ -134,7 +134,7 @@ class RabbitSchema:
         return (
             f"the user lacks the configure permission ({refused}): grant it on names "
             f"starting with '{self.s.queue}.' (rabbitmqctl set_permissions -p <vhost> <user> "
-            f"'^{re.escape(self.s.queue)}\\.' <write> <read>), or run `m migrate` as a user "
+            f"'^{re.escape(self.s.queue)}\\.' <write> <read>), or run `m sync-schema` as a user "
             "that has it; nothing needs deleting"
         )
 

@@ -8,7 +8,7 @@ messages per consumer that no worker asked for yet are out of ``ready`` too.
 The jobs queue, the dead queue and every retry bucket (schema sync declares
 them all) are declared one after another on one side channel: a call is the
 channel's open and close and one round trip per queue (16). A queue that is
-missing closes that channel only, and the call says to run ``m migrate``.
+missing closes that channel only, and the call says to run ``m sync-schema``.
 
 AMQP has no count of unacknowledged messages, so ``reserved`` is None. The
 management API has one, but samples it every few seconds
@@ -37,7 +37,9 @@ async def read(link: Link) -> QueueStats:
             result = declared.declaration_result
             counts.append((result.message_count or 0, result.consumer_count or 0))
     except aiormq.exceptions.ChannelNotFoundEntity:
-        raise BrokerError(f"queue {names[len(counts)]} does not exist: run `m migrate`") from None
+        raise BrokerError(
+            f"queue {names[len(counts)]} does not exist: run `m sync-schema`"
+        ) from None
     except AMQP_ERRORS as exc:
         raise BrokerError(f"cannot read the counts of {s.queue}: {exc}") from None
     finally:

@@ -82,7 +82,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self.consumer = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._held: dict[_Entry, Delivery] = {}  # unsettled, handed back on close
+        self._held: dict[_Entry, Delivery] = {}  # unsettled, released on close
         # Each job still waits for its own entry's code; a failed call fails them all.
         self._acks: PassBatch[_Entry, int] = PassBatch(self._ack_many, most=scripts.ACK_MOST)
 
@@ -115,11 +115,11 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def close(self) -> None:
         if self._client is None:
             return
-        for delivery in list(self._held.values()):  # hand back what this consumer holds
+        for delivery in list(self._held.values()):  # release what this consumer holds
             try:
                 await self.release(delivery)
             except BrokerError as exc:
-                log.debug("could not hand back %s on close: %s", delivery.handle, exc)
+                log.debug("could not release %s on close: %s", delivery.handle, exc)
         await connection.forget_consumer(self._client, self.settings, self.consumer)
         client, self._client = self._client, None
         await client.aclose()
@@ -190,7 +190,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
                 raise BrokerError(
-                    f"consumer group {s.group} does not exist: run schema sync (m migrate)"
+                    f"consumer group {s.group} does not exist: run schema sync (m sync-schema)"
                 ) from None
             raise BrokerError(f"redis receive failed: {exc}") from None
         except (RedisError, OSError) as exc:

@@ -23,15 +23,7 @@ from .errors import (
     WorkerFailedError,
 )
 from .jobs import JobContext, JobSpec
-from .ports.base import (
-    BaseBroker,
-    BrokerStats,
-    DeadLetter,
-    Delivery,
-    Job,
-    PublishResult,
-    QueueStats,
-)
+from .ports.base import BaseBroker
 from .ports.capabilities import Capability
 from .ports.messages import JobMessage, decode_message, tick_deduplication_id
 from .ports.protocols import (
@@ -40,6 +32,15 @@ from .ports.protocols import (
     JobQueueProtocol,
     SchemaSyncProtocol,
     TickerProtocol,
+)
+from .ports.records import (
+    BatchJob,
+    BrokerStats,
+    DeadLetter,
+    Delivery,
+    Job,
+    PublishResult,
+    QueueStats,
 )
 from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .runtime.worker import Worker
@@ -51,6 +52,7 @@ __all__ = [
     "App",
     "AppLoadError",
     "BaseBroker",
+    "BatchJob",
     "BrokerError",
     "BrokerProtocol",
     "BrokerStats",

@@ -123,7 +123,7 @@ class App:
 
     def on_shutdown(self, hook: Hook) -> Hook:
         """Register ``hook(state)`` to run when a worker stops, after its last job ended
-        or was handed back; hooks run in reverse order, each even if another raised."""
+        or was released; hooks run in reverse order, each even if another raised."""
         return self._add_hook(hook, self._on_shutdown, "on_shutdown")
 
     def _add_hook(self, hook: Hook, hooks: list[Hook], kind: str) -> Hook:

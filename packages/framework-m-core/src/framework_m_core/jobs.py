@@ -37,10 +37,15 @@ class JobContext:
     scheduled_at: datetime | None  # the slot (aware, UTC) for ticked jobs, else None
     enqueued_at: datetime
     deduplication_id: str | None
-    queue: JobQueueProtocol  # to enqueue follow-up jobs
+    broker: JobQueueProtocol  # to enqueue follow-up jobs: ``await ctx.broker.enqueue(...)``
     # Its records carry job, job_id, attempt and (ticked jobs) slot (see observability.logs).
     log: logging.LoggerAdapter[logging.Logger]
     state: State = field(default_factory=State)  # the app's, as its startup hooks left it
+
+    @property
+    def queue(self) -> JobQueueProtocol:
+        """The former name of :attr:`broker`, kept for handlers written against it."""
+        return self.broker
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,18 +67,18 @@ def open_broker(url: str) -> BrokerProtocol:
 
 
 @contextlib.asynccontextmanager
-async def connect(url: str, *, migrate: bool = False) -> AsyncIterator[BrokerProtocol]:
+async def connect(url: str, *, sync_schema: bool = False) -> AsyncIterator[BrokerProtocol]:
     """The broker for ``url``, connected for the ``async with`` block and closed after it:
-    how an application (a web app's lifespan, a script) gets a queue to enqueue on.
+    how an application (a web app's lifespan, a script) gets a broker to enqueue on.
 
-    With ``migrate`` the broker's schema is synced first (that needs the rights
-    ``m migrate`` needs); otherwise it must exist already, which a worker's start or
-    ``m migrate`` sees to. Raises :class:`~.errors.ConfigurationError` for a bad URL and
+    With ``sync_schema`` the broker's schema is synced first (that needs the rights
+    ``m sync-schema`` needs); otherwise it must exist already, which a worker's start or
+    ``m sync-schema`` sees to. Raises :class:`~.errors.ConfigurationError` for a bad URL and
     :class:`~.errors.BrokerError` when the broker cannot be reached.
     """
     broker = open_broker(url)
     async with connected(broker):
-        if migrate:
+        if sync_schema:
             await broker.sync_schema()
         yield broker
 

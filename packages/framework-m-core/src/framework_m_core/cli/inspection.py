@@ -12,9 +12,9 @@ from typing import Any
 
 from ..adapters.registry import connected, open_broker
 from ..errors import BrokerError, ConfigurationError, MessageDecodeError
-from ..ports.base import DeadLetter, QueueStats
 from ..ports.capabilities import Capability
 from ..ports.messages import decode_message
+from ..ports.records import DeadLetter, QueueStats
 
 log = logging.getLogger("framework_m.cli")
 
@@ -58,7 +58,9 @@ def _print_status(r: dict[str, Any]) -> None:
 
     changes = r["schema_changes"]
     schema = (
-        "in sync" if r["schema_in_sync"] else f"differs: run m migrate ({len(changes)} change(s))"
+        "in sync"
+        if r["schema_in_sync"]
+        else f"differs: run m sync-schema ({len(changes)} change(s))"
     )
     rows = [
         ("queue", r["queue"]),

@@ -1,4 +1,4 @@
-"""The ``m`` command: ``m worker``, ``schedules``, ``enqueue``, ``migrate``, ``status``,
+"""The ``m`` command: ``m worker``, ``schedules``, ``enqueue``, ``sync-schema``, ``status``,
 ``dead-letters``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -35,6 +35,11 @@ from . import inspection
 log = logging.getLogger("framework_m.cli")
 
 DEFAULT_BROKER = "memory://"
+
+
+def _env_flag(name: str) -> bool:
+    """Whether environment variable ``name`` is set to something other than "" or "0"."""
+    return os.environ.get(name, "") not in ("", "0")
 
 
 def _positive_int(text: str) -> int:
@@ -144,11 +149,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve GET /healthz and /readyz there (env M_HTTP; default off)",
     )
     w.add_argument(
-        "--no-migrate",
+        "--no-sync-schema",
+        "--no-migrate",  # its former name
+        dest="no_sync_schema",
         action="store_true",
-        default=os.environ.get("M_NO_MIGRATE", "") not in ("", "0"),
+        default=_env_flag("M_NO_SYNC_SCHEMA") or _env_flag("M_NO_MIGRATE"),
         help="check the schema read-only and refuse to start when it differs "
-        "(run `m migrate` before deploying; env M_NO_MIGRATE=1)",
+        "(run `m sync-schema` before deploying; env M_NO_SYNC_SCHEMA=1)",
     )
 
     s = sub.add_parser("schedules", help="list schedules, their next slots and dedup ids")
@@ -171,7 +178,11 @@ def _parser() -> argparse.ArgumentParser:
         help="hold the job until this ISO 8601 time with its offset (2026-12-24T18:00:00+01:00)",
     )  # fmt: skip
 
-    g = sub.add_parser("migrate", help="sync the broker's schema with what the code needs")
+    g = sub.add_parser(
+        "sync-schema",
+        aliases=["migrate"],  # its former name, still accepted
+        help="sync the broker's schema with what the code needs",
+    )
     broker_arg(g)
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     st = sub.add_parser(
@@ -241,20 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"m: error: {problem}", file=sys.stderr)
         return 2
     try:
-        if args.command == "worker":
-            return _worker(args)
-        if args.command == "schedules":
-            return _schedules(args)
-        if args.command == "enqueue":
-            return asyncio.run(_enqueue(args))
-        if args.command == "dead-letters":
-            _configure_logging(args)
-            return asyncio.run(inspection.dead_letters(args))
-        if args.command == "status":
-            _configure_logging(args)
-            args.broker = args.broker or [os.environ.get("M_BROKER_URL", DEFAULT_BROKER)]
-            return asyncio.run(inspection.status(args))
-        return asyncio.run(_migrate(args))
+        return _COMMANDS[args.command](args)
     except SchemaConflictError as exc:
         print(f"m: schema conflict: {exc}", file=sys.stderr)
         return 1
@@ -263,6 +261,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    _configure_logging(args)
+    return asyncio.run(inspection.dead_letters(args))
+
+
+def _status(args: argparse.Namespace) -> int:
+    _configure_logging(args)
+    args.broker = args.broker or [os.environ.get("M_BROKER_URL", DEFAULT_BROKER)]
+    return asyncio.run(inspection.status(args))
+
+
+def _sync_schema_command(args: argparse.Namespace) -> int:
+    if args.command == "migrate":
+        print("m: note: `m migrate` is now `m sync-schema`", file=sys.stderr)
+    return asyncio.run(_sync_schema(args))
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -289,7 +304,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         concurrency=args.concurrency,
         threads=args.threads,
         shutdown_timeout=args.shutdown_timeout,
-        migrate=not args.no_migrate,
+        sync_schema=not args.no_sync_schema,
         observer=observer,
     )
     async with contextlib.AsyncExitStack() as stack:
@@ -318,7 +333,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
 
 @contextlib.contextmanager
 def _signals_stop(worker: Worker) -> Iterator[None]:
-    """SIGTERM/SIGINT stop gracefully; a second one hands running jobs back at once.
+    """SIGTERM/SIGINT stop gracefully; a second one releases running jobs at once.
 
     Through the event loop where it takes signal handlers; else (Windows, or a loop not
     in the main thread) through :func:`signal.signal`, restored on exit.
@@ -405,7 +420,7 @@ async def _enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _migrate(args: argparse.Namespace) -> int:
+async def _sync_schema(args: argparse.Namespace) -> int:
     _configure_logging(args)
     broker = open_broker(args.broker)
     async with connected(broker):
@@ -420,3 +435,14 @@ async def _migrate(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "worker": _worker,
+    "schedules": _schedules,
+    "enqueue": lambda args: asyncio.run(_enqueue(args)),
+    "dead-letters": _dead_letters,
+    "status": _status,
+    "sync-schema": _sync_schema_command,
+    "migrate": _sync_schema_command,
+}

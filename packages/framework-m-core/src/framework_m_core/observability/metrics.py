@@ -19,9 +19,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from ..ports.base import QueueStats
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
+from ..ports.records import QueueStats
 from .observer import BrokerOperation, JobOutcome, Observer, TickOutcome
 
 try:
@@ -153,7 +153,7 @@ class _Collector:
         ticks = CounterMetricFamily(
             "framework_m_ticks",
             "Slots by what became of them on this replica: enqueued (first), duplicate "
-            "(already enqueued), late, failed, clock_held",
+            "(already enqueued), skipped, failed, clock_held",
             labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.ticks.items()):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-TickOutcome = Literal["enqueued", "duplicate", "late", "failed", "clock_held"]
-JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "late_dropped"]
+TickOutcome = Literal["enqueued", "duplicate", "skipped", "failed", "clock_held"]
+JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired"]
 BrokerOperation = Literal["publish", "receive", "settle", "stats"]
 UNKNOWN_JOB = "unknown"
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..ports.messages import JobMessage
 
 if TYPE_CHECKING:
-    from ..ports.base import PublishResult
+    from ..ports.records import PublishResult
 
 try:
     from opentelemetry import propagate, trace

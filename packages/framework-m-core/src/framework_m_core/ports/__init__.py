@@ -29,13 +29,14 @@ from .protocols import (
     SchemaSyncProtocol,
     TickerProtocol,
 )
-from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
+from .records import BatchJob, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
 from .schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .urls import MASK, options_of, query_params, redact_url, scheme_of
 
 __all__ = [
     "MASK",
     "BaseBroker",
+    "BatchJob",
     "BrokerError",
     "BrokerProtocol",
     "BrokerSettings",
@@ -49,7 +50,6 @@ __all__ = [
     "DeliveryLostError",
     "FrameworkMError",
     "InvalidJobError",
-    "Job",
     "JobMessage",
     "JobQueueProtocol",
     "MessageDecodeError",

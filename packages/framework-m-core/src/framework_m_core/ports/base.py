@@ -1,5 +1,5 @@
-""":class:`BaseBroker`, the shared half of every adapter, and the records the ports
-exchange (defined in :mod:`~.records`)."""
+""":class:`BaseBroker`, the half every adapter shares: validation, encoding, counting,
+the schema-sync template and the connected guard."""
 
 from __future__ import annotations
 
@@ -17,19 +17,10 @@ from ..observability import tracing
 from .capabilities import Capability, as_capabilities
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
-from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
+from .records import BatchJob, BrokerStats, PublishResult
 from .schema import SchemaPlan, SchemaRaceError
 
-__all__ = [
-    "BaseBroker",
-    "BrokerSettings",
-    "BrokerStats",
-    "DeadLetter",
-    "Delivery",
-    "Job",
-    "PublishResult",
-    "QueueStats",
-]
+__all__ = ["BaseBroker", "BrokerSettings"]
 
 log = logging.getLogger("framework_m.broker")
 
@@ -183,7 +174,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         else:
             self.stats.enqueued += 1
 
-    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+    async def enqueue_many(self, jobs: Iterable[BatchJob]) -> list[str]:
         messages = [
             self._prepare(_message(job.job_name, job.deduplication_id, dict(job.kwargs)))
             for job in jobs

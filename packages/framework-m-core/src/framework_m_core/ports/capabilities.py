@@ -52,7 +52,7 @@ class Capability(StrEnum):
 
 _PROMISES = {
     Capability.DEAD_LETTER_INSPECTION: "dead_letters() reads back what dead_letter() stored",
-    Capability.REDELIVER_ON_CLOSE: "a consumer that closes hands its deliveries back at once",
+    Capability.REDELIVER_ON_CLOSE: "a consumer that closes releases its deliveries at once",
     Capability.REDELIVER_ON_DISCONNECT: (
         "deliveries of a connection that drops (a killed process) come back at once"
     ),

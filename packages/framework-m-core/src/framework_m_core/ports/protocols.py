@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkab
 if TYPE_CHECKING:
     from .capabilities import Capability
     from .messages import JobMessage
-    from .records import BrokerStats, DeadLetter, Delivery, Job, PublishResult, QueueStats
+    from .records import BatchJob, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
     from .schema import SchemaPlan
 
 
@@ -57,8 +57,8 @@ class JobQueueProtocol(Protocol):
         with the same ``deduplication_id`` is then safe.
         """
 
-    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
-        """Enqueue each :class:`~.broker.Job` of ``jobs``; return their ids, in order.
+    async def enqueue_many(self, jobs: Iterable[BatchJob]) -> list[str]:
+        """Enqueue each :class:`~.records.BatchJob` of ``jobs``; return their ids, in order.
 
         Each job is an :meth:`enqueue`: the same validation, and a duplicate (of an
         earlier job, or of one before it in the batch) gets the original's id.

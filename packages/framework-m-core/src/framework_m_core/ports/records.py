@@ -1,6 +1,6 @@
 """The records the ports exchange: deliveries, dead letters, counts, results.
 
-:mod:`~.broker` re-exports them beside :class:`~.broker.BaseBroker`.
+:mod:`framework_m_core.ports` exports them beside :class:`~.base.BaseBroker`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 
-class Job(NamedTuple):
+class BatchJob(NamedTuple):
     """One job of an :meth:`~.protocols.JobQueueProtocol.enqueue_many` batch."""
 
     job_name: str
     kwargs: Mapping[str, Any] = {}
     deduplication_id: str | None = None
+
+
+#: The former name of :class:`BatchJob`, kept for code written against it.
+Job = BatchJob
 
 
 class PublishResult(NamedTuple):

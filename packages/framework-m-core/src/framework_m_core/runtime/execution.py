@@ -1,7 +1,7 @@
-"""One delivery from start to verdict: decode, run the handler, then ack, retry or dead-letter.
+"""One delivery from start to settle: decode, run the handler, then ack, retry or dead-letter.
 
-Whatever a delivery holds, :meth:`Execution.run` reaches a verdict and raises
-nothing but ``CancelledError`` (after handing the delivery back): the worker's
+Whatever a delivery holds, :meth:`Execution.run` settles it and raises
+nothing but ``CancelledError`` (after releasing the delivery): the worker's
 task tree relies on it.
 """
 
@@ -24,9 +24,9 @@ from ..observability import tracing
 from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
 from ..observability.tracebacks import bounded_traceback
-from ..ports.base import Delivery
 from ..ports.messages import JobMessage, decode_message
 from ..ports.protocols import BrokerProtocol
+from ..ports.records import Delivery
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -44,7 +44,7 @@ class WorkerStats:
     retried: int = 0
     dead_lettered: int = 0
     released: int = 0
-    late_dropped: int = 0  # stored after their not_after (a tick past its grace)
+    expired: int = 0  # ticks stored after their not_after (past grace): acked, not run
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +112,11 @@ class Execution:
             await asyncio.shield(self.release(delivery))
             raise
         except Exception:  # a bug must not cost the worker its task tree, or the job
-            log.exception("processing a delivery failed; handing it back")
+            log.exception("processing a delivery failed; releasing it")
             await self.release(delivery)
 
     async def release(self, delivery: Delivery) -> None:
-        """Hand ``delivery`` back; a failure is logged (the broker redelivers it anyway)."""
+        """Release ``delivery``; a failure is logged (the broker redelivers it anyway)."""
         try:
             await self.broker.release(delivery)
             self.stats.released += 1
@@ -131,7 +131,7 @@ class Execution:
             await self._dead_letter(delivery, f"undecodable message: {exc}", None)
             return
         if _stored_late(message, delivery):
-            await self._drop_late(delivery, message)
+            await self._expire(delivery, message)
             return
         spec = self.app.jobs.get(message.job_name)
         if spec is None:
@@ -139,7 +139,7 @@ class Execution:
             await self._dead_letter(delivery, reason, message)
             return
         if delivery.attempt > spec.max_attempts:
-            # Earlier deliveries ended without a verdict: the worker died or lost the job.
+            # Earlier deliveries ended unsettled: the worker died or lost the job.
             reason = (
                 f"delivered {delivery.attempt} times, more than max_attempts="
                 f"{spec.max_attempts} (earlier attempts ended without a result)"
@@ -190,13 +190,13 @@ class Execution:
                     _traceback(failure.error),
                 )
 
-    async def _drop_late(self, delivery: Delivery, message: JobMessage) -> None:
+    async def _expire(self, delivery: Delivery, message: JobMessage) -> None:
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-            self.stats.late_dropped += 1
-            self.observer.job_finished(self._job_name(message.job_name), "late_dropped", None)
+            self.stats.expired += 1
+            self.observer.job_finished(self._job_name(message.job_name), "expired", None)
             _job_log(message, delivery).warning(
-                "%s dropped: stored %.1fs after its deadline (slot %s); the tick was "
+                "%s expired: stored %.1fs after its deadline (slot %s); the tick was "
                 "enqueued later than grace allows, not run",
                 label,
                 (delivery.stored_at or 0) - (message.not_after or 0),
@@ -253,7 +253,7 @@ class Execution:
                 ),
                 enqueued_at=datetime.fromtimestamp(message.enqueued_at, UTC),
                 deduplication_id=message.deduplication_id,
-                queue=self.broker,
+                broker=self.broker,
                 log=logger,
                 state=self.app.state,
             )

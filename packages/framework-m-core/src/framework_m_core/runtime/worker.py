@@ -1,7 +1,7 @@
 """The worker runtime: one task tree of the ticker, the consumer and the running jobs.
 
 The tree is ``Worker.run``: leaving it, however it is left (stop, abort, a
-crash, cancellation), settles or hands back every delivery it took. A ticker
+crash, cancellation), settles or releases every delivery it took. A ticker
 or consumer that dies is logged with its traceback and stops the worker, which
 then raises :class:`~.errors.WorkerFailedError`: an orchestrator restarts the
 replica instead of it idling alive.
@@ -19,8 +19,8 @@ from typing import Any
 from ..app import App
 from ..errors import SchemaConflictError, WorkerFailedError
 from ..observability.observer import Observer
-from ..ports.base import Delivery
 from ..ports.protocols import BrokerProtocol, TickerProtocol
+from ..ports.records import Delivery
 from .execution import Execution, WorkerStats
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
@@ -43,7 +43,7 @@ class Worker:
 
     Call :meth:`run`; :meth:`stop` (e.g. from SIGTERM) stops ticking and
     fetching, lets in-flight jobs finish for up to ``shutdown_timeout`` seconds,
-    and hands the rest back to the broker.
+    and releases the rest to the broker.
     """
 
     def __init__(
@@ -56,7 +56,7 @@ class Worker:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         fetch_timeout: float = 1.0,
         progress_interval: float = 60.0,
-        migrate: bool = True,
+        sync_schema: bool = True,
         observer: Observer | None = None,
         threads: int | None = None,
     ) -> None:
@@ -71,7 +71,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.fetch_timeout = fetch_timeout
         self.progress_interval = progress_interval
-        self.migrate = migrate  # False: check the schema read-only, refuse when it differs
+        self.sync_schema = sync_schema  # False: check the schema read-only, refuse if it differs
         self.stats = WorkerStats()
         self._observer = observer or Observer()
         # Plain ``def`` handlers run here: ``threads`` of them at once (default: concurrency).
@@ -99,23 +99,23 @@ class Worker:
                 self.ticker.stop()
 
     def abort(self) -> None:
-        """Stop now: running jobs are cancelled and handed back to the broker."""
+        """Stop now: running jobs are cancelled and released to the broker."""
         self.stop()
         self._hurry_up()
         if self._inflight:
-            log.warning("aborting: handing %d running job(s) back", len(self._inflight))
+            log.warning("aborting: releasing %d running job(s)", len(self._inflight))
         for task in self._inflight:
             task.cancel()
 
     async def prepare(self) -> None:
         """Sync the broker's schema, then check the ticker against the real dedup window.
 
-        Raises before anything runs when the schema cannot be migrated or the
+        Raises before anything runs when the schema cannot be synced or the
         ticker's settings break the grace rule. :meth:`run` calls it if needed.
         """
         if self.ticker is not None:
             self.ticker.check()  # against the configured window: refuse before changing anything
-        if self.migrate:
+        if self.sync_schema:
             plan = await self.broker.sync_schema()
             if not plan.in_sync:
                 log.info("schema synced:\n%s", "\n".join(str(c) for c in plan.changes))
@@ -123,8 +123,8 @@ class Worker:
             plan = await self.broker.plan_schema()
             if not plan.in_sync:
                 raise SchemaConflictError(
-                    f"the broker's schema is not what this code needs, and --no-migrate "
-                    f"forbids changing it; run `m migrate` first (with a user that may). "
+                    f"the broker's schema is not what this code needs, and --no-sync-schema "
+                    f"forbids changing it; run `m sync-schema` first (with a user that may). "
                     f"The plan: {'; '.join(str(c) for c in plan.changes)}"
                 )
         for warning in plan.warnings:
@@ -154,11 +154,11 @@ class Worker:
 
     async def run(self) -> None:
         """Sync the schema, run the app's startup hooks, then tick and consume until
-        :meth:`stop`; the shutdown hooks run after the last job ended or was handed back.
+        :meth:`stop`; the shutdown hooks run after the last job ended or was released.
 
         Raises :class:`WorkerFailedError` after a graceful stop when the ticker or
         the consumer died; ``CancelledError`` propagates once every delivery is
-        handed back.
+        released.
         """
         if not self._prepared:
             await self.prepare()
@@ -277,7 +277,7 @@ class Worker:
         self._slot_free.set()
 
     async def _drain(self) -> None:
-        """Let running jobs finish until the deadline; cancel (hand back) the rest."""
+        """Let running jobs finish until the deadline; cancel (release) the rest."""
         if not self._inflight:
             return
         log.info(
@@ -285,7 +285,7 @@ class Worker:
         )
         _, pending = await asyncio.wait(self._inflight, timeout=self.shutdown_timeout)
         if pending:
-            log.warning("%d job(s) still running at the deadline: handing them back", len(pending))
+            log.warning("%d job(s) still running at the deadline: releasing them", len(pending))
             for task in pending:
                 task.cancel()
 

@@ -40,9 +40,9 @@ class Offset:
         return f"{abs(self.seconds):.1f}s {way} the broker's"
 
 
-async def measure(queue: object, clock: Callable[[], float] = time.time) -> Offset | None:
-    """The offset to ``queue``'s broker; None when it exposes no clock (``server_time``)."""
-    server_time: Callable[[], Awaitable[float | None]] | None = getattr(queue, "server_time", None)
+async def measure(broker: object, clock: Callable[[], float] = time.time) -> Offset | None:
+    """The offset to ``broker``'s clock; None when it exposes no clock (``server_time``)."""
+    server_time: Callable[[], Awaitable[float | None]] | None = getattr(broker, "server_time", None)
     if server_time is None:
         return None
     before = clock()
@@ -58,13 +58,13 @@ class ClockCheck:
 
     def __init__(
         self,
-        queue: object,
+        broker: object,
         *,
         clock_skew: float,
         limit: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._queue = queue
+        self._broker = broker
         self._skew = clock_skew
         self.limit = limit
         self._clock = clock
@@ -77,11 +77,11 @@ class ClockCheck:
         return self._clock() >= self.next_at
 
     async def run(self) -> None:
-        """Measure once and act on it; failures to measure keep the last verdict."""
+        """Measure once and act on it; a failed measurement keeps the last decision."""
         self.next_at = self._clock() + CHECK_EVERY
         try:
             async with asyncio.timeout(_MEASURE_TIMEOUT):
-                offset = await measure(self._queue, self._clock)
+                offset = await measure(self._broker, self._clock)
         except Exception as exc:  # the broker is out of reach: the ticker says so itself
             log.debug("could not read the broker's clock: %s", exc)
             return

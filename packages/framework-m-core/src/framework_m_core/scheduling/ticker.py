@@ -59,7 +59,7 @@ class TickerStats:
 
     published: int = 0  # slots this replica enqueued first
     duplicates: int = 0  # slots another replica had already enqueued
-    late_skipped: int = 0  # slots older than grace, never published
+    skipped: int = 0  # slots older than grace or superseded, never published
     failed: int = 0  # slots that could not be published within grace
     clock_held: int = 0  # slots not published while this clock was off the broker's
 
@@ -78,7 +78,7 @@ class InProcessTickerAdapter:
     def __init__(
         self,
         jobs: Iterable[JobSpec],
-        queue: BrokerProtocol,
+        broker: BrokerProtocol,
         *,
         grace: float | None = None,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
@@ -86,7 +86,7 @@ class InProcessTickerAdapter:
         observer: Observer | None = None,
     ) -> None:
         self._jobs = [spec for spec in jobs if spec.schedule is not None]
-        self._queue = queue
+        self._broker = broker
         self._grace = grace
         self._skew = clock_skew
         self._clock = clock
@@ -104,10 +104,10 @@ class InProcessTickerAdapter:
         """The grace bound in effect (derived from the broker's window when not given)."""
         if self._grace is not None:
             return self._grace
-        return default_grace(self._skew, self._queue.dedup_window)
+        return default_grace(self._skew, self._broker.dedup_window)
 
     def check(self) -> None:
-        check_grace(self.grace, self._skew, self._queue.dedup_window)
+        check_grace(self.grace, self._skew, self._broker.dedup_window)
 
     def stop(self) -> None:
         self._stop.set()
@@ -123,12 +123,12 @@ class InProcessTickerAdapter:
             len(self._jobs),
             self.grace,
             self._skew,
-            self._queue.dedup_window,
+            self._broker.dedup_window,
         )
         check = self.clock_check = ClockCheck(
-            self._queue,
+            self._broker,
             clock_skew=self._skew,
-            limit=(self._queue.dedup_window - self.grace) / 2,
+            limit=(self._broker.dedup_window - self.grace) / 2,
             clock=self._clock,
         )
         await check.run()
@@ -148,8 +148,8 @@ class InProcessTickerAdapter:
         finally:
             s = self.stats
             log.info(
-                "ticker stopped: %d published, %d duplicates, %d late, %d failed",
-                *(s.published, s.duplicates, s.late_skipped, s.failed),
+                "ticker stopped: %d published, %d duplicates, %d skipped, %d failed",
+                *(s.published, s.duplicates, s.skipped, s.failed),
             )
         if failure is not None:
             raise failure
@@ -235,8 +235,8 @@ class InProcessTickerAdapter:
         return sched.next_after(now)
 
     def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
-        self.stats.late_skipped += count
-        self.observer.tick(spec.name, "late", first, count)
+        self.stats.skipped += count
+        self.observer.tick(spec.name, "skipped", first, count)
         log.warning(
             "%s: %s slot(s) from %s on were not enqueued: %s (the process stalled, the "
             "broker was out of reach or the clock jumped)",
@@ -307,7 +307,7 @@ class InProcessTickerAdapter:
         )
         try:
             async with asyncio.timeout(max(0.0, self._grace_left(slot))):
-                result = await self._queue.publish(message)
+                result = await self._broker.publish(message)
         except InvalidJobError as exc:
             self.stats.failed += 1
             self.observer.tick(spec.name, "failed", slot)

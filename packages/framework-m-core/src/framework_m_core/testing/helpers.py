@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..app import App
-from ..ports.base import Delivery
 from ..ports.protocols import BrokerProtocol
+from ..ports.records import Delivery
 from ..runtime.worker import Worker
 
 # Longest a test waits for something the broker should do promptly.

@@ -29,9 +29,9 @@ from ..errors import ConfigurationError, MessageDecodeError
 from ..jobs import JobContext
 from ..observability.logs import job_logger
 from ..observability.observer import Observer, TickOutcome
-from ..ports.base import Delivery
 from ..ports.messages import JobMessage, decode_message, new_job_id, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol, JobQueueProtocol
+from ..ports.records import Delivery
 from ..runtime.worker import Worker
 from ..scheduling.ticker import InProcessTickerAdapter
 
@@ -45,14 +45,14 @@ async def run_job(
     *,
     attempt: int = 1,
     scheduled_at: datetime | None = None,
-    queue: JobQueueProtocol | None = None,
+    broker: JobQueueProtocol | None = None,
     **kwargs: Any,
 ) -> Any:
     """Run ``job_name``'s handler once with ``kwargs`` and return what it returns.
 
     The context is a worker's: a fresh job id, ``attempt``, the job's
     ``max_attempts``, ``scheduled_at`` (a ticked job's slot), ``app.state`` (run
-    ``await app.startup()`` first for what the hooks set up) and ``queue`` for
+    ``await app.startup()`` first for what the hooks set up) and ``broker`` for
     follow-up jobs (default: a memory:// broker of its own, connected for the call).
     A plain ``def`` handler runs in a thread. Exceptions propagate as raised; the
     job's timeout and retries are the worker's business, not applied here.
@@ -61,11 +61,11 @@ async def run_job(
     if spec is None:
         known = ", ".join(sorted(app.jobs)) or "none"
         raise ConfigurationError(f"unknown job {job_name!r} (registered: {known})")
-    if queue is None:
+    if broker is None:
         async with MemoryBroker(MemorySettings(f"run-job-{uuid.uuid4().hex}")) as own:
             await own.sync_schema()
             return await run_job(
-                app, job_name, attempt=attempt, scheduled_at=scheduled_at, queue=own, **kwargs
+                app, job_name, attempt=attempt, scheduled_at=scheduled_at, broker=own, **kwargs
             )
     job_id = new_job_id()
     slot = None if scheduled_at is None else int(scheduled_at.timestamp())
@@ -77,7 +77,7 @@ async def run_job(
         scheduled_at=scheduled_at,
         enqueued_at=datetime.now(UTC),
         deduplication_id=None,
-        queue=queue,
+        broker=broker,
         log=job_logger(_job_log, job_name, job_id, attempt, slot),
         state=app.state,
     )
@@ -95,12 +95,19 @@ class Drained:
     retried: list[JobMessage] = dataclasses.field(default_factory=list)
     #: (the message, or None when it was not a job at all; the reason).
     dead_lettered: list[tuple[JobMessage | None, str]] = dataclasses.field(default_factory=list)
-    #: Ticks stored after their slot's grace: dropped, not run.
-    late_dropped: list[JobMessage] = dataclasses.field(default_factory=list)
+    #: Ticks stored after their slot's grace: expired, acked without running.
+    expired: list[JobMessage] = dataclasses.field(default_factory=list)
+
+    @property
+    def late_dropped(self) -> list[JobMessage]:
+        """Deprecated name of :attr:`expired`."""
+        return self.expired
 
     def names(self, outcome: str) -> list[str]:
         """The job names of one outcome (``succeeded``, ``retried``, ``dead_lettered``,
-        ``late_dropped``)."""
+        ``expired``)."""
+        if outcome == "late_dropped":
+            outcome = "expired"
         if outcome == "dead_lettered":
             return [m.job_name if m else "-" for m, _ in self.dead_lettered]
         messages: list[JobMessage] = getattr(self, outcome)
@@ -118,7 +125,7 @@ class _Recording(MemoryBroker):
         await super().ack(delivery)
         if (message := _decoded(delivery)) is not None:
             late = message.not_after is not None and (delivery.stored_at or 0) > message.not_after
-            (self._into.late_dropped if late else self._into.succeeded).append(message)
+            (self._into.expired if late else self._into.succeeded).append(message)
 
     async def retry(self, delivery: Delivery, delay: float) -> None:
         await super().retry(delivery, 0.0 if self._skip_delays else delay)

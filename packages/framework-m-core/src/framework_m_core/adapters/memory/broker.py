@@ -74,7 +74,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         if queue is None:
             raise BrokerError(
                 f"queue {self.display_url} does not exist: run schema sync first "
-                "(a worker does at start; or m migrate)"
+                "(a worker does at start; or m sync-schema)"
             )
         return queue
 

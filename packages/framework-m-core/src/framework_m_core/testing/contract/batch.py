@@ -7,7 +7,7 @@ import pytest
 from ...errors import InvalidJobError
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
-from ...ports.records import Job
+from ...ports.records import BatchJob
 from ..helpers import receive_all
 from .base import ContractBase
 
@@ -18,7 +18,7 @@ class BatchContract(ContractBase):
     async def test_a_batch_returns_each_job_s_id_in_order_and_stores_each_once(
         self, broker: BrokerProtocol
     ) -> None:
-        jobs = [Job("send", {"n": i}) for i in range(250)]  # more than one round of sends
+        jobs = [BatchJob("send", {"n": i}) for i in range(250)]  # more than one round of sends
         ids = await broker.enqueue_many(jobs)
         assert len(ids) == len(set(ids)) == 250
         got = {m.id: m for m in (decode_message(d.body) for d in await receive_all(broker))}
@@ -33,10 +33,10 @@ class BatchContract(ContractBase):
         earlier = await broker.enqueue("report", deduplication_id="tick:report:60")
         ids = await broker.enqueue_many(
             [
-                Job("report", {}, "tick:report:60"),  # a duplicate of an earlier enqueue
-                Job("report", {"day": 2}, "tick:report:120"),
-                Job("report", {"day": 3}, "tick:report:120"),  # of one earlier in the batch
-                Job("report", {"day": 4}),
+                BatchJob("report", {}, "tick:report:60"),  # a duplicate of an earlier enqueue
+                BatchJob("report", {"day": 2}, "tick:report:120"),
+                BatchJob("report", {"day": 3}, "tick:report:120"),  # of one earlier in the batch
+                BatchJob("report", {"day": 4}),
             ]
         )
         assert ids[0] == earlier
@@ -47,12 +47,16 @@ class BatchContract(ContractBase):
 
     @pytest.mark.parametrize(
         "bad",
-        [Job("no spaces allowed"), Job("job", {"x": object()}), Job("job", {}, " padded")],
+        [
+            BatchJob("no spaces allowed"),
+            BatchJob("job", {"x": object()}),
+            BatchJob("job", {}, " padded"),
+        ],
     )
     async def test_one_invalid_job_sends_none_of_the_batch(
-        self, broker: BrokerProtocol, bad: Job
+        self, broker: BrokerProtocol, bad: BatchJob
     ) -> None:
         with pytest.raises(InvalidJobError):
-            await broker.enqueue_many([Job("fine", {"n": 1}), bad, Job("fine", {"n": 2})])
+            await broker.enqueue_many([BatchJob("fine", {"n": 1}), bad, BatchJob("fine", {"n": 2})])
         assert await broker.receive(10, 0.3) == []
         assert broker.stats.enqueued == 0

@@ -10,15 +10,15 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from ...errors import DeliveryLostError
-from ...ports.base import Delivery
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
+from ...ports.records import Delivery
 from ..helpers import PROMPT, BrokerFactory, connected, receive_all, received_by_any
 from .base import ContractBase
 from .requirements import SHORT_VISIBILITY, requires
 
-# Bodies a broker must hand back byte for byte, whatever they hold.
+# Bodies a broker must return byte for byte, whatever they hold.
 ODD_BODIES = [
     b"",
     b"\x00\xffnot json at all\r\n",
@@ -125,7 +125,7 @@ class ConsumeContract(ContractBase):
         async with connected(broker_factory) as consumer:
             [delivery] = await consumer.receive(10, PROMPT)
             await consumer.ack(delivery)
-        # The consumer is gone: an unacked delivery would be handed back now or expire.
+        # The consumer is gone: an unacked delivery would be released now or expire.
         assert list(await broker.receive(10, min(broker.visibility_timeout + 0.5, 2.0))) == []
 
     async def test_settling_again_changes_nothing(
@@ -178,7 +178,7 @@ class ConsumeContract(ContractBase):
             assert again.delivery.attempt == first.attempt + 1
             await again.consumer.ack(again.delivery)
 
-    async def test_release_hands_back_at_once(
+    async def test_a_released_delivery_is_available_at_once(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
         job_id = await broker.enqueue("job")
@@ -193,7 +193,7 @@ class ConsumeContract(ContractBase):
             await again.consumer.ack(again.delivery)
 
     @requires(Capability.REDELIVER_ON_CLOSE, Capability.UNCOUNTED_RELEASE)
-    async def test_what_a_closing_consumer_hands_back_keeps_its_attempt(
+    async def test_what_a_closing_consumer_releases_keeps_its_attempt(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
         ids = {await broker.enqueue("job", i=i) for i in range(5)}
@@ -317,7 +317,7 @@ class ConsumeContract(ContractBase):
         assert list(await broker.dead_letters(0)) == []
 
     @requires(Capability.REDELIVER_ON_CLOSE)
-    async def test_close_hands_reserved_deliveries_back_at_once(
+    async def test_close_releases_reserved_deliveries_at_once(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
         job_id = await broker.enqueue("job")
@@ -325,4 +325,4 @@ class ConsumeContract(ContractBase):
         async with connected(broker_factory) as consumer:
             assert len(await consumer.receive(10, PROMPT)) == 1
         await _taken_again(broker, job_id, PROMPT)
-        assert time.monotonic() - started < broker.visibility_timeout, "not handed back"
+        assert time.monotonic() - started < broker.visibility_timeout, "not released"

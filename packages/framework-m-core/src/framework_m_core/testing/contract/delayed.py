@@ -50,7 +50,7 @@ class DelayedContract(ContractBase):
     async def test_a_job_due_in_a_few_ms_is_not_delivered_a_ms_before_it(
         self, broker: BrokerProtocol
     ) -> None:
-        """Jobs due 10 to 105 ms ahead: the ones a broker hands back a little early (a
+        """Jobs due 10 to 105 ms ahead: the ones a broker delivers a little early (a
         timer, a TTL, rounding to whole ms) must still wait out their last ms."""
         start = time.time()
         dues = {}

@@ -1,4 +1,4 @@
-"""Contract tests with hostile input: whatever a message holds, it reaches a verdict."""
+"""Contract tests with hostile input: whatever a message holds, it is settled."""
 
 from __future__ import annotations
 

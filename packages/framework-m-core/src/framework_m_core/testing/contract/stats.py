@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from ...ports.base import Delivery, QueueStats
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
+from ...ports.records import Delivery, QueueStats
 from ..helpers import PROMPT, BrokerFactory, DeadlineError, connected, wait_until
 from .base import ContractBase
 from .requirements import requires

@@ -185,7 +185,7 @@ class WorkerContract(ContractBase):
             refused = 1
         on_time = await broker.enqueue("tick", deduplication_id="tick:tick:61")
         async with running_worker(app, broker) as worker:
-            await wait_until(lambda: worker.stats.late_dropped + refused == 1 and ran != [])
+            await wait_until(lambda: worker.stats.expired + refused == 1 and ran != [])
         assert ran == [on_time]
         assert await receive_all(broker) == []
 
