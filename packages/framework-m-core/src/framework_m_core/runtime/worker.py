@@ -32,8 +32,9 @@ DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
 log = logging.getLogger("framework_m.worker")
 
-_FETCH_BACKOFF_MIN = 0.1
-_FETCH_BACKOFF_MAX = 5.0
+# A receive that failed is tried again after 0.1 s, doubling up to this many seconds.
+FETCH_BACKOFF_MIN = 0.1
+FETCH_BACKOFF_MAX = 5.0
 
 __all__ = ["DEFAULT_CONCURRENCY", "Worker", "WorkerStats"]
 
@@ -300,7 +301,7 @@ class BrokerHealth:
     def __init__(self, observer: Observer) -> None:
         self._observer = observer
         self.problem: str | None = None  # why the last receive failed; None: it answered
-        self._backoff = _FETCH_BACKOFF_MIN
+        self._backoff = FETCH_BACKOFF_MIN
 
     def failed(self, exc: Exception) -> float:
         """A receive failed with ``exc``; return the seconds to wait before the next."""
@@ -308,7 +309,7 @@ class BrokerHealth:
             self._observer.broker_connected(False)
         self.problem = str(exc) or type(exc).__name__
         backoff = self._backoff
-        self._backoff = min(backoff * 2, _FETCH_BACKOFF_MAX)
+        self._backoff = min(backoff * 2, FETCH_BACKOFF_MAX)
         return backoff
 
     def answered(self) -> None:
@@ -316,7 +317,7 @@ class BrokerHealth:
         if self.problem is not None:
             self._observer.broker_connected(True)
             self.problem = None
-        self._backoff = _FETCH_BACKOFF_MIN
+        self._backoff = FETCH_BACKOFF_MIN
 
 
 def _innermost(exc: BaseException) -> BaseException:

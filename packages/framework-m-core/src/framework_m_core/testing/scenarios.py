@@ -185,15 +185,17 @@ def assert_each_slot_once(
     last: int,
     *,
     around: Sequence[float] = (),
+    redelivery: Sequence[tuple[float, float]] = (),
     outage: tuple[float, float] | None = None,
 ) -> None:
     """Every slot from ``first`` to ``last`` ran; none was enqueued twice.
 
     A slot run twice with the same attempt number was enqueued twice. A second run
     with a higher attempt is a redelivery, allowed only within 3 s of an instant in
-    ``around`` (a worker was killed after running a slot and before acking it). Slots
-    due during ``outage`` (start, end) may be missing: the tickers enqueue only the
-    latest slot once the broker is back.
+    ``around`` (a worker was killed after running a slot and before acking it) or for
+    a slot inside a ``redelivery`` window (start, end). Slots due during ``outage``
+    (start, end) may be missing: the tickers enqueue only the latest slot once the
+    broker is back.
     """
     count = Counter(slot for slot, _, _ in runs)
     excused = range(int(outage[0]), int(outage[1]) + 1) if outage else range(0)
@@ -203,7 +205,12 @@ def assert_each_slot_once(
     twice = sorted({slot for (slot, _), n in attempts.items() if n > 1})
     assert not twice, f"slots enqueued more than once: {twice}"
     redelivered = [s for s, n in count.items() if n > 1]
-    unexplained = [s for s in redelivered if not any(abs(s - t) <= 3 for t in around)]
+    unexplained = [
+        s
+        for s in redelivered
+        if not any(abs(s - t) <= 3 for t in around)
+        and not any(start <= s <= end for start, end in redelivery)
+    ]
     assert not unexplained, f"slots run more than once: {sorted(unexplained)}"
 
 
