@@ -16,7 +16,7 @@ from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
 from .brokers import ServerProcess, nats_cluster, redis_cluster
-from .scenarios import replicas_ride_out
+from .ride_out import replicas_ride_out
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
 from .brokers import NatsServer, RabbitServer, RedisServer, ServerProcess
-from .scenarios import GRACE, SKEW, replicas_ride_out
+from .ride_out import GRACE, SKEW, replicas_ride_out
 
 pytestmark = pytest.mark.slow
 

@@ -29,6 +29,14 @@ class App:
     >>> app = App()
     >>> @app.job(every=5)
     ... async def heartbeat(ctx): ...
+
+    :param max_attempts: deliveries of a job before it is dead-lettered, for the jobs
+        that do not set their own (3).
+    :param timeout: seconds an attempt may run before it is cancelled and fails; None
+        for no limit (300).
+    :param backoff: seconds before the second attempt; each later one waits twice the
+        previous, with 10% jitter (1).
+    :param max_backoff: the longest wait between attempts, in seconds (300).
     """
 
     def __init__(
@@ -87,9 +95,20 @@ class App:
         """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
         runs in the worker's thread pool (``threads``), so it may block.
 
-        ``schedule`` is a cron string (evaluated in ``tz``, default UTC) or a
-        :class:`~.schedules.Schedule`; ``every`` is an interval in seconds or a
-        timedelta. Limits default to the App's. Errors are raised at import time.
+        Used bare (``@app.job``) or with arguments (``@app.job(every=60)``). Errors
+        (a bad name, a job registered twice, an invalid cron expression or zone, a
+        handler that cannot take ``ctx``) raise :class:`~.errors.JobDefinitionError`
+        or :class:`~.errors.ScheduleError` at import time.
+
+        :param name: the job's name (default: the function's ``__name__``).
+        :param schedule: a cron expression (evaluated in ``tz``) or a
+            :class:`~.schedules.Schedule`: the job is then ticked at every slot.
+        :param tz: the IANA zone of a cron ``schedule`` (default UTC).
+        :param every: an interval in seconds or a timedelta, instead of ``schedule``.
+        :param max_attempts: overrides the App's default.
+        :param timeout: overrides the App's default (seconds per attempt).
+        :param backoff: overrides the App's default.
+        :param max_backoff: overrides the App's default.
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
 

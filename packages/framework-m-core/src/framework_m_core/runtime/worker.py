@@ -45,6 +45,20 @@ class Worker:
     Call :meth:`run`; :meth:`stop` (e.g. from SIGTERM) stops ticking and
     fetching, lets in-flight jobs finish for up to ``shutdown_timeout`` seconds,
     and releases the rest to the broker.
+
+    :param app: the jobs to run.
+    :param broker: where they come from; not connected here (the caller connects it).
+    :param ticker: the ticker to run beside the consumer (``m worker``), or None for a
+        worker that only runs jobs (``m worker --no-scheduler``).
+    :param concurrency: jobs run at once; the worker never holds more deliveries.
+    :param shutdown_timeout: seconds running jobs may finish after :meth:`stop`; the
+        rest are cancelled and released.
+    :param fetch_timeout: seconds one receive waits for deliveries.
+    :param progress_interval: seconds between progress lines in the log (0: none).
+    :param sync_schema: sync the broker's schema at start; False only checks it and
+        refuses to start when it differs (``m worker --no-sync-schema``).
+    :param observer: receives the events metrics are made of.
+    :param threads: plain ``def`` handlers run at once (default: ``concurrency``).
     """
 
     def __init__(
