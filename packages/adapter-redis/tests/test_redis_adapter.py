@@ -47,11 +47,18 @@ def test_url_options() -> None:
         ("redis://h?max_len=lots", "must be a int"),
         ("redis://h?visibility_timeout=0", "visibility_timeout must be at least"),
         ("redis://?queue=x", "names no host"),
+        ("redis://h/zero", "the path is the database number, got 'zero'"),
+        ("redis://h/0/1", "the path is the database number, got '0/1'"),
     ],
 )
 def test_invalid_urls(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message.replace("{", r"\{").replace("}", r"\}")):
         parse_url(url)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "redis://h/", "redis://h/0", "redis://h/15"])
+def test_a_url_names_its_database_by_number_or_not_at_all(url: str) -> None:
+    assert parse_url(url).client_url.startswith(url)
 
 
 async def test_schema_sync_creates_group_and_marker_then_is_idempotent(

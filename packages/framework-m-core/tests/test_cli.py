@@ -42,21 +42,39 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int = 2) -> s
         ("every=0.5", "interval must be at least 1 second, got 0.5 s"),
     ],
 )
-def test_bad_schedules_fail_with_one_line(tmp_path: Path, decorator: str, message: str) -> None:
+def test_bad_schedules_fail_saying_why_and_where(
+    tmp_path: Path, decorator: str, message: str
+) -> None:
     (tmp_path / "badapp.py").write_text(
         "from framework_m_core import App\napp = App()\n"
         f"@app.job({decorator})\nasync def job(ctx): ...\n"
     )
-    line = one_line_error(m("worker", "--app", "badapp", cwd=tmp_path))
+    result = m("worker", "--app", "badapp", cwd=tmp_path)
+    assert result.returncode == 2
+    line, *where = result.stderr.splitlines()
     assert message in line
     assert line.startswith("m: error: cannot import app module 'badapp': ScheduleError")
+    assert where[0] == f'  File "{tmp_path / "badapp.py"}", line 3, in <module>'
+    assert where[1].strip() == f"@app.job({decorator})"
+    assert not any("File" in w for w in where[2:]), "only the app's frames"
 
 
 def test_app_that_does_not_import(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("import not_a_real_module\n")
-    line = one_line_error(m("worker", "--app", "broken", cwd=tmp_path))
+    result = m("worker", "--app", "broken", cwd=tmp_path)
+    assert result.returncode == 2
+    line, *where = result.stderr.splitlines()
     assert "cannot import app module 'broken'" in line
     assert "No module named 'not_a_real_module'" in line
+    assert where[0] == f'  File "{tmp_path / "broken.py"}", line 1, in <module>'
+
+
+def test_an_app_module_that_does_not_exist_is_one_line() -> None:
+    line = one_line_error(m("worker", "--app", "no_such_app_module"))
+    assert line == (
+        "m: error: cannot import app module 'no_such_app_module': "
+        "ModuleNotFoundError: No module named 'no_such_app_module'"
+    )
 
 
 def test_missing_app() -> None:
@@ -121,7 +139,7 @@ def test_enqueue_with_non_json_kwargs(kwargs: str, message: str) -> None:
 
 
 def test_enqueue_refuses_an_in_process_broker() -> None:
-    line = one_line_error(m("enqueue", "send_email", "--kwargs", "{}"))
+    line = one_line_error(m("enqueue", "send_email", "--kwargs", "{}", "--broker", "memory://"))
     assert "lives inside one process" in line
 
 
@@ -293,3 +311,58 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
     assert worker.stats.released == 1
     assert finished == [1]
     assert {s: signal.getsignal(s) for s in before} == before  # put back on exit
+
+
+def test_a_mistyped_option_after_a_command_gets_that_command_s_usage() -> None:
+    result = m("worker", "--concurency", "3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: m worker ")
+    assert "m worker: error: unrecognized arguments: --concurency 3" in result.stderr
+
+
+def test_output_into_a_reader_that_closed_ends_quietly() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("M_")}
+    command = [M, "schedules", "--app", "examples.heartbeat", "--count", "20000"]
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        assert proc.stdout.readline().startswith(b"every_second:")
+        proc.stdout.close()  # as `| head -1` does
+        errors = proc.stderr.read().decode()
+        assert proc.wait(timeout=30) == 0
+    assert errors == ""
+
+
+def test_enqueue_without_a_broker_says_it_needs_a_shared_one() -> None:
+    line = one_line_error(m("enqueue", "report"))
+    assert line == "m: error: m enqueue needs a shared broker: pass --broker or set M_BROKER_URL"
+    assert "default memory://" not in m("enqueue", "--help").stdout
+
+
+def test_sync_schema_on_memory_shows_the_plan_but_applies_nothing() -> None:
+    result = m("sync-schema", "--broker", "memory://")
+    assert result.returncode == 2
+    assert "create queue memory://default" in result.stdout
+    assert "applied" not in result.stdout
+    assert "lives inside one process" in result.stderr
+
+
+def test_an_app_that_fails_to_import_shows_where_in_its_own_code(tmp_path: Path) -> None:
+    package = tmp_path / "deep"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import settings\n")
+    (package / "settings.py").write_text(
+        "import json\n\n\ndef load():\n    return json.loads('{a: 1}')\n\n\nCONFIG = load()\n"
+    )
+    (package / "jobs.py").write_text("from deep import settings\n")
+    result = m("schedules", "--app", "deep.jobs", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("m: error: cannot import app module 'deep.jobs': JSONDecodeError")
+    shown = "\n".join(lines[1:])
+    assert f'File "{package / "settings.py"}", line 8, in <module>' in shown
+    assert f'File "{package / "settings.py"}", line 5, in load' in shown
+    assert "importlib" not in shown
+    assert "json/decoder.py" not in shown  # the standard library's frames are left out

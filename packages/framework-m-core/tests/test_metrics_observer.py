@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -114,3 +115,25 @@ async def test_a_lost_broker_is_counted_and_its_return_is_a_reconnect(
     assert value(text, "framework_m_broker_connected") == 1
     assert value(text, "framework_m_broker_reconnects_total") == 1
     assert value(text, 'framework_m_broker_errors_total{operation="receive"}') >= 2
+
+
+@pytest.mark.anyio
+async def test_metrics_without_prometheus_client_say_which_package_to_install() -> None:
+    from framework_m_core.observability.probes import ProbeServer
+    from framework_m_core.testing.proxy import free_port
+
+    def ok() -> tuple[bool, str]:
+        return True, "ok"
+
+    server = ProbeServer("127.0.0.1", free_port(), ok, ok, None)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+    finally:
+        await server.close()
+    assert answer.startswith(b"HTTP/1.1 404")
+    assert answer.endswith(b"no metrics: pip install prometheus-client")
+    assert b"framework-m-core[" not in answer  # the index's framework-m-core is another's

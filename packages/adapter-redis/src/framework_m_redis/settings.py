@@ -84,6 +84,11 @@ def parse_url(url: str) -> RedisSettings:
         raise ConfigurationError(f"not a redis:// or rediss:// URL: {shown!r}")
     if not parts.hostname:
         raise ConfigurationError(f"broker URL {shown!r} names no host")
+    db = parts.path.strip("/")
+    if db and not (db.isascii() and db.isdigit()):
+        raise ConfigurationError(
+            f"broker URL {shown!r}: the path is the database number, got {db!r} (e.g. /0)"
+        )
     given = query_params(url, {**_OURS, **dict.fromkeys(_REDIS_PY, str)})
     ours = {k: v for k, v in given.items() if k in _OURS}
     passed = [(k, str(v)) for k, v in given.items() if k in _REDIS_PY]

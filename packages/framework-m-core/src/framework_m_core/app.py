@@ -7,6 +7,8 @@ import inspect
 import logging
 import os
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from types import MappingProxyType
@@ -188,6 +190,29 @@ def _name(hook: Hook) -> str:
     return str(getattr(hook, "__qualname__", hook))
 
 
+def _app_frames(exc: BaseException) -> str:
+    """The frames of ``exc``'s traceback outside the import machinery, framework-m and the
+    standard library (the application's, and the packages it calls), as traceback lines."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _outside(f.filename)]
+    return "".join(traceback.format_list(frames[-_APP_FRAMES:])).rstrip("\n")
+
+
+_APP_FRAMES = 10
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB = tuple(
+    {os.path.abspath(sysconfig.get_path(name)) + os.sep for name in ("stdlib", "platstdlib")}
+)
+
+
+def _outside(filename: str) -> bool:
+    """Whether ``filename`` is neither framework-m's, the import machinery's nor the
+    standard library's (packages installed under the standard library's folder count)."""
+    if filename.startswith(("<frozen ", "<string>", _OURS)):
+        return False
+    packages = f"{os.sep}site-packages{os.sep}" in filename or "dist-packages" in filename
+    return packages or not filename.startswith(_STDLIB)
+
+
 def load_app(target: str) -> App:
     """Import ``module[:attr]`` (``attr`` defaults to ``app``) and return the :class:`App`."""
     if not target:
@@ -199,8 +224,10 @@ def load_app(target: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
+        where = _app_frames(exc)
         raise AppLoadError(
             f"cannot import app module {module_name!r}: {type(exc).__name__}: {exc}"
+            + (f"\n{where}" if where else "")
         ) from exc
     obj = module
     for part in attr.split("."):

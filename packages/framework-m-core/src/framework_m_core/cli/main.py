@@ -100,7 +100,15 @@ def _parser() -> argparse.ArgumentParser:
             help="the App as module[:attr] (env M_APP; attr defaults to 'app')",
         )
 
-    def broker_arg(p: argparse.ArgumentParser) -> None:
+    def broker_arg(p: argparse.ArgumentParser, shared: bool = False) -> None:
+        if shared:  # memory:// would be gone with this command: no default
+            p.add_argument(
+                "--broker",
+                default=os.environ.get("M_BROKER_URL"),
+                help="URL of the shared broker (env M_BROKER_URL; memory:// lives in one "
+                "process and cannot be used here)",
+            )
+            return
         p.add_argument(
             "--broker",
             default=os.environ.get("M_BROKER_URL", DEFAULT_BROKER),
@@ -163,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--count", type=_positive_int, default=3, help="slots to show per job (3)")
 
     e = sub.add_parser("enqueue", help="enqueue one job")
-    broker_arg(e)
+    broker_arg(e, shared=True)
     e.add_argument("--app", default=os.environ.get("M_APP"), help="check the job name against it")
     e.add_argument("job", help="job name")
     e.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
@@ -246,13 +254,30 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logs.configure(logs.level_name(args.log_level), args.log_format, args.log_config)
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``m COMMAND``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    raise LookupError(command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, with its usage
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     if (problem := about.mismatch()) is not None:
         print(f"m: error: {problem}", file=sys.stderr)
         return 2
     try:
-        return _COMMANDS[args.command](args)
+        code = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader that closed the pipe shows here, not at exit
+        return code
+    except BrokenPipeError:  # `m status | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except SchemaConflictError as exc:
         print(f"m: schema conflict: {exc}", file=sys.stderr)
         return 1
@@ -403,6 +428,10 @@ async def _enqueue(args: argparse.Namespace) -> int:
     if args.app and args.job not in app.jobs:
         known = ", ".join(sorted(app.jobs)) or "none"
         raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
+    if not args.broker:
+        raise ConfigurationError(
+            "m enqueue needs a shared broker: pass --broker or set M_BROKER_URL"
+        )
     broker = open_broker(args.broker)
     if Capability.CROSS_PROCESS not in broker.capabilities:
         raise ConfigurationError(
@@ -428,6 +457,11 @@ async def _sync_schema(args: argparse.Namespace) -> int:
         print(plan.describe())
         if args.dry_run or plan.in_sync:
             return 1 if plan.refused else 0
+        if Capability.CROSS_PROCESS not in broker.capabilities:
+            raise ConfigurationError(
+                f"{broker.display_url} lives inside one process: what this command syncs is "
+                "gone when it exits (a worker syncs its own queue at start)"
+            )
         await broker.sync_schema()
         print("applied")
     return 0

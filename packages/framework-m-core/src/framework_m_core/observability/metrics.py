@@ -1,4 +1,4 @@
-"""Prometheus metrics of a worker (``pip install framework-m-core[metrics]``).
+"""Prometheus metrics of a worker (the ``metrics`` extra: ``pip install prometheus-client``).
 
 Names follow Prometheus conventions (``framework_m_`` prefix, ``_total`` counters,
 ``_seconds`` in base units); labels are job names and outcomes, never ids.
@@ -71,7 +71,7 @@ class Metrics(Observer):
 
     def __init__(self, concurrency: int, broker: BrokerProtocol | None = None) -> None:
         if prom is None:
-            raise RuntimeError("prometheus-client is not installed: framework-m-core[metrics]")
+            raise RuntimeError("prometheus-client is not installed: pip install prometheus-client")
         self.concurrency = concurrency
         self.broker = broker
         self.connected = 0

@@ -90,7 +90,7 @@ class ProbeServer:
         path = parts[1].decode("ascii", "replace").split("?", 1)[0]
         if path == "/metrics":
             if self._metrics is None:
-                return 404, b"no metrics: pip install 'framework-m-core[metrics]'", _TEXT
+                return 404, b"no metrics: pip install prometheus-client", _TEXT
             return 200, await self._metrics(), _PROMETHEUS
         probe = self._routes.get(path)
         if probe is None:
