@@ -32,8 +32,8 @@ async def send_welcome_email(ctx: JobContext, to: str) -> None:
 
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
-    async with connect(os.environ.get("M_BROKER_URL", "memory://")) as queue:
-        api.state.queue = queue
+    async with connect(os.environ.get("M_BROKER_URL", "memory://")) as broker:
+        api.state.broker = broker
         yield
 
 
@@ -46,9 +46,9 @@ class SignUp(BaseModel):
 
 @api.post("/signups", status_code=202)
 async def sign_up(body: SignUp, request: Request) -> dict[str, str]:
-    queue: JobQueueProtocol = request.app.state.queue
+    broker: JobQueueProtocol = request.app.state.broker
     # One welcome email per address, however often the form is sent within the window.
-    job_id = await queue.enqueue(
+    job_id = await broker.enqueue(
         "send_welcome_email", deduplication_id=f"welcome:{body.email}", to=body.email
     )
     return {"job_id": job_id}

@@ -28,32 +28,19 @@ def test_an_adapter_beside_another_project_s_core_says_so(adapter: str, tmp_path
     assert "belongs to another project" in result.stderr
 
 
-def _options_table(text: str, heading: str) -> str:
-    section = text.split(heading, 1)[1]
-    lines = section.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| option |"))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    return "\n".join(table)
-
-
 @pytest.mark.parametrize(
-    ("package", "heading"),
+    ("package", "page"),
     [
-        ("adapter-nats", "## NATS JetStream\n"),
-        ("adapter-redis", "## Redis\n"),
-        ("adapter-rabbitmq", "## RabbitMQ\n"),
+        ("adapter-nats", "nats"),
+        ("adapter-redis", "redis"),
+        ("adapter-rabbitmq", "rabbitmq"),
     ],
 )
-def test_each_adapter_s_own_readme_lists_the_options_the_main_readme_does(
-    package: str, heading: str
-) -> None:
-    main = (REPO / "README.md").read_text()
+def test_each_adapter_s_own_readme_links_to_its_broker_page(package: str, page: str) -> None:
     own = (REPO / "packages" / package / "README.md").read_text()
-    assert _options_table(own, "## URL and options\n") == _options_table(main, heading)
+    assert f"](../../docs/brokers/{page}.md#url-and-options)" in own
+    assert (REPO / "docs" / "brokers" / f"{page}.md").is_file()
+    assert "| option |" not in own  # the options are listed on the broker's page only
     assert "pip install ./packages/framework-m-core ./packages/" in own
     assert "belong to another project" in own
 

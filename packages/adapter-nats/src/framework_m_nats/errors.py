@@ -33,7 +33,8 @@ def describe(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def server_errors(what: str) -> Iterator[None]:
-    """Turn nats-py's errors raised inside the block into one-line :class:`BrokerError`s."""
+    """Turn nats-py's errors raised inside the block into one-line
+    :class:`BrokerError` exceptions."""
     try:
         yield
     except (BrokerError, SchemaConflictError):

@@ -1,6 +1,6 @@
 """``amqp://``: framework-m on RabbitMQ with a message-deduplication exchange.
 
-Topology (see :mod:`.schema`): an exchange ``<queue>.dedup`` of type
+Topology (see :mod:`~framework_m_rabbitmq.schema`): an exchange ``<queue>.dedup`` of type
 ``x-message-deduplication`` (``x-cache-ttl`` = the dedup window) feeding the
 quorum queue ``<queue>.jobs``; retries wait in ``<queue>.retry.<ms>`` queues
 whose TTL dead-letters them back; dead letters go to ``<queue>.dead``: the

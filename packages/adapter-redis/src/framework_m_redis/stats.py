@@ -18,9 +18,10 @@ stream's entries are ready, ``reserved`` and ``consumers`` are 0.
 
 ACL: ``ZCARD`` and ``ZCOUNT`` are not among the commands ``connection.check_permissions``
 demands at connect, on purpose: a worker whose user may not run them still works, and
-only this call fails, with a :class:`BrokerError` carrying Redis's refusal, which names
-the command (grant ``+@sortedset``, or ``+zcard +zcount``, on ``fm:{<queue>}:*``). The
-stream commands it runs (``XLEN``, ``XPENDING``, ``XINFO CONSUMERS``) are checked there.
+only this call fails, with a :class:`~framework_m_core.BrokerError` carrying Redis's
+refusal, which names the command (grant ``+@sortedset``, or ``+zcard +zcount``, on
+``fm:{<queue>}:*``). The stream commands it runs (``XLEN``, ``XPENDING``, ``XINFO
+CONSUMERS``) are checked there.
 """
 
 from __future__ import annotations

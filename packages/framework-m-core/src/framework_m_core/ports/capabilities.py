@@ -13,8 +13,8 @@ class Capability(StrEnum):
 
     An adapter lists those it keeps in its ``capabilities``; the contract suite
     checks every declared one and skips, with the reason, the tests of the rest.
-    The adapter-author guide in the core README has the table of capabilities
-    and the tests each one gates.
+    The docs' "Writing an adapter" page has the table of capabilities and the
+    tests each one gates.
     """
 
     #: ``dead_letters()`` reads back what ``dead_letter()`` stored.

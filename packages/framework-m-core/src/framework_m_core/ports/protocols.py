@@ -8,7 +8,7 @@ on; ``framework_m_core.testing`` holds the contract suite with a test for each
 sentence. Promises a broker may be unable to keep are marked *optional*: the
 adapter declares the :class:`~.capabilities.Capability` it keeps.
 
-Adapters usually subclass :class:`~.broker.BaseBroker`, which implements the
+Adapters usually subclass :class:`~.base.BaseBroker`, which implements the
 shared half (validation, encoding, counting, the schema-sync template, the
 connected guard) and leaves the abstract methods below.
 """

@@ -3,7 +3,7 @@
 ``zoneinfo`` answers "what is the offset at this instant" but does not list its
 transitions; cron evaluation needs them to split the wall clock into stretches
 with one offset each. A year is sampled every few hours and each change is then
-pinned to the second by bisection. Two changes less than :data:`_SAMPLE` apart
+pinned to the second by bisection. Two changes less than ``_SAMPLE`` apart
 (none in the current database) would be missed.
 """
 
@@ -45,7 +45,7 @@ class ZoneClock:
 
     def around(self, t: int) -> tuple[Transition | None, Transition | None]:
         """The last transition at or before ``t`` within a year, and the next one after
-        it within :data:`_LOOKAHEAD_YEARS` (None where there is none)."""
+        it within ``_LOOKAHEAD_YEARS`` years (None where there is none)."""
         year = datetime.fromtimestamp(t, UTC).year
         self._load(year - 1, year + 1)
         i = bisect.bisect_right(self._at, t)

@@ -53,7 +53,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         self._open = False
         self._mine: set[int] = set()  # tokens reserved through this instance
         self._settled: dict[int, None] = {}  # tokens this instance settled, oldest first
-        # The wall clock server_time() reads: the process's (a test shifting time shifts it).
+        #: The wall clock server_time() reads: the process's (a test shifting time shifts it).
         self.clock: Callable[[], float] = time.time
 
     @property

@@ -45,8 +45,8 @@ _SETUP = {
 
 
 def requirement_table() -> str:
-    """The Markdown table in the core README: each requirement, what it stands for, and
-    the contract tests it gates."""
+    """The Markdown table on the docs' "Writing an adapter" page: each requirement, what
+    it stands for, and the contract tests it gates."""
     gated = tests_by_requirement()
     rows = ["| requirement | promise or purpose | tests it gates |", "|---|---|---|"]
     named = [(f"`{c.value}`", c.promise, str(Declared(c))) for c in Capability]
