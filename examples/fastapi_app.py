@@ -48,7 +48,6 @@ class SignUp(BaseModel):
 async def sign_up(body: SignUp, request: Request) -> dict[str, str]:
     broker: JobQueueProtocol = request.app.state.broker
     # One welcome email per address, however often the form is sent within the window.
-    job_id = await broker.enqueue(
-        "send_welcome_email", deduplication_id=f"welcome:{body.email}", to=body.email
-    )
+    welcome_once = send_welcome_email.with_options(deduplication_id=f"welcome:{body.email}")
+    job_id = await welcome_once.enqueue(broker, to=body.email)
     return {"job_id": job_id}

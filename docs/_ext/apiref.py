@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from docutils import nodes
 from sphinx import addnodes
@@ -41,7 +41,17 @@ from sphinx.pycode import ModuleAnalyzer
 OWN = ("framework_m_core", "framework_m_nats", "framework_m_redis", "framework_m_rabbitmq")
 CORE = "framework_m_core"
 PORTS = ["protocols", "records", "capabilities", "schema", "base", "messages", "batching", "urls"]
-CORE_LAYERS = ["app", "jobs", "errors", "about", "scheduling", "runtime", "observability", "cli"]
+CORE_LAYERS = [
+    "app",
+    "jobs",
+    "handles",
+    "errors",
+    "about",
+    "scheduling",
+    "runtime",
+    "observability",
+    "cli",
+]
 ADAPTERS = {
     "nats": "framework_m_nats",
     "redis": "framework_m_redis",
@@ -145,7 +155,7 @@ def full_name(modname: str, name: str) -> str | None:
     """What ``name`` stands for in ``modname``: an import's full name, the module's own
     name for what it defines, "" for a type variable, None if the module has no such name."""
     module = importlib.import_module(modname)
-    if isinstance(vars(module).get(name), TypeVar):
+    if isinstance(vars(module).get(name.split(".")[0]), TypeVar | ParamSpec):
         return ""
     if name in imported(modname):
         return imported(modname)[name]
@@ -161,7 +171,7 @@ def is_type_variable(dotted: str) -> bool:
         module = importlib.import_module(modname)
     except ImportError:
         return False
-    return isinstance(getattr(module, name, None), TypeVar)
+    return isinstance(getattr(module, name, None), TypeVar | ParamSpec)
 
 
 # -- the catalogue ---------------------------------------------------------------------
@@ -243,7 +253,7 @@ class Catalogue:
 
     def _is_constant(self, name: str, value: Any) -> bool:
         """Public data: an UPPER_CASE constant, or a name a package exports."""
-        if isinstance(value, TypeVar | ModuleType):
+        if isinstance(value, TypeVar | ParamSpec | ModuleType):
             return False
         return bool(re.fullmatch(r"[A-Z][A-Z0-9_]+", name)) or name in self.exported
 
@@ -297,15 +307,19 @@ class Resolver:
                 self._qualify(xref)
 
     def _qualify(self, xref: addnodes.pending_xref) -> None:
-        modname, target = xref.get("py:module"), xref.get("reftarget", "")
-        if not modname or modname.split(".")[0] not in OWN:
-            return
-        head, _, rest = target.partition(".")
-        full = full_name(modname, head)
-        if full == "":
-            xref.replace_self(_text_of(xref))
-        elif full is not None:
-            xref["reftarget"] = f"{full}.{rest}" if rest else full
+        """Read a signature's name as the module that documents it sees it, else as the
+        one that defines the object (an export documented under its package's name)."""
+        head, _, rest = xref.get("reftarget", "").partition(".")
+        for modname in (xref.get("py:module"), self._defining_module(xref)):
+            if not modname or modname.split(".")[0] not in OWN:
+                continue
+            full = full_name(modname, head)
+            if full == "":
+                xref.replace_self(_text_of(xref))
+                return
+            if full is not None:
+                xref["reftarget"] = f"{full}.{rest}" if rest else full
+                return
 
     def in_scope(
         self,

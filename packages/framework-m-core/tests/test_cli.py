@@ -149,6 +149,31 @@ def test_enqueue_checks_the_job_against_the_app() -> None:
     assert "send_email" in line
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ('{"usr": 1}', "--kwargs do not fit job 'send_email': missing a required argument"),
+        ('{"to": "a", "subject": "b", "re": 1}', "got an unexpected keyword argument 're'"),
+    ],
+)
+def test_enqueue_checks_the_kwargs_against_the_handler(kwargs: str, message: str) -> None:
+    result = m("enqueue", "send_email", "--app", "examples.heartbeat", "--kwargs", kwargs)
+    assert message in one_line_error(result)
+
+
+def test_enqueue_without_the_app_says_nothing_was_checked(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'q.db'}"
+    assert m("sync-schema", "--broker", url).returncode == 0
+    result = m("enqueue", "sned_email", "--broker", url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()  # the job id
+    assert "m: note: 'sned_email' and its kwargs were not checked (pass --app" in result.stderr
+    checked = m("enqueue", "send_email", "--app", "examples.heartbeat", "--broker", url,
+                "--kwargs", '{"to": "a", "subject": "b"}')  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert "note" not in checked.stderr
+
+
 def test_schedules_lists_slots_and_dedup_ids() -> None:
     result = m("schedules", "--app", "examples.heartbeat", "--count", "2")
     assert result.returncode == 0, result.stderr

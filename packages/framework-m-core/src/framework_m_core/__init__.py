@@ -22,6 +22,7 @@ from .errors import (
     UnknownBrokerError,
     WorkerFailedError,
 )
+from .handles import JobHandle
 from .jobs import JobContext, JobSpec
 from .ports.base import BaseBroker
 from .ports.capabilities import Capability
@@ -70,6 +71,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobDefinitionError",
+    "JobHandle",
     "JobMessage",
     "JobQueueProtocol",
     "JobSpec",

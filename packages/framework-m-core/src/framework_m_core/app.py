@@ -12,14 +12,18 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
-from .jobs import Handler, JobSpec, State
+from .handles import JobHandle
+from .jobs import Handler, JobContext, JobSpec, State
 from .ports.messages import validate_job_name
 from .scheduling.schedules import Schedule, to_schedule
 
 log = logging.getLogger("framework_m.worker")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # ``async def hook(state)`` or ``def hook(state)``: sets up (or tears down) ``state``.
 Hook = Callable[[State], Any]
@@ -62,7 +66,7 @@ class App:
         self.state = State()
 
     @overload
-    def job(self, handler: Handler, /) -> Handler: ...
+    def job(self, handler: Callable[Concatenate[JobContext, P], R], /) -> JobHandle[P, R]: ...
 
     @overload
     def job(
@@ -78,7 +82,7 @@ class App:
         timeout: float | None = None,
         backoff: float | None = None,
         max_backoff: float | None = None,
-    ) -> Callable[[Handler], Handler]: ...
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], JobHandle[P, R]]: ...
 
     def job(
         self,
@@ -93,9 +97,13 @@ class App:
         timeout: float | None = None,
         backoff: float | None = None,
         max_backoff: float | None = None,
-    ) -> Handler | Callable[[Handler], Handler]:
+    ) -> JobHandle[Any, Any] | Callable[[Handler], JobHandle[Any, Any]]:
         """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
         runs in the worker's thread pool (``threads``), so it may block.
+
+        Returns a :class:`~.handles.JobHandle`: called, it is the handler; its
+        ``enqueue(broker, **kwargs)``, ``enqueue_in`` and ``enqueue_at`` enqueue the job
+        with arguments a type checker matches against the handler's.
 
         Used bare (``@app.job``) or with arguments (``@app.job(every=60)``). Errors
         (a bad name, a job registered twice, an invalid cron expression or zone, a
@@ -114,7 +122,7 @@ class App:
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
 
-        def register(fn: Handler) -> Handler:
+        def register(fn: Handler) -> JobHandle[Any, Any]:
             job_name = name if name is not None else getattr(fn, "__name__", None)
             try:
                 job_name = validate_job_name(job_name)
@@ -122,7 +130,7 @@ class App:
                 raise JobDefinitionError(str(exc)) from None
             if job_name in self._jobs:
                 raise JobDefinitionError(f"job {job_name!r} is registered twice")
-            self._jobs[job_name] = JobSpec(
+            spec = self._jobs[job_name] = JobSpec(
                 job_name,
                 fn,
                 sched,
@@ -131,7 +139,7 @@ class App:
                 backoff=self._pick(backoff, "backoff"),
                 max_backoff=self._pick(max_backoff, "max_backoff"),
             )
-            return fn
+            return JobHandle(spec, fn)
 
         return register(handler) if handler is not None else register
 

@@ -413,31 +413,51 @@ def _schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _enqueue(args: argparse.Namespace) -> int:
-    if args.app:
-        app = load_app(args.app)
-    _configure_logging(args)
+def _check_job(app: App, where: str, job: str, kwargs: dict[str, Any]) -> None:
+    """Refuse a job ``app`` does not have, or kwargs its handler cannot take."""
+    spec = app.jobs.get(job)
+    if spec is None:
+        known = ", ".join(sorted(app.jobs)) or "none"
+        raise ConfigurationError(f"unknown job {job!r} (jobs in {where}: {known})")
+    if (problem := spec.kwargs_problem(kwargs)) is not None:
+        raise ConfigurationError(f"--kwargs do not fit job {job!r}: {problem}")
+
+
+def _kwargs_of(text: str) -> dict[str, Any]:
+    """``--kwargs``: a JSON object."""
     try:
-        kwargs = loads_strict(args.kwargs)
+        kwargs = loads_strict(text)
     except ValueError as exc:
         raise ConfigurationError(f"--kwargs is not valid JSON: {exc}") from None
     except RecursionError:
         raise ConfigurationError("--kwargs is nested too deeply") from None
     if not isinstance(kwargs, dict):
         raise ConfigurationError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
-    if args.app and args.job not in app.jobs:
-        known = ", ".join(sorted(app.jobs)) or "none"
-        raise ConfigurationError(f"unknown job {args.job!r} (jobs in {args.app}: {known})")
-    if not args.broker:
+    return kwargs
+
+
+def _shared_broker(url: str | None) -> BrokerProtocol:
+    """The broker of ``url``, which other processes must reach (not memory://)."""
+    if not url:
         raise ConfigurationError(
             "m enqueue needs a shared broker: pass --broker or set M_BROKER_URL"
         )
-    broker = open_broker(args.broker)
+    broker = open_broker(url)
     if Capability.CROSS_PROCESS not in broker.capabilities:
         raise ConfigurationError(
             f"{broker.display_url} lives inside one process: a job enqueued here would be lost "
             "when this command exits; use a shared broker URL"
         )
+    return broker
+
+
+async def _enqueue(args: argparse.Namespace) -> int:
+    app = load_app(args.app) if args.app else None
+    _configure_logging(args)
+    kwargs = _kwargs_of(args.kwargs)
+    if app is not None:
+        _check_job(app, args.app, args.job, kwargs)
+    broker = _shared_broker(args.broker)
     async with connected(broker):
         if args.delay is not None:
             job_id = await broker.enqueue_in(args.delay, args.job, args.dedup_id, **kwargs)
@@ -446,6 +466,12 @@ async def _enqueue(args: argparse.Namespace) -> int:
         else:
             job_id = await broker.enqueue(args.job, args.dedup_id, **kwargs)
     print(job_id)
+    if app is None:
+        print(
+            f"m: note: {args.job!r} and its kwargs were not checked (pass --app to check "
+            "them against the app before sending)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -1,0 +1,143 @@
+"""Job handles: what ``@app.job`` returns, to enqueue a job by its function, type-checked.
+
+``await add.enqueue(broker, a=1, b=2)`` enqueues the job ``add`` with those kwargs;
+a type checker reads the handler's parameters after its context (a ``ParamSpec``), so
+``add.enqueue(broker, a=1, c=2)`` is an error before it runs, and at run time it raises
+:class:`~.errors.InvalidJobError` naming the parameter before anything is sent.
+Called directly, the handle is the handler itself (``await add(ctx, a=1, b=2)`` in a
+unit test). Enqueueing by name (``broker.enqueue("add", a=1, b=2)``) works as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from .errors import InvalidJobError
+
+if TYPE_CHECKING:
+    from .jobs import JobContext, JobSpec
+    from .ports.protocols import JobQueueProtocol
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """How a handle enqueues: with a deduplication id, and held until a time or for a delay."""
+
+    deduplication_id: str | None = None
+    delay: timedelta | float | None = None  # seconds, or a timedelta
+    at: datetime | float | None = None  # an aware datetime, or unix seconds
+
+
+class JobHandle(Generic[P, R]):
+    """A registered job, enqueued by its function: ``await send.enqueue(broker, to=...)``.
+
+    Keeps running as the plain handler when called. The enqueue methods take the
+    broker first, then the handler's own arguments (positional ones are passed by their
+    names); they are checked against the handler's signature before anything is sent.
+    """
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        handler: Callable[Concatenate[JobContext, P], R],
+        options: EnqueueOptions = EnqueueOptions(),
+    ) -> None:
+        self.spec = spec
+        self._handler = handler
+        self._options = options
+        functools.update_wrapper(self, handler)
+
+    @property
+    def name(self) -> str:
+        """The job's name, the one it is enqueued under."""
+        return self.spec.name
+
+    def __call__(self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the handler itself (what a unit test does); nothing is enqueued."""
+        return self._handler(ctx, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.spec.name!r}>"
+
+    def with_options(
+        self,
+        *,
+        deduplication_id: str | None = None,
+        delay: timedelta | float | None = None,
+        at: datetime | float | None = None,
+    ) -> JobHandle[P, R]:
+        """This handle with a deduplication id, or held for ``delay`` seconds or until
+        ``at`` (not both), for the enqueues made through it."""
+        if delay is not None and at is not None:
+            raise InvalidJobError(f"job {self.spec.name!r}: give delay or at, not both")
+        return JobHandle(self.spec, self._handler, EnqueueOptions(deduplication_id, delay, at))
+
+    async def enqueue(self, broker: JobQueueProtocol, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue this job on ``broker`` with these arguments; return its job id.
+
+        As :meth:`~.protocols.JobQueueProtocol.enqueue`, after the arguments are checked
+        against the handler (:class:`~.errors.InvalidJobError` names what does not fit).
+        """
+        job_kwargs = self._kwargs(args, kwargs)
+        o = self._options
+        if o.at is not None:
+            return await broker.enqueue_at(o.at, self.spec.name, o.deduplication_id, **job_kwargs)
+        if o.delay is not None:
+            return await broker.enqueue_in(
+                o.delay, self.spec.name, o.deduplication_id, **job_kwargs
+            )
+        return await broker.enqueue(self.spec.name, o.deduplication_id, **job_kwargs)
+
+    async def enqueue_in(
+        self,
+        broker: JobQueueProtocol,
+        delay: timedelta | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> str:
+        """Enqueue this job to run ``delay`` (seconds or a timedelta) from now."""
+        job_kwargs = self._kwargs(args, kwargs)
+        o = self._options
+        return await broker.enqueue_in(delay, self.spec.name, o.deduplication_id, **job_kwargs)
+
+    async def enqueue_at(
+        self,
+        broker: JobQueueProtocol,
+        when: datetime | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> str:
+        """Enqueue this job to run no sooner than ``when`` (an aware datetime or unix
+        seconds)."""
+        job_kwargs = self._kwargs(args, kwargs)
+        o = self._options
+        return await broker.enqueue_at(when, self.spec.name, o.deduplication_id, **job_kwargs)
+
+    def _kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The job's kwargs: positional arguments by their parameters' names, all checked
+        against the handler's signature."""
+        if args:
+            params = list(self.spec.signature.parameters.values())[1:]  # after ctx
+            names = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+            if len(args) > len(names):
+                raise InvalidJobError(
+                    f"job {self.spec.name!r} takes {len(names)} positional argument(s) "
+                    f"after ctx, got {len(args)}; pass the arguments by name"
+                )
+            given = dict(zip(names, args, strict=False))
+            if twice := sorted(given.keys() & kwargs.keys()):
+                raise InvalidJobError(f"job {self.spec.name!r}: {twice[0]!r} given twice")
+            kwargs = {**given, **kwargs}
+        problem = self.spec.kwargs_problem(kwargs)
+        if problem is not None:
+            raise InvalidJobError(f"job {self.spec.name!r}: {problem}")
+        return kwargs
