@@ -1,7 +1,9 @@
 """An example app: a 1-second schedule, a 5-second cron, a nightly report, an on-demand job.
 
 Run it with ``m worker --app examples.heartbeat``; start it in several
-terminals against a shared broker and each slot still runs once.
+terminals against a shared broker and each slot still runs once. A scheduled job
+enqueued by hand (``m enqueue every_second --broker URL``) runs too: its
+``ctx.scheduled_at`` is None, since no slot is behind it.
 """
 
 from framework_m_core import App, JobContext
@@ -11,7 +13,9 @@ app = App()
 
 @app.job(every=1)
 async def every_second(ctx: JobContext) -> None:
-    assert ctx.scheduled_at is not None
+    if ctx.scheduled_at is None:  # enqueued by hand, not by the ticker
+        ctx.log.info("every_second enqueued by hand at %s", ctx.enqueued_at)
+        return
     ctx.log.info(
         "every_second slot=%d scheduled_at=%s", ctx.scheduled_at.timestamp(), ctx.scheduled_at
     )

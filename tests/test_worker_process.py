@@ -89,6 +89,38 @@ def test_second_signal_releases_running_jobs_at_once(procs: Processes, tmp_path:
     assert worker.matches(r"\d+ released")
 
 
+BLOCKING_APP = """
+import time
+from framework_m_core import App
+
+app = App()
+
+@app.job(every=1, max_attempts=1)
+def blocking(ctx):
+    print(f"start {ctx.job_id}", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_signal_leaves_at_once_while_plain_def_handlers_still_run(
+    procs: Processes, tmp_path: Path
+) -> None:
+    (tmp_path / "blockingapp.py").write_text(BLOCKING_APP)
+    worker = procs.m(
+        "worker", "--app", "blockingapp", "--shutdown-timeout", "0.5", env=on_path(tmp_path)
+    )  # fmt: skip
+    worker.wait_for(r"^start ")
+    worker.signal(signal.SIGINT)  # graceful: the deadline passes, the job is released
+    worker.wait_for(r"waiting for plain 'def' handlers still running in \d+ thread\(s\)")
+    assert worker.matches(r"worker stopped: .* [1-9]\d* released")
+    t0 = time.monotonic()
+    worker.signal(signal.SIGINT)
+    assert worker.wait(timeout=10) == 128 + signal.SIGINT
+    assert time.monotonic() - t0 < 5
+    assert worker.matches(r"received SIGINT: leaving now")
+    assert "Traceback" not in worker.output
+
+
 def on_path(directory: Path) -> dict[str, str]:
     """Environment that lets a worker import an app module written to ``directory``."""
     return {

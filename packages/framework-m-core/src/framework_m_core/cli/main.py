@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -27,7 +28,12 @@ from ..observability.probes import ProbeServer, parse_address
 from ..ports.capabilities import Capability
 from ..ports.messages import loads_strict, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
-from ..runtime.worker import DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_TIMEOUT, Worker
+from ..runtime.worker import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    JOB_THREAD_PREFIX,
+    Worker,
+)
 from ..scheduling.schedules import Cron
 from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
 from . import inspection
@@ -309,8 +315,38 @@ def _worker(args: argparse.Namespace) -> int:
     app = load_app(args.app or "")
     _configure_logging(args)
     broker = open_broker(args.broker)
-    asyncio.run(_run_worker(app, broker, args))
+    try:
+        asyncio.run(_run_worker(app, broker, args))
+    finally:
+        _leave_blocked_threads()
     return 0
+
+
+def _leave_blocked_threads() -> None:
+    """Plain ``def`` handlers still running when the worker stopped (their jobs were
+    released) keep the process until they return: say so, and let the next SIGINT or
+    SIGTERM end it at once."""
+    deadline = time.monotonic() + 0.2  # idle pool threads end at once after shutdown
+    busy = 0
+    for thread in threading.enumerate():
+        if thread.name.startswith(JOB_THREAD_PREFIX):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            busy += thread.is_alive()
+    if not busy:
+        return
+
+    def leave(signum: int, _: object) -> None:
+        log.warning("received %s: leaving now", signal.Signals(signum).name)
+        logging.shutdown()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
+    log.warning(
+        "waiting for plain 'def' handlers still running in %d thread(s) to return (their "
+        "jobs were released); Ctrl-C or SIGTERM again leaves at once",
+        busy,
+    )
 
 
 async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:

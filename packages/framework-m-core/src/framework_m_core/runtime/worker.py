@@ -27,6 +27,9 @@ from .execution import Execution, WorkerStats
 # says why this number).
 DEFAULT_CONCURRENCY = 50
 
+# The names of the threads plain ``def`` handlers run in.
+JOB_THREAD_PREFIX = "framework-m-job"
+
 # Below Kubernetes' default termination grace period (30 s), so a drain ends before SIGKILL.
 DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
@@ -91,7 +94,7 @@ class Worker:
         self._observer = observer or Observer()
         # Plain ``def`` handlers run here: ``threads`` of them at once (default: concurrency).
         self._threads = (
-            ThreadPoolExecutor(threads or concurrency, thread_name_prefix="framework-m-job")
+            ThreadPoolExecutor(threads or concurrency, thread_name_prefix=JOB_THREAD_PREFIX)
             if any(spec.blocking for spec in app.jobs.values())
             else None
         )
