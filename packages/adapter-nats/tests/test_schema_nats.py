@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
@@ -140,3 +141,56 @@ async def test_a_cap_an_operator_set_is_reported_and_left_alone(
         await js.update_stream(dataclasses.replace(info.config, discard=DiscardPolicy.NEW))
         [warning] = (await broker.sync_schema()).warnings
         assert "a full stream refuses new jobs" in warning
+
+
+async def test_two_queues_on_one_server_keep_their_jobs_apart() -> None:
+    from uuid import uuid4
+
+    names = [f"fmtest_{uuid4().hex[:12]}", f"fmtest_{uuid4().hex[:12]}"]
+    urls = [f"{NATS_URL}?queue={name}" for name in names]
+    try:
+        async with NatsBroker.from_url(urls[0]) as a, NatsBroker.from_url(urls[1]) as b:
+            await a.sync_schema()
+            await b.sync_schema()  # no "subjects overlap": each queue has its own
+            await a.enqueue("only_a", n=1)
+            await b.enqueue("only_b", n=2)
+            got_a = [decode_message(d.body).job_name for d in await receive_all(a, quiet=0.3)]
+            got_b = [decode_message(d.body).job_name for d in await receive_all(b, quiet=0.3)]
+        assert (got_a, got_b) == (["only_a"], ["only_b"])
+    finally:
+        nc = await nats.connect(NATS_URL)
+        for name in names:
+            for stream in (f"{name}_jobs", f"{name}_jobs_dead"):
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await nc.jetstream().delete_stream(stream)
+        await nc.close()
+
+
+async def test_an_enqueue_before_schema_sync_says_to_run_it(namespace: NatsNamespace) -> None:
+    from framework_m_core import BrokerError
+
+    async with NatsBroker.from_url(namespace.url()) as broker:
+        with pytest.raises(BrokerError, match=r"no stream takes .*: run `m sync-schema`"):
+            await broker.enqueue("early")
+
+
+async def test_a_stream_whose_subjects_another_stream_takes_names_it(
+    namespace: NatsNamespace, js: nats.js.JetStreamContext
+) -> None:
+    from framework_m_core import BrokerError
+
+    async with NatsBroker.from_url(namespace.url()) as first:
+        await first.sync_schema()
+    other = f"{namespace.name}_other"
+    try:
+        from framework_m_core.testing.namespaces import with_option
+
+        async with NatsBroker.from_url(with_option(namespace.url(), "stream", other)) as second:
+            with pytest.raises(BrokerError) as refused:
+                await second.sync_schema()
+        message = str(refused.value)
+        assert f"its subjects overlap with stream {namespace.name} (" in message
+        assert "queue=NAME" in message
+    finally:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream(other)

@@ -65,3 +65,60 @@ def test_tls_key_needs_a_certificate(tmp_path: Path) -> None:
     key.write_text("x")
     with pytest.raises(ConfigurationError, match="tls_key needs tls_cert"):
         parse_url(f"tls://h?tls_key={key}")
+
+
+def test_queue_names_the_stream_subjects_and_consumer() -> None:
+    s = parse_url("nats://127.0.0.1?queue=orders")
+    assert (s.queue, s.stream, s.dead_letter_stream, s.consumer) == (
+        "orders",
+        "orders_jobs",
+        "orders_jobs_dead",
+        "orders_workers",
+    )
+    assert (s.jobs_subject, s.delayed_subject) == ("orders.jobs", "orders.delayed")
+    default = parse_url("nats://127.0.0.1")
+    named = parse_url("nats://127.0.0.1?queue=framework_m")
+    assert (default.stream, default.subject_prefix, default.consumer) == (
+        named.stream,
+        named.subject_prefix,
+        named.consumer,
+    )
+
+
+def test_the_long_options_override_what_queue_derives() -> None:
+    s = parse_url("nats://127.0.0.1?queue=orders&stream=ORDERS")
+    assert (s.stream, s.subject_prefix, s.consumer) == ("ORDERS", "orders", "orders_workers")
+
+
+@pytest.mark.parametrize("queue", ["", "a.b", "a b", "x" * 101])
+def test_a_queue_name_nats_cannot_carry_is_refused(queue: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"queue .* must be 1-100 letters"):
+        parse_url(f"nats://127.0.0.1?queue={queue}")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("greeting", "said"),
+    [(b"", "sent no greeting within 2s"), (b"-ERR unknown command\r\n", "answered '-ERR unknown")],
+)
+async def test_a_url_pointed_at_something_else_fails_at_once_saying_so(
+    greeting: bytes, said: str
+) -> None:
+    import asyncio
+    import time
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(greeting)
+        await reader.read()  # hold the connection as a server that waits for a command
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigurationError, match="not a NATS server") as refused:
+            await NatsBroker.from_url(f"nats://127.0.0.1:{port}").connect()
+    finally:
+        server.close()
+    assert time.monotonic() - started < 5
+    assert f"127.0.0.1:{port} accepted the connection but {said}" in str(refused.value)

@@ -32,7 +32,7 @@ from framework_m_core.ports import (
 )
 from framework_m_core.ports import Capability as C
 
-from . import deadletters, delays, events, fetching, publishing, schema, stats, wire
+from . import deadletters, delays, events, fetching, greeting, publishing, schema, stats, wire
 from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
@@ -98,6 +98,10 @@ class NatsBroker(BaseBroker[NatsSettings]):
         # loop); once connected, reconnect forever (set below).
         options = self.settings.connect_options(_INITIAL_CONNECT_ROUNDS)
         options |= events.callbacks(lambda: self._nc, self.display_url)
+        if not self.settings.use_tls:  # a server may want TLS before it greets
+            await greeting.check(
+                self.settings.servers, min(greeting.WAIT, options["connect_timeout"])
+            )
         try:
             nc = await nats.connect(**options)
         except Exception as exc:  # nats-py raises several unrelated types here

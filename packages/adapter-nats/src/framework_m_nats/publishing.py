@@ -12,7 +12,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from framework_m_core.ports import BrokerError, InvalidJobError, MessageDecodeError, decode_message
 
@@ -50,6 +50,12 @@ async def publish_once(
             log.debug("publish to %s: its id is still being stored (10158); asking again", subject)
         except TRANSIENT as exc:
             if attempt == _TRIES:
+                if isinstance(exc, nats.errors.NoRespondersError | NoStreamResponseError):
+                    raise BrokerError(
+                        f"publish to {subject} failed: no stream takes {subject}: run "
+                        "`m sync-schema` (or a worker, which syncs at start); is JetStream "
+                        "enabled (nats-server -js)?"
+                    ) from None
                 raise BrokerError(
                     f"publish to {subject} failed after {attempt} tries: {describe(exc)}"
                 ) from None

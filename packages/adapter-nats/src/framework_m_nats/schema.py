@@ -11,6 +11,7 @@ durable consumer's ack floor, not deletion, records what is done.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,4 +231,40 @@ async def apply(js: JetStreamContext, s: NatsSettings, plan: SchemaPlan) -> None
         except APIError as exc:
             if exc.err_code == 10058:  # created concurrently by another replica
                 raise SchemaRaceError(str(change)) from None
+            if exc.err_code == _ERR_SUBJECTS_OVERLAP and step.kind == "stream":
+                raise BrokerError(await _overlap(js, change, step.config)) from None
             raise BrokerError(f"{change}: the server refused: {exc.description}") from None
+
+
+_ERR_SUBJECTS_OVERLAP = 10065
+
+
+async def _overlap(js: JetStreamContext, change: SchemaChange, config: StreamConfig) -> str:
+    """Why ``change`` was refused: which existing stream takes its subjects, and the fix."""
+    wanted = set(config.subjects or ())
+    others = [
+        f"{info.config.name} ({', '.join(info.config.subjects or ())})"
+        for info in await js.streams_info()
+        if info.config.name != config.name and _overlapping(wanted, info.config.subjects or ())
+    ]
+    return (
+        f"{change}: the server refused: its subjects overlap with stream "
+        f"{' and '.join(others) or '(unknown)'}; give this queue subjects of its own with "
+        "queue=NAME in the URL (or subject_prefix beside stream)"
+    )
+
+
+def _overlapping(ours: set[str], theirs: Iterable[str]) -> bool:
+    """Whether any subject of ``theirs`` matches or is matched by one of ``ours``."""
+    return any(_matches(a, b) or _matches(b, a) for a in ours for b in theirs)
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """Whether NATS subject ``pattern`` (with ``*`` and ``>``) covers ``subject``."""
+    p, t = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(t) > i
+        if i >= len(t) or (token != "*" and token != t[i]):
+            return False
+    return len(p) == len(t)

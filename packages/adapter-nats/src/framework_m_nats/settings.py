@@ -20,6 +20,7 @@ DEFAULT_DEAD_MAX_AGE = 30 * 24 * 3600.0
 DEFAULT_ACK_WAIT = 30.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 _SUBJECT = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
@@ -29,6 +30,7 @@ class NatsSettings:
 
     servers: list[str]
     display_url: str
+    queue: str = DEFAULT_PREFIX  # names the stream, subjects and consumer unless given
     stream: str = DEFAULT_STREAM
     subject_prefix: str = DEFAULT_PREFIX
     consumer: str = DEFAULT_CONSUMER
@@ -90,6 +92,13 @@ class NatsSettings:
         return ctx
 
 
+def queue_names(queue: str) -> dict[str, str]:
+    """The stream, subject prefix and consumer of the queue named ``queue``; the default
+    queue, ``framework_m``, has ``framework_m_jobs``, ``framework_m.*`` and
+    ``framework_m_workers``."""
+    return {"stream": f"{queue}_jobs", "subject_prefix": queue, "consumer": f"{queue}_workers"}
+
+
 # Every field is an option, but for what the URL's other parts say.
 _OPTIONS = options_of(
     NatsSettings, exclude=("servers", "display_url", "user", "password", "use_tls")
@@ -118,6 +127,14 @@ def parse_url(url: str) -> NatsSettings:
     opts = query_params(url, _OPTIONS)
     if "token" in opts:
         token = str(opts.pop("token"))
+    if "queue" in opts:
+        queue = str(opts["queue"])
+        if not _QUEUE.match(queue):
+            raise ConfigurationError(
+                f"queue {queue!r} must be 1-100 letters, digits, '_' or '-' (in {shown!r})"
+            )
+        for option, value in queue_names(queue).items():
+            opts.setdefault(option, value)
     settings = NatsSettings(
         servers=servers,
         display_url=shown,
