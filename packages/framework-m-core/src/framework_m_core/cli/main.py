@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from .. import about
 from ..adapters.registry import connected, open_broker
 from ..app import App, load_app
-from ..errors import ConfigurationError, FrameworkMError, SchemaConflictError
+from ..errors import BrokerError, ConfigurationError, FrameworkMError, SchemaConflictError
 from ..observability import logs, metrics
 from ..observability.metrics import Metrics
 from ..observability.probes import ProbeServer, parse_address
@@ -41,6 +41,19 @@ from . import inspection
 log = logging.getLogger("framework_m.cli")
 
 DEFAULT_BROKER = "memory://"
+# Exit codes: 1 a schema conflict, 2 a usage or configuration error, 3 the broker.
+EXIT_BROKER = 3
+
+
+def _env_seconds(name: str) -> float | None:
+    """Environment variable ``name`` as seconds; None when it is not set."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        return _seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"m: error: {name}: {exc}") from None
 
 
 def _env_flag(name: str) -> bool:
@@ -155,6 +168,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SHUTDOWN_TIMEOUT,
         help="seconds running jobs may finish after SIGTERM/SIGINT "
         f"({DEFAULT_SHUTDOWN_TIMEOUT:g}; keep it below the orchestrator's grace period)",
+    )
+    w.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=_env_seconds("M_CONNECT_TIMEOUT"),
+        metavar="SECONDS",
+        help="give up (exit 3) when the broker has not answered at start for this long "
+        "(env M_CONNECT_TIMEOUT; default: keep trying, /readyz says 503 meanwhile)",
     )
     w.add_argument(
         "--http",
@@ -287,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SchemaConflictError as exc:
         print(f"m: schema conflict: {exc}", file=sys.stderr)
         return 1
+    except BrokerError as exc:  # the broker is out of reach or refused: not a usage error
+        print(f"m: error: {exc}", file=sys.stderr)
+        return EXIT_BROKER
     except FrameworkMError as exc:
         print(f"m: error: {exc}", file=sys.stderr)
         return 2
@@ -377,8 +401,9 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
             )
             await probes.start()
             stack.push_async_callback(probes.close)
-        await stack.enter_async_context(connected(broker))
-        await worker.prepare()
+        stack.push_async_callback(broker.close)
+        if not await worker.connect(args.connect_timeout):
+            return  # stopped while waiting for the broker
         log.info(
             "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
             "worker" if ticker is None else "ticker+worker",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..app import App
-from ..errors import SchemaConflictError, WorkerFailedError
+from ..errors import BrokerError, SchemaConflictError, WorkerFailedError
 from ..observability.observer import Observer
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
@@ -152,6 +153,44 @@ class Worker:
         self._prepared = True
         self._observer.broker_connected(True)
 
+    async def connect(self, timeout: float | None = None) -> bool:
+        """Connect the broker and :meth:`prepare`, trying again while the broker is out of
+        reach (a :class:`~.errors.BrokerError`), each attempt logged with the wait before
+        the next; :meth:`readiness` says why meanwhile. False when :meth:`stop` was
+        called before the broker answered.
+
+        Raises that error once ``timeout`` seconds passed without an answer (None: keep
+        trying); any other error at once. The caller closes the broker.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.broker.connect()
+                await self.prepare()
+            except BrokerError as exc:
+                await self.broker.close()
+                wait = self._health.failed(exc)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise BrokerError(
+                        f"gave up after {timeout:g}s (--connect-timeout) and {attempt} "
+                        f"attempt(s): {exc}"
+                    ) from None
+                wait = wait if left is None else min(wait, left)
+                log.warning("broker out of reach at start (%s); trying again in %.1fs", exc, wait)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._stopping.wait()
+                if self._stopping.is_set():
+                    return False
+                continue
+            if attempt > 1:
+                log.info("the broker answered (attempt %d)", attempt)
+            self._health.answered()
+            return True
+
     def liveness(self) -> tuple[bool, str]:
         """Whether the worker is alive (its ticker and consumer run, or it is starting)."""
         if self._failure is not None:
@@ -162,6 +201,8 @@ class Worker:
         """Whether it takes work: schema checked, broker reachable, not shutting down."""
         if self._failure is not None:
             return False, self._failure
+        if not self._prepared and self._health.problem is not None:
+            return False, f"starting: the broker is out of reach: {self._health.problem}"
         if not self._prepared:
             return False, "starting: the schema is not checked yet"
         if self._stopping.is_set():
