@@ -1,6 +1,8 @@
 """A web app that enqueues jobs through a broker opened and closed with the app.
 
-Run the API and the workers against the same broker::
+It needs FastAPI and an ASGI server beside core and an adapter (``pip install fastapi
+uvicorn``). Run the API and the workers against the same shared broker (not
+memory://, which lives in one process: the workers would never see the jobs)::
 
     export M_BROKER_URL=redis://127.0.0.1:6379/0
     m sync-schema                               # once per deploy, with admin rights
@@ -32,7 +34,13 @@ async def send_welcome_email(ctx: JobContext, to: str) -> None:
 
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
-    async with connect(os.environ.get("M_BROKER_URL", "memory://")) as broker:
+    url = os.environ.get("M_BROKER_URL")
+    if not url or url.startswith("memory:"):
+        raise RuntimeError(
+            "set M_BROKER_URL to the shared broker the workers use (e.g. "
+            "redis://127.0.0.1:6379/0); memory:// lives in this process only"
+        )
+    async with connect(url) as broker:
         api.state.broker = broker
         yield
 

@@ -53,3 +53,20 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
         ]
     finally:
         asyncio.run(ns.drop())
+
+
+@pytest.mark.parametrize("url", [None, "memory://"])
+def test_without_a_shared_broker_the_app_refuses_to_start_saying_why(
+    monkeypatch: pytest.MonkeyPatch, url: str | None
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    fastapi_app = importlib.import_module("examples.fastapi_app")
+    if url is None:
+        monkeypatch.delenv("M_BROKER_URL", raising=False)
+    else:
+        monkeypatch.setenv("M_BROKER_URL", url)
+    with (
+        pytest.raises(RuntimeError, match="set M_BROKER_URL to the shared broker"),
+        TestClient(fastapi_app.api),
+    ):
+        pass
