@@ -32,6 +32,7 @@ CORE = [
     "Job",
     "JobContext",
     "JobDefinitionError",
+    "JobHandle",
     "JobMessage",
     "JobQueueProtocol",
     "JobSpec",
