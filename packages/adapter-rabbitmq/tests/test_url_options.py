@@ -74,3 +74,31 @@ def test_the_connect_timeout_is_taken_by_the_broker_not_left_in_the_url() -> Non
     broker = RabbitBroker.from_url("amqp://h/?timeout=5")
     assert broker.settings.connect_timeout == 5.0
     assert "timeout" not in broker.settings.connection_url
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [(b"", "sent nothing within 1.5s"), (b"INFO {}\r\n", "answered 'INFO {}'")],
+)
+async def test_a_url_pointed_at_something_else_fails_within_5s_saying_so(
+    reply: bytes, said: str
+) -> None:
+    import asyncio
+    import time
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(reply)
+        await reader.read()  # hold the connection, as Redis does with a half-sent command
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigurationError, match="not an AMQP server") as refused:
+            await RabbitBroker.from_url(f"amqp://guest:guest@127.0.0.1:{port}/").connect()
+    finally:
+        server.close()
+    assert time.monotonic() - started < 5
+    assert f"127.0.0.1:{port} accepted the connection but {said}" in str(refused.value)

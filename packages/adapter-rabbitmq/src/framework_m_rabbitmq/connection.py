@@ -9,14 +9,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from framework_m_core.ports import BrokerError
+from framework_m_core.ports import BrokerError, ConfigurationError
 
+from . import greeting
 from .settings import EXCHANGE_TYPE, RabbitSettings
 
 log = logging.getLogger("framework_m.rabbitmq")
@@ -47,12 +49,29 @@ class Link:
         return self._channel
 
     async def _connect(self) -> AbstractConnection:
+        connecting = asyncio.ensure_future(
+            aio_pika.connect(self.settings.connection_url, timeout=self.settings.connect_timeout)
+        )
         try:
-            return await aio_pika.connect(
-                self.settings.connection_url, timeout=self.settings.connect_timeout
-            )
+            await asyncio.wait({connecting}, timeout=greeting.AFTER)
+            if not connecting.done() and (problem := await self._not_amqp()) is not None:
+                raise ConfigurationError(problem)
+            return await connecting
         except (*AMQP_ERRORS, OSError) as exc:
             raise BrokerError(f"cannot connect to {self.settings.display_url}: {exc}") from None
+        finally:
+            if not connecting.done():
+                connecting.cancel()
+                with contextlib.suppress(BaseException):
+                    await connecting
+
+    async def _not_amqp(self) -> str | None:
+        """Why the URL's host and port are no AMQP server, if they are not (amqps:// is not
+        asked: its port speaks TLS first)."""
+        parts = urlsplit(self.settings.connection_url)
+        if parts.scheme != "amqp" or not parts.hostname:
+            return None
+        return await greeting.problem(parts.hostname, parts.port or 5672)
 
     async def open(self) -> None:
         self._wanted = True

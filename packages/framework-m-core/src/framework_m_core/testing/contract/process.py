@@ -147,8 +147,9 @@ class ProcessContract(ContractBase):
         secret = f"pw-{uuid.uuid4().hex}"
         url = with_credentials(broker_url, "fmuser", secret)
         worker = procs.m("worker", "--app", RECORDER_APP, "--broker", url, "--no-scheduler")
-        try:  # it starts (a server without authentication) or stops, saying why
-            await asyncio.to_thread(worker.wait_for, "worker starting: role=|m: error: ", 1, 30)
+        try:  # it starts (a server without authentication), or says why it waits or stops
+            pattern = "worker starting: role=|m: error: |broker out of reach at start"
+            await asyncio.to_thread(worker.wait_for, pattern, 1, 30)
         finally:
             worker.signal(signal.SIGTERM)
             await asyncio.to_thread(worker.wait, 30)
