@@ -75,6 +75,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_the_last_failed_attempt",
         "test_a_dead_letter_from_the_worker",
     ),
+    Mutant(
+        "core-batch-race",
+        "memory",
+        "of two jobs with one id in a batch, the first is stored",
+        f"{CORE}/ports/base.py",
+        (  # every job of a batch sent, and landing in another order than the batch's
+            ("if dedup_id is None or first.setdefault(dedup_id, i) == i:", "if True:"),
+            (
+                "chunk = sent[start : start + _BATCH_IN_FLIGHT]",
+                "chunk = sent[start : start + _BATCH_IN_FLIGHT][::-1]",
+            ),
+        ),
+        ("test_of_two_jobs_with_one_id_in_a_batch", "test_a_duplicate_in_a_batch"),
+    ),
     # -- memory:// -------------------------------------------------------------------------
     m(
         "memory-no-dedup",

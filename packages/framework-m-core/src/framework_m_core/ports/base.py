@@ -191,11 +191,32 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         self, messages: Sequence[JobMessage], bodies: Sequence[bytes]
     ) -> list[PublishResult]:
         """:meth:`_publish` of each, up to 100 at once; adapters that can send a batch in
-        fewer round trips (a pipeline) override this. Results in the messages' order."""
+        fewer round trips (a pipeline) override this. Results in the messages' order.
+
+        A message whose deduplication id an earlier one of the batch carries is not
+        sent: it is a duplicate of that one, whatever order concurrent publishes land
+        in, so the earlier job is always the one stored.
+        """
+        first: dict[str, int] = {}  # deduplication id -> the index that carries it first
+        sent: list[int] = []
+        for i, message in enumerate(messages):
+            dedup_id = message.deduplication_id
+            if dedup_id is None or first.setdefault(dedup_id, i) == i:
+                sent.append(i)
+        results: dict[int, PublishResult] = {}
+        for start in range(0, len(sent), _BATCH_IN_FLIGHT):
+            chunk = sent[start : start + _BATCH_IN_FLIGHT]
+            published = await asyncio.gather(
+                *(self._publish(messages[i], bodies[i]) for i in chunk)
+            )
+            results.update(zip(chunk, published, strict=True))
         out: list[PublishResult] = []
-        for start in range(0, len(messages), _BATCH_IN_FLIGHT):
-            chunk = range(start, min(start + _BATCH_IN_FLIGHT, len(messages)))
-            out += await asyncio.gather(*(self._publish(messages[i], bodies[i]) for i in chunk))
+        for i, message in enumerate(messages):
+            if i in results:
+                out.append(results[i])
+            else:  # a later copy of an id in the batch: the first one's job
+                original = results[first[message.deduplication_id or ""]]
+                out.append(PublishResult(original.job_id, duplicate=True))
         return out
 
     @abstractmethod

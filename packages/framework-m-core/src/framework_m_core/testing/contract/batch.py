@@ -45,6 +45,25 @@ class BatchContract(ContractBase):
         assert got == [0, 2, 4]
         assert (broker.stats.enqueued, broker.stats.duplicates) == (3, 2)
 
+    async def test_of_two_jobs_with_one_id_in_a_batch_the_first_is_stored_every_time(
+        self, broker: BrokerProtocol
+    ) -> None:
+        """Many batches, each with pairs of jobs sharing an id: an adapter whose publishes
+        of one batch race each other stores the later of a pair now and then."""
+        rounds, pairs = 30, 10
+        for r in range(rounds):
+            jobs = []
+            for p in range(pairs):
+                dedup_id = f"pair:{r}:{p}"
+                jobs += [BatchJob("pair", {"which": "first"}, dedup_id)]
+                jobs += [BatchJob("pair", {"which": "second"}, dedup_id)]
+            ids = await broker.enqueue_many(jobs)
+            assert ids[0::2] == ids[1::2]  # each second copy gets the first one's id
+        got = [decode_message(d.body) for d in await receive_all(broker)]
+        assert len(got) == rounds * pairs
+        assert {m.kwargs["which"] for m in got} == {"first"}
+        assert broker.stats.duplicates == rounds * pairs
+
     @pytest.mark.parametrize(
         "bad",
         [
