@@ -55,6 +55,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.DELAYED_ENQUEUE,
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
+            C.STORED_DEDUP_WINDOW,
         }
     )
     parse_url = staticmethod(parse_url)

@@ -61,6 +61,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
+            C.STORED_DEDUP_WINDOW,
             C.UNCOUNTED_RELEASE,
         }
     )

@@ -43,6 +43,10 @@ class Capability(StrEnum):
     QUEUE_STATS = "queue_stats"
     #: ``enqueue_at()`` and ``enqueue_in()`` hold a job until it is due.
     DELAYED_ENQUEUE = "delayed_enqueue"
+    #: The queue keeps its dedup window (rather than each enqueue carrying its own): a
+    #: URL asking for another window plans a change (migrated or refused), and every
+    #: connected replica reports the window the queue keeps, whatever its URL says.
+    STORED_DEDUP_WINDOW = "stored_dedup_window"
 
     @property
     def promise(self) -> str:
@@ -63,6 +67,9 @@ _PROMISES = {
     Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
     Capability.QUEUE_STATS: "queue_stats() counts ready, reserved and dead messages",
     Capability.DELAYED_ENQUEUE: "enqueue_at()/enqueue_in() hold a job until it is due",
+    Capability.STORED_DEDUP_WINDOW: (
+        "the queue keeps its dedup window; every replica reports the one it keeps"
+    ),
 }
 
 

@@ -277,7 +277,11 @@ class BrokerProtocol(JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, Pro
         """Seconds during which an enqueue with a seen ``deduplication_id`` is a duplicate.
 
         Once :meth:`sync_schema` has returned, this is the window the broker
-        actually enforces, whatever the URL asked for.
+        actually enforces, whatever the URL asked for. *Optional*
+        (:attr:`~.Capability.STORED_DEDUP_WINDOW`): the queue keeps its window, a URL
+        asking for another plans a change (an ``update`` or a ``refuse``), and once
+        connected to an existing queue this is the window the queue keeps, also for a
+        replica that only plans.
         """
 
     @property

@@ -117,12 +117,14 @@ async def received_by_any(
 
 
 @asynccontextmanager
-async def connected(factory: BrokerFactory) -> AsyncIterator[BrokerProtocol]:
-    """A new broker from ``factory``, connected and synced; closed on exit."""
+async def connected(factory: BrokerFactory, *, sync: bool = True) -> AsyncIterator[BrokerProtocol]:
+    """A new broker from ``factory``, connected and (unless ``sync`` is False) synced;
+    closed on exit."""
     broker = factory()
     await broker.connect()
     try:
-        await broker.sync_schema()
+        if sync:
+            await broker.sync_schema()
         yield broker
     finally:
         await broker.close()

@@ -42,6 +42,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.NEW_ID_AFTER_WINDOW,
             C.UNCOUNTED_RELEASE,
             C.STORE_DEADLINE,
+            C.STORED_DEDUP_WINDOW,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
         }

@@ -38,6 +38,13 @@ class ContractBase:
         )
 
     @pytest.fixture
+    async def refused_url(self, broker_url: str) -> str | None:
+        """A URL of the test's queue whose schema plan the adapter must refuse (a setting
+        it cannot change in place); the fixture may first make the queue so. None (the
+        default) skips the test of the refusal path, saying so."""
+        return None
+
+    @pytest.fixture
     def broker_factory(self, broker_url: str) -> BrokerFactory:
         """A callable returning a new, unconnected broker for ``broker_url``.
 

@@ -9,6 +9,7 @@ import pytest
 
 from ...adapters.registry import open_broker
 from ...errors import SchemaConflictError
+from ...ports.capabilities import Capability
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
 from ..helpers import PROMPT, BrokerFactory, connected, receive_all
@@ -110,5 +111,51 @@ class SchemaContract(ContractBase):
                 await fresh.close()
         finally:
             await changed.close()
+        queued = [decode_message(d.body) for d in await receive_all(broker)]
+        assert job_id in [m.id for m in queued]
+
+    @requires(Capability.STORED_DEDUP_WINDOW, DEDUP_WINDOW_IN_URL)
+    async def test_a_url_with_another_dedup_window_plans_a_change(
+        self, broker: BrokerProtocol, broker_url: str
+    ) -> None:
+        other = with_option(broker_url, "dedup_window", broker.dedup_window + 4.0)
+        async with connected(lambda: open_broker(other), sync=False) as changed:
+            plan = await changed.plan_schema()
+            assert not plan.in_sync, "a different dedup window is a difference"
+            assert {c.action for c in plan.changes} <= {"update", "refuse"}
+
+    @requires(Capability.STORED_DEDUP_WINDOW, DEDUP_WINDOW_IN_URL)
+    async def test_every_replica_reports_the_window_the_queue_keeps(
+        self, broker: BrokerProtocol, broker_url: str
+    ) -> None:
+        old = broker.dedup_window
+        new_url = with_option(broker_url, "dedup_window", old + 4.0)
+        async with connected(lambda: open_broker(new_url), sync=False) as changed:
+            plan = await changed.plan_schema()
+            if not plan.refused:  # (refused: a replica with that URL cannot start at all)
+                await changed.sync_schema()
+                assert changed.dedup_window == old + 4.0
+            kept = old if plan.refused else old + 4.0
+            # A replica opened with the old URL after the change, which only reads the
+            # schema (a worker with --no-sync-schema), reports the window kept.
+            async with connected(lambda: open_broker(broker_url), sync=False) as stale:
+                await stale.plan_schema()
+                assert stale.dedup_window == kept, "the queue's window, not the URL's"
+
+    async def test_a_plan_that_refuses_changes_nothing_when_synced(
+        self, broker: BrokerProtocol, refused_url: str | None
+    ) -> None:
+        if refused_url is None:
+            pytest.skip(
+                "the hook-up gives no refused_url fixture (a URL, or a queue made so, whose "
+                "plan the adapter must refuse): the refusal path is not tested"
+            )
+        job_id = await broker.enqueue("queued_before")
+        async with connected(lambda: open_broker(refused_url), sync=False) as refusing:
+            plan = await refusing.plan_schema()
+            assert plan.refused, "the refused_url fixture must give a URL whose plan refuses"
+            with pytest.raises(SchemaConflictError):
+                await refusing.sync_schema()
+            assert (await refusing.plan_schema()).changes == plan.changes  # nothing changed
         queued = [decode_message(d.body) for d in await receive_all(broker)]
         assert job_id in [m.id for m in queued]
