@@ -135,7 +135,8 @@ class ConsumerProtocol(Protocol):
         """Reserve and return up to ``max_messages`` deliveries, waiting at most ``timeout`` s.
 
         Never returns more than ``max_messages``. Returns as soon as at least one
-        delivery is available, without waiting to fill the batch; returns an
+        delivery is available (the contract suite wants a median under 0.1 s on an idle
+        queue), without waiting to fill the batch; returns an
         empty sequence when none arrived within ``timeout``. A reserved delivery
         is not handed to any other consumer until its reservation ends; after it
         expires the broker delivers the message again with ``attempt`` one
