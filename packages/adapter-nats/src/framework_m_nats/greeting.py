@@ -9,11 +9,9 @@ error within :data:`WAIT` seconds.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from urllib.parse import urlsplit
 
-from framework_m_core.ports import ConfigurationError
+from framework_m_core.ports import ConfigurationError, first_bytes
 
 WAIT = 2.0  # seconds a server that accepted the connection has to greet
 
@@ -25,7 +23,7 @@ async def check(servers: list[str], wait: float = WAIT) -> None:
     wrong: list[str] = []
     for server in servers:
         parts = urlsplit(server)
-        first = await _first_line(parts.hostname or "", parts.port or 4222, wait)
+        first = await first_bytes(parts.hostname or "", parts.port or 4222, wait, line=True)
         if first is None:
             continue  # out of reach
         if first.startswith(b"INFO "):
@@ -38,24 +36,3 @@ async def check(servers: list[str], wait: float = WAIT) -> None:
             f"not a NATS server: {'; '.join(wrong)} (a NATS server sends INFO at once); "
             "is the URL's port the one NATS listens on (4222 by default)?"
         )
-
-
-async def _first_line(host: str, port: int, wait: float) -> bytes | None:
-    """The first line the server sends (b"" if none within ``wait``); None when it cannot
-    be reached."""
-    try:
-        async with asyncio.timeout(wait):
-            reader, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return None
-    try:
-        async with asyncio.timeout(wait):
-            return await reader.readline()
-    except TimeoutError:
-        return b""
-    except OSError:
-        return None
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()

@@ -9,8 +9,7 @@ asked directly; a wrong answer ends the connect with a clear error.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+from framework_m_core.ports import first_bytes
 
 AFTER = 1.5  # seconds a connect runs before the port is asked
 WAIT = 1.5  # seconds the port has to answer the protocol header
@@ -21,26 +20,12 @@ _METHOD_FRAME = 1
 async def problem(host: str, port: int, wait: float = WAIT) -> str | None:
     """Why ``host:port`` is not an AMQP server, or None when it is one (or cannot be
     reached: the client says so itself)."""
-    try:
-        async with asyncio.timeout(wait):
-            reader, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
+    first = await first_bytes(host, port, wait, send=_HEADER)
+    if first is None:
         return None
-    try:
-        writer.write(_HEADER)
-        async with asyncio.timeout(wait):
-            first = await reader.read(8)
-    except TimeoutError:
-        first = b""
-    except OSError:
-        return None
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
     if first[:1] == bytes([_METHOD_FRAME]) or first.startswith(b"AMQP"):
         return None
-    said = first.decode("ascii", "replace").strip()
+    said = first[:60].decode("ascii", "replace").strip()
     heard = f"answered {said!r}" if said else f"sent nothing within {wait:g}s"
     return (
         f"not an AMQP server: {host}:{port} accepted the connection but {heard} to the AMQP "

@@ -5,7 +5,8 @@ docstring its contract. Around them: the records they exchange (:mod:`.records`)
 the optional promises an adapter declares (:mod:`.capabilities`), the schema
 plan (:mod:`.schema`), the job message and its wire format (:mod:`.messages`),
 :class:`BaseBroker` with the half every adapter shares (:mod:`.base`), calls
-batched per event-loop pass (:mod:`.batching`) and URL helpers (:mod:`.urls`).
+batched per event-loop pass (:mod:`.batching`), URL helpers (:mod:`.urls`) and what a
+server port says first (:mod:`~framework_m_core.ports.greeting`).
 An adapter writes ``from framework_m_core.ports import BaseBroker, Delivery, ...``.
 """
 
@@ -21,6 +22,7 @@ from ..errors import (
 from .base import BaseBroker, BrokerSettings
 from .batching import Calls, PassBatch, answer
 from .capabilities import Capability, as_capabilities
+from .greeting import first_bytes
 from .messages import JobMessage, decode_message, tick_deduplication_id
 from .protocols import (
     BrokerProtocol,
@@ -65,6 +67,7 @@ __all__ = [
     "answer",
     "as_capabilities",
     "decode_message",
+    "first_bytes",
     "options_of",
     "query_params",
     "redact_url",
