@@ -261,7 +261,7 @@ def _logging_args(p: argparse.ArgumentParser, *, top: bool) -> None:
     p.add_argument(
         "--log-level",
         default=default(os.environ.get("M_LOG_LEVEL", "INFO")),
-        help="DEBUG, INFO, WARNING or ERROR, any case (env M_LOG_LEVEL; default INFO)",
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL, any case (env M_LOG_LEVEL; default INFO)",
     )
     p.add_argument(
         "--log-format",

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ScheduleError
-from . import cron as cronspec
+from . import cron as dialect
 from .cron import CronSpec
 from .zones import MAX_YEAR, MIN_YEAR, Transition, ZoneClock, clock_of
 
@@ -95,7 +95,7 @@ class Every(Schedule):
 @dataclass(frozen=True)
 class Cron(Schedule):
     """A cron expression (5 fields, or 6 with a leading seconds field) in an IANA time zone;
-    the dialect is :mod:`~.cronspec`'s."""
+    the dialect is :mod:`~framework_m_core.scheduling.cron`'s."""
 
     expression: str
     tz: str = "UTC"
@@ -107,7 +107,7 @@ class Cron(Schedule):
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_spec", cronspec.parse(self.expression))
+        object.__setattr__(self, "_spec", dialect.parse(self.expression))
         object.__setattr__(self, "_clock", clock_of(_zone(self.tz)))
 
     def _around(self, base: int) -> tuple[Transition | None, Transition | None, int]:
