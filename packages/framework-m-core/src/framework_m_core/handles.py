@@ -104,9 +104,8 @@ class JobHandle(Generic[P, R]):
         **kwargs: P.kwargs,
     ) -> str:
         """Enqueue this job to run ``delay`` (seconds or a timedelta) from now."""
-        job_kwargs = self._kwargs(args, kwargs)
-        o = self._options
-        return await broker.enqueue_in(delay, self.spec.name, o.deduplication_id, **job_kwargs)
+        held = self.with_options(deduplication_id=self._options.deduplication_id, delay=delay)
+        return await held.enqueue(broker, *args, **kwargs)
 
     async def enqueue_at(
         self,
@@ -118,9 +117,8 @@ class JobHandle(Generic[P, R]):
     ) -> str:
         """Enqueue this job to run no sooner than ``when`` (an aware datetime or unix
         seconds)."""
-        job_kwargs = self._kwargs(args, kwargs)
-        o = self._options
-        return await broker.enqueue_at(when, self.spec.name, o.deduplication_id, **job_kwargs)
+        held = self.with_options(deduplication_id=self._options.deduplication_id, at=when)
+        return await held.enqueue(broker, *args, **kwargs)
 
     def _kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The job's kwargs: positional arguments by their parameters' names, all checked
