@@ -115,7 +115,13 @@ def test_an_id_in_process_gets_the_original_once_it_is_stored(
                 original = asyncio.create_task(first.enqueue("race", "tick:race:held"))
                 await asyncio.sleep(0.05)  # its proposal waits for a quorum
                 again = asyncio.create_task(second.enqueue("race", "tick:race:held"))
-                await asyncio.sleep(0.15)  # answered 'in process', asked again
+                # Frozen until one publish was answered 'in process' (and asked again),
+                # however slowly the machine sends it.
+                deadline = time.monotonic() + 10
+                while not any(IN_PROCESS in r.getMessage() for r in caplog.records):
+                    if time.monotonic() > deadline:
+                        break  # the assertion below says what was missing
+                    await asyncio.sleep(0.02)
             finally:
                 for node in followers:
                     node._signal(signal.SIGCONT)
