@@ -31,6 +31,10 @@ class InvalidJobError(FrameworkMError):
     """An enqueue was refused before anything was sent (bad name or non-JSON kwargs)."""
 
 
+class InvalidLeaseError(FrameworkMError):
+    """A lease call was refused before anything was sent (bad key, holder, ttl or limit)."""
+
+
 class MessageDecodeError(FrameworkMError):
     """Bytes taken from a broker are not a framework-m job message."""
 

@@ -16,6 +16,7 @@ from ..errors import (
     DeliveryLostError,
     FrameworkMError,
     InvalidJobError,
+    InvalidLeaseError,
     MessageDecodeError,
     SchemaConflictError,
 )
@@ -23,11 +24,13 @@ from .base import BaseBroker, BrokerSettings
 from .batching import Calls, PassBatch, answer
 from .capabilities import Capability, as_capabilities
 from .greeting import first_bytes
+from .leases import validate_lease_text, validate_limit, validate_ttl
 from .messages import JobMessage, decode_message, tick_deduplication_id
 from .protocols import (
     BrokerProtocol,
     ConsumerProtocol,
     JobQueueProtocol,
+    LeaseProtocol,
     SchemaSyncProtocol,
     TickerProtocol,
 )
@@ -52,8 +55,10 @@ __all__ = [
     "DeliveryLostError",
     "FrameworkMError",
     "InvalidJobError",
+    "InvalidLeaseError",
     "JobMessage",
     "JobQueueProtocol",
+    "LeaseProtocol",
     "MessageDecodeError",
     "PassBatch",
     "PublishResult",
@@ -73,4 +78,7 @@ __all__ = [
     "redact_url",
     "scheme_of",
     "tick_deduplication_id",
+    "validate_lease_text",
+    "validate_limit",
+    "validate_ttl",
 ]

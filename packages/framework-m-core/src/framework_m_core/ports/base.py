@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from .capabilities import Capability, as_capabilities
+from .leases import validate_lease_text, validate_limit, validate_ttl
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
 from .records import BatchJob, BrokerStats, PublishResult
@@ -228,6 +229,49 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         and ``duplicate=True``. Raises :class:`~.errors.BrokerError` on failure.
         """
 
+    # -- leases --------------------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, holder: str, ttl: float, *, limit: int = 1) -> bool:
+        args = _lease_args(key, holder)
+        ttl, limit = validate_ttl(ttl), validate_limit(limit)
+        if Capability.LEASES not in self.capabilities:
+            return await super().acquire_lease(key, holder, ttl, limit=limit)
+        return await self._acquire_lease(*args, ttl, limit)
+
+    async def extend_lease(self, key: str, holder: str) -> bool:
+        args = _lease_args(key, holder)
+        if Capability.LEASES not in self.capabilities:
+            return await super().extend_lease(key, holder)
+        return await self._extend_lease(*args)
+
+    async def release_lease(self, key: str, holder: str) -> bool:
+        args = _lease_args(key, holder)
+        if Capability.LEASES not in self.capabilities:
+            return await super().release_lease(key, holder)
+        return await self._release_lease(*args)
+
+    async def lease_holders(self, key: str) -> Sequence[str]:
+        validate_lease_text("key", key)
+        if Capability.LEASES not in self.capabilities:
+            return await super().lease_holders(key)
+        return await self._lease_holders(key)
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        """:meth:`acquire_lease` with valid arguments (adapters with ``LEASES``)."""
+        raise NotImplementedError
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        """:meth:`extend_lease` with valid arguments (adapters with ``LEASES``)."""
+        raise NotImplementedError
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        """:meth:`release_lease` with valid arguments (adapters with ``LEASES``)."""
+        raise NotImplementedError
+
+    async def _lease_holders(self, key: str) -> Sequence[str]:
+        """:meth:`lease_holders` with a valid key (adapters with ``LEASES``)."""
+        raise NotImplementedError
+
     # -- schema sync ---------------------------------------------------------------------
 
     async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
@@ -267,6 +311,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _lease_args(key: str, holder: str) -> tuple[str, str]:
+    return validate_lease_text("key", key), validate_lease_text("holder", holder)
 
 
 def _message(

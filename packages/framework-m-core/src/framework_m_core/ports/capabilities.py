@@ -47,6 +47,9 @@ class Capability(StrEnum):
     #: URL asking for another window plans a change (migrated or refused), and every
     #: connected replica reports the window the queue keeps, whatever its URL says.
     STORED_DEDUP_WINDOW = "stored_dedup_window"
+    #: ``acquire_lease()`` and its siblings keep leases in the broker, shared by every
+    #: process: ``overlap=`` and ``concurrency=`` of jobs need them.
+    LEASES = "leases"
 
     @property
     def promise(self) -> str:
@@ -70,6 +73,7 @@ _PROMISES = {
     Capability.STORED_DEDUP_WINDOW: (
         "the queue keeps its dedup window; every replica reports the one it keeps"
     ),
+    Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
 }
 
 

@@ -249,7 +249,78 @@ class SchemaSyncProtocol(Protocol):
 
 
 @runtime_checkable
-class BrokerProtocol(JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, Protocol):
+class LeaseProtocol(Protocol):
+    """Leases: shared state with expiry, for what must hold across every replica.
+
+    A lease *key* has up to ``limit`` places; each place is held by one *holder*
+    until it is released or expires. With ``limit`` 1 a lease is a mutex (a
+    schedule whose runs must not overlap); with more, a counting semaphore (a
+    concurrency limit). Keys and holders are validated as :mod:`~.leases` says;
+    a call with an invalid one raises :class:`~.errors.InvalidLeaseError` and
+    sends nothing. Leases live in the broker, not in any one process: every
+    promise below holds between any number of connections and processes at once.
+    Expiry is measured by the broker's clock where it has one, otherwise by the
+    callers' wall clocks, which then must agree within the ticker's clock skew.
+
+    *Optional* (:attr:`~.Capability.LEASES`): without it every method raises
+    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
+    broker could not be reached; the call may then have taken effect or not, and
+    repeating it is safe.
+    """
+
+    async def acquire_lease(self, key: str, holder: str, ttl: float, *, limit: int = 1) -> bool:
+        """Take a place under ``key`` for ``holder`` for ``ttl`` seconds; True when it holds one.
+
+        False, changing nothing, when ``limit`` other holders hold unexpired places
+        under ``key``: never more than ``limit`` holders at one time, however many
+        acquire at once. A holder that holds a place already keeps that one place
+        and its expiry is renewed: acquiring again is idempotent. A place expires
+        ``ttl`` seconds after it was acquired or last extended; from then on it is
+        free for another holder. Callers of one key pass the same ``limit``.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} has no leases")
+
+    async def extend_lease(self, key: str, holder: str) -> bool:
+        """Renew ``holder``'s place under ``key`` for the ``ttl`` it was acquired with;
+        True when it still held the place.
+
+        While a holder extends its place more often than every ``ttl`` seconds,
+        nobody else takes it. False, changing nothing, when the holder holds no
+        unexpired place there (never acquired, released, or expired): an expired
+        place is never revived, the holder must acquire again. Never changes
+        another holder's place.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} has no leases")
+
+    async def release_lease(self, key: str, holder: str) -> bool:
+        """Free ``holder``'s place under ``key`` at once; True when it held one.
+
+        Another holder can take the place immediately. Idempotent: releasing a
+        place not held (never acquired, expired, released already) changes nothing
+        and returns False. Never frees another holder's place.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} has no leases")
+
+    async def lease_holders(self, key: str) -> Sequence[str]:
+        """The holders of unexpired places under ``key`` now, in no particular order.
+
+        Reading changes nothing. What ``m status`` shows as running, and where.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} has no leases")
+
+
+@runtime_checkable
+class BrokerProtocol(
+    JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, LeaseProtocol, Protocol
+):
     """Everything an adapter provides.
 
     The ``framework_m.adapters`` entry point of a URL scheme names a class

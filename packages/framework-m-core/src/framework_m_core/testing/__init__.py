@@ -22,6 +22,7 @@ marked xfail on its own:
 - :class:`WorkerContract`: the worker runtime and the ticker on this broker;
 - :class:`HostileInputContract`: bodies that are not jobs;
 - :class:`StatsContract`: ``queue_stats``;
+- :class:`LeaseContract`: leases, in one process and across processes;
 - :class:`ProcessContract`: the promises that show only across processes.
 
 :class:`BrokerContract` is their union. Tests state what they need with
@@ -49,6 +50,7 @@ _LAZY = {
     "WorkerContract": ".contract.worker",
     "HostileInputContract": ".contract.hostile_input",
     "StatsContract": ".contract.stats",
+    "LeaseContract": ".contract.lease",
     "ProcessContract": ".contract.process",
     "AREAS": ".contract.broker",
     "namespace_fixture": ".contract.base",

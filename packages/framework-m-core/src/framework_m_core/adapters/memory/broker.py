@@ -45,6 +45,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.STORED_DEDUP_WINDOW,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
+            C.LEASES,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -232,3 +233,34 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         dead.clear()
         dead.extend(kept)
         return removed
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        q, now = self._q, time.monotonic()
+        places = q.holders(key, now)
+        if holder not in places and len(places) >= limit:
+            return False
+        q.leases.setdefault(key, places)[holder] = (now + ttl, ttl)
+        return True
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        q, now = self._q, time.monotonic()
+        places = q.holders(key, now)
+        held = places.get(holder)
+        if held is None:
+            return False
+        places[holder] = (now + held[1], held[1])
+        return True
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        q = self._q
+        places = q.holders(key, time.monotonic())
+        if places.pop(holder, None) is None:
+            return False
+        if not places:
+            q.leases.pop(key, None)
+        return True
+
+    async def _lease_holders(self, key: str) -> Sequence[str]:
+        return list(self._q.holders(key, time.monotonic()))

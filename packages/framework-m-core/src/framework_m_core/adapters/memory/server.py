@@ -39,6 +39,19 @@ class Queue:
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     consumers: set[int] = field(default_factory=set)  # ids of brokers that received, open
     seq: itertools.count[int] = field(default_factory=itertools.count)
+    # lease key -> holder -> (expires at, by the monotonic clock; ttl)
+    leases: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+
+    def holders(self, key: str, now: float) -> dict[str, tuple[float, float]]:
+        """The unexpired places under lease ``key`` (expired ones are dropped)."""
+        places = self.leases.get(key)
+        if places is None:
+            return {}
+        for holder in [h for h, (until, _) in places.items() if until <= now]:
+            del places[holder]
+        if not places:
+            del self.leases[key]
+        return places
 
     def wake(self) -> None:
         for fut in self.waiters:

@@ -8,6 +8,7 @@ from .consume import ConsumeContract
 from .delayed import DelayedContract
 from .enqueue import EnqueueContract
 from .hostile_input import HostileInputContract
+from .lease import LeaseContract
 from .process import ProcessContract
 from .schema import SchemaContract
 from .stats import StatsContract
@@ -24,6 +25,7 @@ class BrokerContract(
     WorkerContract,
     HostileInputContract,
     StatsContract,
+    LeaseContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""
