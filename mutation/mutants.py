@@ -781,4 +781,83 @@ MUTANTS: tuple[Mutant, ...] = (
         "        places[holder] = held\n",
         "test_an_extended_place_is_kept",
     ),
+    # -- leases on Redis ------------------------------------------------------------------
+    m(
+        "redis-lease-two-holders",
+        "redis",
+        "never more than limit holders at one time",
+        f"{REDIS}/scripts.py",
+        "if not mine and others >= tonumber(ARGV[3]) then return 0 end",
+        "if not mine and others > tonumber(ARGV[3]) then return 0 end",
+        "test_a_place_is_held_until_released",
+        "test_never_more_than_limit_holders",
+    ),
+    m(
+        "redis-lease-release-by-anyone",
+        "redis",
+        "release never frees another holder's place",
+        f"{REDIS}/scripts.py",
+        "local place = redis.call('HGET', KEYS[1], ARGV[1])\n"
+        "if not place then return 0 end\n"
+        "redis.call('HDEL', KEYS[1], ARGV[1])\n",
+        "local place = redis.call('HVALS', KEYS[1])[1]\n"
+        "if not place then return 0 end\n"
+        "redis.call('DEL', KEYS[1])\n",
+        "test_release_is_idempotent",
+    ),
+    Mutant(
+        "redis-lease-never-expires",
+        "redis",
+        "a place expires ttl seconds after it was acquired or extended",
+        f"{REDIS}/scripts.py",
+        (
+            (
+                "  if expires <= now then\n    redis.call('HDEL', KEYS[1], places[i])\n",
+                "  if expires <= 0 then\n    redis.call('HDEL', KEYS[1], places[i])\n",
+            ),
+            (
+                "redis.call('PEXPIREAT', KEYS[1], math.max(expires, latest))",
+                "redis.call('PERSIST', KEYS[1])",
+            ),
+        ),
+        ("test_a_place_expires_after_its_ttl", "test_an_extended_place_is_kept"),
+    ),
+    m(
+        "redis-lease-extend-noop",
+        "redis",
+        "an extended place is kept past its ttl",
+        f"{REDIS}/scripts.py",
+        "redis.call('HSET', KEYS[1], ARGV[1], renewed .. ' ' .. ttl)",
+        "redis.call('HSET', KEYS[1], ARGV[1], place)",
+        "test_an_extended_place_is_kept",
+    ),
+    # -- leases on the SQLite example -----------------------------------------------------
+    m(
+        "sqlite-lease-two-holders",
+        "sqlite",
+        "never more than limit holders at one time",
+        f"{SQLITE}/broker.py",
+        "if mine is None and others >= limit:",
+        "if mine is None and others > limit:",
+        "test_a_place_is_held_until_released",
+        "test_never_more_than_limit_holders",
+    ),
+    m(
+        "sqlite-lease-extend-noop",
+        "sqlite",
+        "an extended place is kept past its ttl",
+        f"{SQLITE}/broker.py",
+        '"UPDATE fm_leases SET expires = ? + ttl "',
+        '"UPDATE fm_leases SET expires = expires + 0 * ? "',
+        "test_an_extended_place_is_kept",
+    ),
+    m(
+        "sqlite-lease-extend-revives",
+        "sqlite",
+        "an expired place is never revived by extend",
+        f"{SQLITE}/broker.py",
+        '"WHERE queue = ? AND key = ? AND holder = ? AND expires > ?",',
+        '"WHERE queue = ? AND key = ? AND holder = ? AND 0 * ? = 0",',
+        "test_an_expired_place_is_never_revived",
+    ),
 )

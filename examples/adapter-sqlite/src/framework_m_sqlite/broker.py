@@ -282,3 +282,75 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
                 )
 
         return int(await self._run(remove))
+
+    # -- leases: rows of fm_leases, written in BEGIN IMMEDIATE transactions ---------------
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        q = self.settings.queue
+
+        def acquire(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            with _transaction(db):
+                db.execute(
+                    "DELETE FROM fm_leases WHERE queue = ? AND key = ? AND expires <= ?",
+                    (q, key, now),
+                )
+                (others,) = db.execute(
+                    "SELECT COUNT(*) FROM fm_leases WHERE queue = ? AND key = ? AND holder != ?",
+                    (q, key, holder),
+                ).fetchone()
+                mine = db.execute(
+                    "SELECT 1 FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
+                    (q, key, holder),
+                ).fetchone()
+                if mine is None and others >= limit:
+                    return False
+                db.execute(
+                    "INSERT OR REPLACE INTO fm_leases VALUES (?, ?, ?, ?, ?)",
+                    (q, key, holder, now + ttl, ttl),
+                )
+                return True
+
+        return await self._run(acquire)
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        q = self.settings.queue
+        return bool(
+            await self._run(
+                lambda db: (
+                    db.execute(
+                        "UPDATE fm_leases SET expires = ? + ttl "
+                        "WHERE queue = ? AND key = ? AND holder = ? AND expires > ?",
+                        (time.time(), q, key, holder, time.time()),
+                    ).rowcount
+                )
+            )
+        )
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        q = self.settings.queue
+
+        def release(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            with _transaction(db):
+                held = db.execute(
+                    "SELECT expires FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
+                    (q, key, holder),
+                ).fetchone()
+                db.execute(
+                    "DELETE FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
+                    (q, key, holder),
+                )
+            return held is not None and held[0] > now
+
+        return await self._run(release)
+
+    async def _lease_holders(self, key: str) -> Sequence[str]:
+        q = self.settings.queue
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT holder FROM fm_leases WHERE queue = ? AND key = ? AND expires > ?",
+                (q, key, time.time()),
+            ).fetchall()
+        )
+        return [holder for (holder,) in rows]

@@ -19,6 +19,9 @@ TABLES = {
     "expires REAL NOT NULL, UNIQUE (queue, dedup_id)",
     "fm_dead": "id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, body BLOB NOT NULL, "
     "reason TEXT NOT NULL, attempts INTEGER NOT NULL, dead_at REAL NOT NULL",
+    # A row per held place of a lease; a row whose expires has passed is free.
+    "fm_leases": "queue TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, "
+    "expires REAL NOT NULL, ttl REAL NOT NULL, PRIMARY KEY (queue, key, holder)",
 }
 _SETTINGS = ("layout", "dedup_window", "visibility_timeout")
 

@@ -32,7 +32,18 @@ from framework_m_core.ports import (
 )
 from framework_m_core.ports import Capability as C
 
-from . import deadletters, delays, events, fetching, greeting, publishing, schema, stats, wire
+from . import (
+    deadletters,
+    delays,
+    events,
+    fetching,
+    greeting,
+    leases,
+    publishing,
+    schema,
+    stats,
+    wire,
+)
 from .errors import describe, server_errors
 from .reservations import Reservation, reserved_until
 from .settings import NatsSettings, parse_url
@@ -56,6 +67,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
             C.STORED_DEDUP_WINDOW,
+            C.LEASES,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -70,6 +82,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._ack_wait: float | None = None
         self._held: dict[int, Reservation] = {}
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
+        self._leases = leases.Leases(settings)
 
     @property
     def dedup_window(self) -> float:
@@ -109,6 +122,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             raise BrokerError(f"cannot connect to {self.display_url}: {describe(exc)}") from None
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
+        self._leases.reset()
         self._psub, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -296,3 +310,21 @@ class NatsBroker(BaseBroker[NatsSettings]):
         """
         await self._link()
         return await stats.read(self.js, self.settings)
+
+    # -- leases (leases.py) --------------------------------------------------------------
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        await self._link()
+        return await self._leases.acquire(self.js, key, holder, ttl, limit)
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        await self._link()
+        return await self._leases.extend(self.js, key, holder)
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        await self._link()
+        return await self._leases.release(self.js, key, holder)
+
+    async def _lease_holders(self, key: str) -> Sequence[str]:
+        await self._link()
+        return await self._leases.holders(self.js, key)

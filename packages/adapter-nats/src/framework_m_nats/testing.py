@@ -26,7 +26,7 @@ class NatsNamespace(Namespace):
         nc = await nats.connect(self.server)
         try:
             js = nc.jetstream()
-            for name in (self.name, f"{self.name}_dead"):
+            for name in (self.name, f"{self.name}_dead", f"KV_{self.name}_leases"):
                 with contextlib.suppress(NotFoundError):
                     await js.delete_stream(name)
         finally:

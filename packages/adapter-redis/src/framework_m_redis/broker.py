@@ -73,6 +73,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.STORE_DEADLINE,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
+            C.LEASES,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -303,6 +304,25 @@ class RedisBroker(BaseBroker[RedisSettings]):
         the delayed set; ``dead_letters``: XLEN of the dead stream; ``consumers``: those
         seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
         return await stats.read(self._run, self.settings)
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        ttl_ms = max(1, round(ttl * 1000))
+        keys = [self.settings.lease_key(key)]
+        return bool(await self._run("LEASE_ACQUIRE", keys, [holder, ttl_ms, limit]))
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        keys = [self.settings.lease_key(key)]
+        return bool(await self._run("LEASE_EXTEND", keys, [holder]))
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        keys = [self.settings.lease_key(key)]
+        return bool(await self._run("LEASE_RELEASE", keys, [holder]))
+
+    async def _lease_holders(self, key: str) -> Sequence[str]:
+        found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
+        return [text(holder) for holder in found]
 
 
 def _entry(delivery: Delivery) -> _Entry:

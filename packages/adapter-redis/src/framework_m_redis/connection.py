@@ -73,15 +73,20 @@ _COMMANDS = (
     "XINFO GROUPS {stream}", "XINFO CONSUMERS {stream} g", "XADD {dead} * b x",
     "XREVRANGE {dead} + -", "ZADD {delayed} 1 m", "ZRANGEBYSCORE {delayed} 0 1",
     "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
-    "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME",
+    "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME", "HGETALL {lease}",
+    "HSET {lease} h 1", "HDEL {lease} h", "PEXPIREAT {lease} 1", "PTTL {lease}",
 )  # fmt: skip
-_CATEGORIES = {"X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace"}
+_CATEGORIES = {
+    "X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace",
+    "P": "@keyspace",
+}  # fmt: skip
 
 
 async def check_permissions(client: Any, s: RedisSettings) -> None:
     """Fail at start, naming what to grant, when the ACL user may not run scripts or a
     command the adapter needs; a worker would otherwise retry forever."""
     keys = {"stream": s.stream, "dead": s.dead, "delayed": s.delayed, "meta": s.meta}
+    keys["lease"] = s.lease_key("check")
     commands = [c.format(dedup=s.dedup_key("check"), **keys) for c in _COMMANDS]
     try:
         denied = await client.eval(scripts.DENIED, 1, s.stream, *commands)

@@ -147,7 +147,92 @@ end
 return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
 """
 
-NAMES = ("ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "EXTEND", "PROMOTE", "STATS")
+# Leases: one hash per lease key, a field per holder: "expires-at-ms ttl-ms", by the
+# server's clock (TIME). The key expires with its latest place, so nothing is left over.
+_LEASE_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS[1]: the lease hash. ARGV: holder, ttl ms, limit. Returns 1 when held, 0 when full.
+LEASE_ACQUIRE = (
+    _LEASE_NOW
+    + """
+local places = redis.call('HGETALL', KEYS[1])
+local others, mine, latest = 0, false, now
+for i = 1, #places, 2 do
+  local expires = tonumber(string.match(places[i + 1], '^%d+'))
+  if expires <= now then
+    redis.call('HDEL', KEYS[1], places[i])
+  else
+    if places[i] == ARGV[1] then mine = true else others = others + 1 end
+    if expires > latest then latest = expires end
+  end
+end
+if not mine and others >= tonumber(ARGV[3]) then return 0 end
+local expires = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], expires .. ' ' .. ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], math.max(expires, latest))
+return 1
+"""
+)
+
+# KEYS[1]: the lease hash. ARGV: holder. Returns 1 when renewed, 0 when not held.
+LEASE_EXTEND = (
+    _LEASE_NOW
+    + """
+local place = redis.call('HGET', KEYS[1], ARGV[1])
+if not place then return 0 end
+local expires, ttl = string.match(place, '^(%d+) (%d+)$')
+if tonumber(expires) <= now then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 0
+end
+local renewed = now + tonumber(ttl)
+redis.call('HSET', KEYS[1], ARGV[1], renewed .. ' ' .. ttl)
+if now + redis.call('PTTL', KEYS[1]) < renewed then redis.call('PEXPIREAT', KEYS[1], renewed) end
+return 1
+"""
+)
+
+# KEYS[1]: the lease hash. ARGV: holder. Returns 1 when it held an unexpired place.
+LEASE_RELEASE = (
+    _LEASE_NOW
+    + """
+local place = redis.call('HGET', KEYS[1], ARGV[1])
+if not place then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if tonumber(string.match(place, '^%d+')) <= now then return 0 end
+return 1
+"""
+)
+
+# KEYS[1]: the lease hash. Returns the holders of unexpired places; changes nothing.
+LEASE_HOLDERS = (
+    _LEASE_NOW
+    + """
+local places, out = redis.call('HGETALL', KEYS[1]), {}
+for i = 1, #places, 2 do
+  if tonumber(string.match(places[i + 1], '^%d+')) > now then out[#out + 1] = places[i] end
+end
+return out
+"""
+)
+
+NAMES = (
+    "ENQUEUE",
+    "ACK",
+    "RETRY",
+    "RELEASE",
+    "DEAD_LETTER",
+    "EXTEND",
+    "PROMOTE",
+    "STATS",
+    "LEASE_ACQUIRE",
+    "LEASE_EXTEND",
+    "LEASE_RELEASE",
+    "LEASE_HOLDERS",
+)
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not
 # run, keys included; raises where the server has no redis.acl_check_cmd (< 7.0).

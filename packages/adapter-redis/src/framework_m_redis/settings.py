@@ -68,6 +68,9 @@ class RedisSettings:
     def meta(self) -> str:
         return self.key("meta")
 
+    def lease_key(self, key: str) -> str:
+        return self.key(f"lease:{key}")
+
     def dedup_key(self, dedup_id: str) -> str:
         return self.key(f"dedup:{dedup_id}")
 
