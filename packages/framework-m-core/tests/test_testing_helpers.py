@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -120,7 +121,7 @@ async def test_ticks_between_drives_the_ticker_through_a_dst_day_at_once() -> No
 async def test_ticks_between_into_a_broker_then_drain_runs_them(memory: MemoryBroker) -> None:
     app, slots = App(), []
 
-    @app.job(every=3600)
+    @app.job(every=3600, overlap="allow")  # the slots arrive together: let them overlap
     async def hourly(ctx: JobContext) -> None:
         slots.append(ctx.scheduled_at)
 
@@ -130,3 +131,23 @@ async def test_ticks_between_into_a_broker_then_drain_runs_them(memory: MemoryBr
     assert ran.names("succeeded") == ["hourly"] * len(ticks) == ["hourly"] * 4
     assert ran.expired == []
     assert slots == [t.slot for t in ticks]
+
+
+async def test_drain_reports_slots_skipped_while_their_schedules_run_was_running(
+    memory: MemoryBroker,
+) -> None:
+    app = App()
+
+    @app.job(every=3600)  # overlap="skip", the default
+    async def hourly(ctx: JobContext) -> None:
+        await asyncio.sleep(0.3)
+
+    start = datetime(2026, 6, 1, tzinfo=UTC)
+    ticks = await ticks_between(app, start, start + timedelta(hours=3), broker=memory)
+    ran = await drain(app, memory)
+    assert len(ran.succeeded) >= 1
+    assert len(ran.skipped) >= 1  # they all arrive while the first one sleeps
+    assert sorted(m.deduplication_id or "" for m in ran.succeeded + ran.skipped) == sorted(
+        t.deduplication_id for t in ticks
+    )
+    assert ran.retried == []

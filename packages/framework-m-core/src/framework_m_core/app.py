@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .handles import JobHandle
-from .jobs import Handler, JobContext, JobSpec, State
+from .jobs import Handler, JobContext, JobSpec, Overlap, State
 from .ports.messages import validate_job_name
 from .scheduling.schedules import Schedule, to_schedule
 
@@ -82,6 +82,9 @@ class App:
         timeout: float | None = None,
         backoff: float | None = None,
         max_backoff: float | None = None,
+        overlap: Overlap = "skip",
+        concurrency: int | None = None,
+        concurrency_key: str | None = None,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], JobHandle[P, R]]: ...
 
     def job(
@@ -97,6 +100,9 @@ class App:
         timeout: float | None = None,
         backoff: float | None = None,
         max_backoff: float | None = None,
+        overlap: Overlap = "skip",
+        concurrency: int | None = None,
+        concurrency_key: str | None = None,
     ) -> JobHandle[Any, Any] | Callable[[Handler], JobHandle[Any, Any]]:
         """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
         runs in the worker's thread pool (``threads``), so it may block.
@@ -119,6 +125,14 @@ class App:
         :param timeout: overrides the App's default (seconds per attempt).
         :param backoff: overrides the App's default.
         :param max_backoff: overrides the App's default.
+        :param overlap: what a slot does while the previous run of the schedule is still
+            running on any replica: ``"skip"`` (settled as skipped, never retried),
+            ``"buffer_one"`` (at most one waits, and starts when the running one ends)
+            or ``"allow"`` (runs at once). Scheduled jobs only; needs a broker with leases.
+        :param concurrency: at most this many runs of the job at once across every
+            replica; the others wait, without using an attempt (needs leases).
+        :param concurrency_key: the keyword argument whose value has a ``concurrency``
+            limit of its own (``"tenant"``: at most N runs per tenant).
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
 
@@ -138,6 +152,9 @@ class App:
                 timeout=timeout if timeout is not None else self._defaults["timeout"],
                 backoff=self._pick(backoff, "backoff"),
                 max_backoff=self._pick(max_backoff, "max_backoff"),
+                overlap=overlap,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
             )
             return JobHandle(spec, fn)
 

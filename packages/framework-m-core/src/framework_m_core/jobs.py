@@ -10,13 +10,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .errors import JobDefinitionError
 from .scheduling.schedules import Schedule
 
 if TYPE_CHECKING:
     from .ports.protocols import JobQueueProtocol
+
+#: What a slot does while the previous run of its schedule is still running anywhere.
+Overlap = Literal["skip", "buffer_one", "allow"]
+OVERLAP_POLICIES: tuple[str, ...] = get_args(Overlap)
+MAX_CONCURRENCY = 1000
 
 # ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
 Handler = Callable[..., Any]
@@ -97,6 +102,9 @@ class JobSpec:
     timeout: float | None = 300.0  # seconds per attempt; None means no limit
     backoff: float = 1.0  # delay before the 2nd attempt; doubles each attempt
     max_backoff: float = 300.0
+    overlap: Overlap = "skip"  # scheduled jobs only
+    concurrency: int | None = None  # runs at once across every replica; None: no limit
+    concurrency_key: str | None = None  # the kwarg whose every value has that limit
     # Read once here: every delivery's kwargs are checked against the handler's signature.
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
@@ -129,9 +137,46 @@ class JobSpec:
             raise JobDefinitionError(
                 f"job {self.name!r}: handler has no signature: {exc}"
             ) from None
+        self._check_limits(signature)
         object.__setattr__(self, "signature", signature)
         object.__setattr__(self, "blocking", not inspect.iscoroutinefunction(handler))
         object.__setattr__(self, "_kwargs", _KwargsRule.of(signature))
+
+    def _check_limits(self, signature: inspect.Signature) -> None:
+        if self.overlap not in OVERLAP_POLICIES:
+            raise JobDefinitionError(
+                f"job {self.name!r}: overlap must be one of {', '.join(OVERLAP_POLICIES)}, "
+                f"got {self.overlap!r}"
+            )
+        n = self.concurrency
+        if n is not None and (
+            isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: concurrency must be an integer from 1 to "
+                f"{MAX_CONCURRENCY}, or None; got {n!r}"
+            )
+        key = self.concurrency_key
+        if key is None:
+            return
+        if n is None:
+            raise JobDefinitionError(f"job {self.name!r}: concurrency_key needs concurrency=N")
+        params = list(signature.parameters.values())[1:]
+        takes = any(p.name == key and p.kind is not p.VAR_POSITIONAL for p in params) or any(
+            p.kind is p.VAR_KEYWORD for p in params
+        )
+        if not isinstance(key, str) or not takes:
+            raise JobDefinitionError(
+                f"job {self.name!r}: concurrency_key {key!r} is not a keyword argument "
+                "of the handler"
+            )
+
+    @property
+    def leased(self) -> bool:
+        """Whether runs of this job take leases (an overlap policy or a limit)."""
+        return self.concurrency is not None or (
+            self.schedule is not None and self.overlap != "allow"
+        )
 
     def kwargs_problem(self, kwargs: Mapping[str, object]) -> str | None:
         """Why the handler cannot be called as ``handler(ctx, **kwargs)``; None if it can."""

@@ -80,6 +80,7 @@ class Metrics(Observer):
         self.queue: QueueStats | None = None  # the last sample, None when it failed
         self._sampled_at = -_SAMPLE_REUSE
         self.running_jobs = 0
+        self.waiting_jobs: defaultdict[str, int] = defaultdict(int)
         self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.last_slot: dict[str, int] = {}
         self.jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
@@ -141,6 +142,9 @@ class Metrics(Observer):
     def running(self, delta: int) -> None:
         self.running_jobs += delta
 
+    def waiting(self, job: str, delta: int) -> None:
+        self.waiting_jobs[job] += delta
+
 
 class _Collector:
     """Builds the metric families from a :class:`Metrics` at scrape time."""
@@ -168,7 +172,10 @@ class _Collector:
             last.add_metric([job], slot)
         yield last
         jobs = CounterMetricFamily(
-            "framework_m_jobs", "Deliveries settled, by outcome", labels=["job", "outcome"]
+            "framework_m_jobs",
+            "Deliveries settled, by outcome (skipped: the schedule's previous run was "
+            "still running, overlap='skip')",
+            labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.jobs.items()):
             jobs.add_metric([job, outcome], value)
@@ -189,6 +196,14 @@ class _Collector:
                 family.add_metric([job], hist.buckets(), hist.total)
             yield family
         yield GaugeMetricFamily("framework_m_jobs_running", "Handlers running", m.running_jobs)
+        waiting = GaugeMetricFamily(
+            "framework_m_jobs_waiting",
+            "Runs waiting for a concurrency limit's place or their schedule's running run",
+            labels=["job"],
+        )
+        for job, value in sorted(m.waiting_jobs.items()):
+            waiting.add_metric([job], value)
+        yield waiting
         yield GaugeMetricFamily(
             "framework_m_concurrency", "Handlers allowed at once", m.concurrency
         )

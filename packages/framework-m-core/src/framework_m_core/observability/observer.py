@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 TickOutcome = Literal["enqueued", "duplicate", "skipped", "failed", "clock_held"]
-JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired"]
-BrokerOperation = Literal["publish", "receive", "settle", "stats"]
+JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired", "skipped"]
+BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease"]
 UNKNOWN_JOB = "unknown"
 
 
@@ -29,6 +29,10 @@ class Observer:
 
     def running(self, delta: int) -> None:
         """The number of handlers running changed by ``delta``."""
+
+    def waiting(self, job: str, delta: int) -> None:
+        """The number of runs of ``job`` waiting for a lease (a limit's place, or the
+        schedule's running run under ``buffer_one``) changed by ``delta``."""
 
     def broker_connected(self, up: bool) -> None:
         """The broker answered (``up``) or stopped answering; called on each change."""

@@ -11,22 +11,25 @@ import asyncio
 import contextvars
 import functools
 import logging
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..app import App
-from ..errors import DeliveryLostError, MessageDecodeError
+from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
 from ..observability import tracing
 from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
 from ..observability.tracebacks import bounded_traceback
+from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, decode_message
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
+from . import leases
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -45,6 +48,13 @@ class WorkerStats:
     dead_lettered: int = 0
     released: int = 0
     expired: int = 0  # ticks stored after their not_after (past grace): acked, not run
+    skipped: int = 0  # slots whose schedule's previous run was still running: acked, not run
+    waiting: int = 0  # runs waiting now for their schedule's run or a limit's place
+
+
+# A waiting run tries again for its lease after a random pause in this range (seconds):
+# random, so that of the runs waiting on every replica none is always the slowest.
+_WAIT_POLL = (0.02, 0.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,10 @@ class Execution:
         self.broker = broker
         self.stats = stats
         self.observer = observer or Observer()
+        #: Whether runs take their leases (the broker keeps them); else they run at once.
+        self.leases = Capability.LEASES in broker.capabilities
+        #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
+        self.on_waiting: Callable[[int], None] = lambda delta: None
 
     def _job_name(self, name: str | None) -> str:
         """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
@@ -151,18 +165,145 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
             await self._dead_letter(delivery, reason, message)
             return
+        if not (spec.leased and self.leases):
+            await self._traced(spec, message, delivery, ())
+            return
+        holder = leases.holder_of(message.id)
+        held: list[str] = []
+        try:
+            if await self._admit(spec, message, delivery, holder, held):
+                await self._traced(spec, message, delivery, held)
+        finally:
+            if held:
+                await asyncio.shield(self._leave(held, holder))
+
+    async def _traced(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str]
+    ) -> None:
         if tracing.active():
             with tracing.processing(message, delivery.attempt, self.broker.display_url) as span:
-                await self._attempt(spec, message, delivery, span)
+                await self._attempt(spec, message, delivery, span, held)
         else:
-            await self._attempt(spec, message, delivery, None)
+            await self._attempt(spec, message, delivery, None, held)
+
+    # -- leases: overlap policies and limits ----------------------------------------------
+
+    async def _admit(
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        holder: str,
+        held: list[str],
+    ) -> bool:
+        """Take the run's leases into ``held``, waiting where its policy says; False when
+        the delivery was settled as skipped instead."""
+        ttl = leases.lease_ttl(self.broker.visibility_timeout)
+        if spec.schedule is not None and spec.overlap != "allow":
+            key = leases.overlap_key(spec.name)
+            if not await self._acquire(key, holder, ttl, 1):
+                ticked = message.scheduled_at is not None
+                if ticked and spec.overlap == "skip":
+                    await self._skip(delivery, message, key)
+                    return False
+                buffer = leases.waiting_key(spec.name)
+                if ticked and not await self._acquire(buffer, holder, ttl, 1):
+                    await self._skip(delivery, message, key)  # one waits already
+                    return False
+                # buffer_one's waiting run; or a run enqueued by hand, which waits its turn
+                await self._wait(spec, delivery, key, holder, ttl, 1, [buffer] if ticked else [])
+                if ticked:
+                    await self._release(buffer, holder)
+            held.append(key)
+        if spec.concurrency is not None:
+            key = leases.concurrency_key(spec, message.kwargs)
+            if not await self._acquire(key, holder, ttl, spec.concurrency):
+                await self._wait(spec, delivery, key, holder, ttl, spec.concurrency, held)
+            held.append(key)
+        return True
+
+    async def _acquire(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        """acquire_lease, tried again while the broker is out of reach (a False from a
+        broker error would skip a slot); raises once the reservation would be gone."""
+        deadline = time.monotonic() + max(5.0, self.broker.visibility_timeout)
+        delay = 0.1
+        while True:
+            try:
+                return await self.broker.acquire_lease(key, holder, ttl, limit=limit)
+            except BrokerError as exc:
+                self.observer.broker_error("lease")
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("lease %s: %s; trying again in %.1fs", key, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _wait(
+        self,
+        spec: JobSpec,
+        delivery: Delivery,
+        key: str,
+        holder: str,
+        ttl: float,
+        limit: int,
+        also_held: Sequence[str],
+    ) -> None:
+        """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
+        is this run's. Waiting uses no attempt and no place of the worker's."""
+        heartbeat = _Heartbeat(self.broker, delivery, also_held, holder)
+        self.stats.waiting += 1
+        self.on_waiting(1)
+        self.observer.waiting(spec.name, 1)
+        log.debug("%s waits for a place under %s", holder, key)
+        try:
+            while True:
+                await asyncio.sleep(random.uniform(*_WAIT_POLL))
+                if await self._acquire(key, holder, ttl, limit):
+                    return
+        finally:
+            heartbeat.cancel()
+            self.stats.waiting -= 1
+            self.on_waiting(-1)
+            self.observer.waiting(spec.name, -1)
+
+    async def _skip(self, delivery: Delivery, message: JobMessage, key: str) -> None:
+        label = f"{message.job_name}[{message.id}]"
+        try:
+            running = ", ".join(await self.broker.lease_holders(key)) or "a run just ending"
+        except BrokerError as exc:
+            running = f"unknown ({exc})"
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.stats.skipped += 1
+            self.observer.job_finished(message.job_name, "skipped", None)
+            _job_log(message, delivery).info(
+                "%s skipped: slot %s came while the previous run was still running (%s); "
+                "overlap='skip'",
+                label,
+                message.scheduled_at,
+                running,
+            )
+
+    async def _release(self, key: str, holder: str) -> None:
+        try:
+            await self.broker.release_lease(key, holder)
+        except Exception as exc:  # it expires with the reservation time
+            log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
+
+    async def _leave(self, held: Sequence[str], holder: str) -> None:
+        for key in reversed(held):
+            await self._release(key, holder)
 
     async def _attempt(
-        self, spec: JobSpec, message: JobMessage, delivery: Delivery, span: object
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        span: object,
+        held: Sequence[str] = (),
     ) -> None:
         """Run the handler, then settle the delivery by its result."""
         started = time.perf_counter()
-        failure = await self._run_handler(spec, message, delivery)
+        failure = await self._run_handler(spec, message, delivery, held)
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is None:
@@ -231,10 +372,10 @@ class Execution:
                 delay = min(delay * 2, 2.0)
 
     async def _run_handler(
-        self, spec: JobSpec, message: JobMessage, delivery: Delivery
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str] = ()
     ) -> _Failure | None:
         """Run the handler; return None on success, else what went wrong."""
-        heartbeat = _Heartbeat(self.broker, delivery)
+        heartbeat = _Heartbeat(self.broker, delivery, held, leases.holder_of(message.id))
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
         self.observer.running(1)
@@ -303,15 +444,24 @@ class Execution:
 
 
 class _Heartbeat:
-    """Extends a running job's reservation every third of the visibility timeout.
+    """Extends a running job's reservation, and the leases it holds, every third of the
+    visibility timeout.
 
     Most jobs end before the first extension is due, so its task starts only then:
     a timer costs a job far less than a task.
     """
 
-    def __init__(self, broker: BrokerProtocol, delivery: Delivery) -> None:
+    def __init__(
+        self,
+        broker: BrokerProtocol,
+        delivery: Delivery,
+        held: Sequence[str] = (),
+        holder: str = "",
+    ) -> None:
         self._broker = broker
         self._delivery = delivery
+        self._held, self._holder = held, holder
+        self._lost: set[str] = set()
         self._interval = max(0.05, broker.visibility_timeout / 3)
         self._task: asyncio.Task[None] | None = None
         self._timer = asyncio.get_running_loop().call_later(self._interval, self._start)
@@ -325,7 +475,22 @@ class _Heartbeat:
                 await self._broker.extend(self._delivery)
             except Exception as exc:
                 log.warning("could not extend a running job's reservation: %s", exc)
+            for key in self._held:
+                await self._extend(key)
             await asyncio.sleep(self._interval)
+
+    async def _extend(self, key: str) -> None:
+        try:
+            if await self._broker.extend_lease(key, self._holder) or key in self._lost:
+                return
+            self._lost.add(key)
+            log.warning(
+                "%s lost lease %s (not extended in time): another run may start meanwhile",
+                self._holder,
+                key,
+            )
+        except Exception as exc:
+            log.warning("could not extend lease %s: %s", key, exc)
 
     def cancel(self) -> None:
         self._timer.cancel()

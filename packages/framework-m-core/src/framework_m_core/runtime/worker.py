@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..app import App
-from ..errors import BrokerError, SchemaConflictError, WorkerFailedError
+from ..errors import BrokerError, ConfigurationError, SchemaConflictError, WorkerFailedError
 from ..observability.observer import Observer
+from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
 from .execution import Execution, WorkerStats
@@ -54,7 +55,8 @@ class Worker:
     :param broker: where they come from; not connected here (the caller connects it).
     :param ticker: the ticker to run beside the consumer (``m worker``), or None for a
         worker that only runs jobs (``m worker --no-scheduler``).
-    :param concurrency: jobs run at once; the worker never holds more deliveries.
+    :param concurrency: jobs run at once. Runs waiting for a lease (a limit's place)
+        do not count, up to as many again: the worker holds at most twice this many.
     :param shutdown_timeout: seconds running jobs may finish after :meth:`stop`; the
         rest are cancelled and released.
     :param fetch_timeout: seconds one receive waits for deliveries.
@@ -104,6 +106,8 @@ class Worker:
         self._aborting = False  # stopping without waiting for the receive in progress
         self._receiving: asyncio.Future[Sequence[Delivery]] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
+        self._waiting = 0  # of those, runs waiting for a lease: up to concurrency, not counted
+        self._execution.on_waiting = self._waiting_changed
         self._slot_free = asyncio.Event()
         self._prepared = False
         self._failure: str | None = None
@@ -148,10 +152,30 @@ class Worker:
                 )
         for warning in plan.warnings:
             log.warning("schema: %s", warning)
+        self._check_leases()
         if self.ticker is not None:
             self.ticker.check()
         self._prepared = True
         self._observer.broker_connected(True)
+
+    def _check_leases(self) -> None:
+        """Refuse limits the broker cannot hold; say that overlap policies are not held."""
+        if Capability.LEASES in self.broker.capabilities:
+            return
+        jobs = self.app.jobs.values()
+        limited = sorted(spec.name for spec in jobs if spec.concurrency is not None)
+        if limited:
+            raise ConfigurationError(
+                f"{self.broker.display_url} has no leases, which concurrency= needs "
+                f"(jobs {', '.join(limited)}): use a broker that has them"
+            )
+        kept = sorted(spec.name for spec in jobs if spec.leased)
+        if kept:
+            log.warning(
+                "%s has no leases: runs of %s may overlap whatever their overlap= says",
+                self.broker.display_url,
+                ", ".join(kept),
+            )
 
     async def connect(self, timeout: float | None = None) -> bool:
         """Connect the broker and :meth:`prepare`, trying again while the broker is out of
@@ -259,7 +283,7 @@ class Worker:
         async with asyncio.TaskGroup() as jobs:
             while not self._stopping.is_set():
                 self._slot_free.clear()
-                free = self.concurrency - len(self._inflight)
+                free = self.concurrency - len(self._inflight) + min(self._waiting, self.concurrency)
                 if free <= 0:
                     await _first_of(self._slot_free, self._stopping)
                     await asyncio.sleep(0)  # jobs ending in the same pass: one larger receive
@@ -330,6 +354,10 @@ class Worker:
             if now != last:
                 log.info("progress: %d succeeded, %d retried, %d dead-lettered, %d running", *now)
                 last = now
+
+    def _waiting_changed(self, delta: int) -> None:
+        self._waiting += delta
+        self._slot_free.set()
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

@@ -28,7 +28,7 @@ from ..app import App
 from ..errors import ConfigurationError, MessageDecodeError
 from ..jobs import JobContext
 from ..observability.logs import job_logger
-from ..observability.observer import Observer, TickOutcome
+from ..observability.observer import JobOutcome, Observer, TickOutcome
 from ..ports.messages import JobMessage, decode_message, new_job_id, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol, JobQueueProtocol
 from ..ports.records import Delivery
@@ -97,6 +97,9 @@ class Drained:
     dead_lettered: list[tuple[JobMessage | None, str]] = dataclasses.field(default_factory=list)
     #: Ticks stored after their slot's grace: expired, acked without running.
     expired: list[JobMessage] = dataclasses.field(default_factory=list)
+    #: Slots that came while their schedule's previous run was running (overlap="skip",
+    #: or a second waiting run under "buffer_one"): acked without running.
+    skipped: list[JobMessage] = dataclasses.field(default_factory=list)
 
     @property
     def late_dropped(self) -> list[JobMessage]:
@@ -105,7 +108,7 @@ class Drained:
 
     def names(self, outcome: str) -> list[str]:
         """The job names of one outcome (``succeeded``, ``retried``, ``dead_lettered``,
-        ``expired``)."""
+        ``expired``, ``skipped``)."""
         if outcome == "late_dropped":
             outcome = "expired"
         if outcome == "dead_lettered":
@@ -137,6 +140,23 @@ class _Recording(MemoryBroker):
         self._into.dead_lettered.append((_decoded(delivery), reason))
 
 
+class _Skips(Observer):
+    """Moves a skipped slot from ``succeeded`` to ``skipped``: the worker reports the skip
+    right after its ack, before anything else runs."""
+
+    def __init__(self, into: Drained) -> None:
+        self._into = into
+
+    def job_finished(self, job: str, outcome: JobOutcome, duration: float | None) -> None:
+        if outcome != "skipped":
+            return
+        acked = self._into.succeeded
+        for i in range(len(acked) - 1, -1, -1):
+            if acked[i].job_name == job:
+                self._into.skipped.append(acked.pop(i))
+                return
+
+
 def _decoded(delivery: Delivery) -> JobMessage | None:
     try:
         return decode_message(delivery.body)
@@ -162,7 +182,13 @@ async def drain(
     worker_side = _Recording(broker.settings, report, skip_delays)
     async with worker_side:
         await worker_side.sync_schema()
-        worker = Worker(app, worker_side, concurrency=concurrency, fetch_timeout=0.05)
+        worker = Worker(
+            app,
+            worker_side,
+            concurrency=concurrency,
+            fetch_timeout=0.05,
+            observer=_Skips(report),
+        )
         task = asyncio.create_task(worker.run())
         try:
             deadline = time.monotonic() + timeout
