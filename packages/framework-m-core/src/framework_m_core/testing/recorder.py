@@ -2,12 +2,16 @@
 
 ``record`` runs every second and appends ``slot pid attempt`` to $FM_SLOT_LOG;
 ``slow`` appends ``start``/``end`` lines around a sleep to $FM_SLOW_LOG.
+With $FM_OVERLAP_LOG set, ``overlapping`` runs every second for 2.5 s (``overlap="skip"``)
+and appends ``start|end time slot pid attempt`` lines; with $FM_LIMIT_LOG set,
+``limited`` (``concurrency=2``) appends ``start|end time n pid attempt`` around 0.4 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from ..app import App
 from ..jobs import JobContext
@@ -34,3 +38,24 @@ async def slow(ctx: JobContext, seconds: float) -> None:
     _append("FM_SLOW_LOG", f"start {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
     await asyncio.sleep(seconds)
     _append("FM_SLOW_LOG", f"end {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
+
+
+if os.environ.get("FM_OVERLAP_LOG"):
+
+    @app.job(every=1, overlap="skip", max_attempts=5)
+    async def overlapping(ctx: JobContext) -> None:
+        assert ctx.scheduled_at is not None
+        slot, pid = int(ctx.scheduled_at.timestamp()), os.getpid()
+        _append("FM_OVERLAP_LOG", f"start {time.time():.6f} {slot} {pid} {ctx.attempt}\n")
+        await asyncio.sleep(2.5)
+        _append("FM_OVERLAP_LOG", f"end {time.time():.6f} {slot} {pid} {ctx.attempt}\n")
+
+
+if os.environ.get("FM_LIMIT_LOG"):
+
+    @app.job(concurrency=2, max_attempts=1)
+    async def limited(ctx: JobContext, n: int) -> None:
+        pid = os.getpid()
+        _append("FM_LIMIT_LOG", f"start {time.time():.6f} {n} {pid} {ctx.attempt}\n")
+        await asyncio.sleep(0.4)
+        _append("FM_LIMIT_LOG", f"end {time.time():.6f} {n} {pid} {ctx.attempt}\n")

@@ -227,3 +227,32 @@ def wait_for_line(path: Path, prefix: str, timeout: float, nth: int = 1) -> list
                 f"{len(found)} of {nth} {prefix!r} lines in {path} after {timeout:g}s"
             )
         time.sleep(0.05)
+
+
+def spans(path: Path) -> list[tuple[float, float | None, str, int, int]]:
+    """``(start, end or None, what, pid, attempt)`` of each run logged to ``path`` as
+    ``start|end time what pid attempt`` lines (the recorder's overlap and limit logs)."""
+    runs: dict[tuple[str, int, int], list[float | None]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            kind, at, what, pid, attempt = line.split()
+            run = runs.setdefault((what, int(pid), int(attempt)), [None, None])
+            run[0 if kind == "start" else 1] = float(at)
+    return [
+        (start, end, what, pid, attempt)
+        for (what, pid, attempt), (start, end) in runs.items()
+        if start is not None
+    ]
+
+
+def most_at_once(runs: Sequence[tuple[float, float | None, str, int, int]], until: float) -> int:
+    """The most runs that were running at one instant (a run with no end ran ``until``)."""
+    edges = sorted(
+        [(start, 1) for start, _, _, _, _ in runs]
+        + [(end if end is not None else until, -1) for _, end, _, _, _ in runs]
+    )  # at equal times an end (-1) sorts before a start: touching runs do not overlap
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most

@@ -18,17 +18,20 @@ from pathlib import Path
 
 import pytest
 
+from ...adapters.registry import open_broker
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
-from ..helpers import receive_all
+from ..helpers import connected, receive_all
 from ..namespaces import with_credentials, with_option
 from ..scenarios import (
     RECORDER_APP,
     Processes,
     assert_each_slot_once,
+    most_at_once,
     processes,
     slot_runs,
+    spans,
     stop_all,
     wait_for_line,
     wait_for_slot,
@@ -156,3 +159,59 @@ class ProcessContract(ContractBase):
         assert worker.output
         assert secret not in worker.output
         assert "fmuser:***@" in worker.output
+
+    @requires(Capability.CROSS_PROCESS, Capability.LEASES, DEDUP_WINDOW_IN_URL)
+    async def test_runs_of_a_skip_schedule_never_overlap_while_the_holder_is_killed(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """Three ticking replicas, a 1-s schedule whose runs take 2.5 s, overlap="skip"."""
+        log = tmp_path / "overlap.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_OVERLAP_LOG": str(log)}
+        url = with_option(broker_url, "dedup_window", 30)
+        workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
+        await asyncio.to_thread(wait_for_line, log, "end", 30, 2)
+        deadline = time.monotonic() + 10
+        while not (running := [r for r in spans(log) if r[1] is None]):  # between two runs
+            assert time.monotonic() < deadline, spans(log)
+            await asyncio.sleep(0.05)
+        assert len(running) == 1, spans(log)
+        holder = next(w for w in workers if w.pid == running[0][3])
+        holder.signal(signal.SIGKILL)
+        killed_at = time.time()
+        starts_before = len(spans(log))
+        # Runs go on: two more start (the first after the dead holder's lease is freed).
+        await asyncio.to_thread(wait_for_line, log, "start", 60, starts_before + 2)
+        await asyncio.to_thread(stop_all, [w for w in workers if w is not holder])
+        runs = spans(log)
+        assert most_at_once(runs, killed_at) == 1, sorted(runs)
+        assert all(end is not None for _, end, _, pid, _ in runs if pid != holder.pid)
+        first_tries = [what for _, _, what, _, attempt in runs if attempt == 1]
+        assert len(first_tries) == len(set(first_tries)), "a slot was enqueued twice"
+        again = [what for _, _, what, _, attempt in runs if attempt > 1]
+        assert again == [w for w in again if w == running[0][2]], "only the killed run redone"
+        slots = sorted(int(what) for what in first_tries)
+        assert slots[-1] - slots[0] >= len(slots)  # slots came while runs ran: skipped
+        async with connected(lambda: open_broker(url), sync=False) as broker:
+            assert list(await broker.lease_holders("overlap:overlapping")) == []
+
+    @requires(Capability.CROSS_PROCESS, Capability.LEASES)
+    async def test_a_concurrency_limit_holds_across_worker_processes(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """concurrency=2 across three worker-only replicas: 16 jobs, each run once."""
+        log = tmp_path / "limit.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_LIMIT_LOG": str(log)}
+        # Two places each, so that the jobs spread over the replicas and the limit is
+        # held between processes, not only inside one.
+        args = ("--no-scheduler", "--concurrency", "2")
+        workers = await asyncio.to_thread(procs.workers, broker_url, 3, *args, env=env)
+        for n in range(16):
+            await broker.enqueue("limited", n=n)
+        await asyncio.to_thread(wait_for_line, log, "end", 90, 16)
+        await asyncio.to_thread(stop_all, workers)
+        runs = spans(log)
+        assert sorted(int(what) for _, _, what, _, _ in runs) == list(range(16)), sorted(runs)
+        assert all(attempt == 1 for _, _, _, _, attempt in runs)
+        assert most_at_once(runs, time.time()) == 2
+        assert len({pid for _, _, _, pid, _ in runs}) >= 2  # the replicas shared the work
+        assert list(await broker.lease_holders("concurrency:limited")) == []
