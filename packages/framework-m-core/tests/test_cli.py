@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -391,3 +392,16 @@ def test_an_app_that_fails_to_import_shows_where_in_its_own_code(tmp_path: Path)
     assert f'File "{package / "settings.py"}", line 5, in load' in shown
     assert "importlib" not in shown
     assert "json/decoder.py" not in shown  # the standard library's frames are left out
+
+
+def test_schedules_shows_each_overlap_policy_and_with_a_broker_what_runs() -> None:
+    offline = m("schedules", "--app", "examples.heartbeat", "--count", "1")
+    assert offline.returncode == 0, offline.stderr
+    assert "  overlap: skip" in offline.stdout.splitlines()
+    assert "running:" not in offline.stdout
+    url = f"redis://127.0.0.1:6379/0?queue=cli-{uuid.uuid4().hex[:8]}"
+    online = m("schedules", "--app", "examples.heartbeat", "--count", "1", "--broker", url)
+    assert online.returncode == 0, online.stderr
+    assert online.stdout.count("  running: no") == online.stdout.count("  overlap: ")
+    refused = m("schedules", "--app", "examples.heartbeat", "--broker", "memory://")
+    assert "m schedules --broker would see nothing of the workers" in one_line_error(refused)

@@ -142,6 +142,12 @@ class Leases:
         return await self.change(js, key, step)
 
     async def holders(self, js: JetStreamContext, key: str) -> list[str]:
+        if self._kv is None:  # reading creates nothing: no bucket, no holders
+            with server_errors("opening the lease bucket"):
+                try:
+                    await js.key_value(bucket_name(self.settings))
+                except BucketNotFoundError:
+                    return []
         kv = await self._bucket(js)
         with server_errors(f"reading lease {key!r}"):
             places, _ = await self._read(kv, _kv_key(key))

@@ -22,12 +22,14 @@ from .. import about
 from ..adapters.registry import connected, open_broker
 from ..app import App, load_app
 from ..errors import BrokerError, ConfigurationError, FrameworkMError, SchemaConflictError
+from ..jobs import JobSpec
 from ..observability import logs, metrics
 from ..observability.metrics import Metrics
 from ..observability.probes import ProbeServer, parse_address
 from ..ports.capabilities import Capability
 from ..ports.messages import loads_strict, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
+from ..runtime.leases import overlap_key
 from ..runtime.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_SHUTDOWN_TIMEOUT,
@@ -193,9 +195,17 @@ def _parser() -> argparse.ArgumentParser:
         "(run `m sync-schema` before deploying; env M_NO_SYNC_SCHEMA=1)",
     )
 
-    s = sub.add_parser("schedules", help="list schedules, their next slots and dedup ids")
+    s = sub.add_parser(
+        "schedules", help="list schedules, their overlap policies, next slots and dedup ids"
+    )
     app_arg(s)
     s.add_argument("--count", type=_positive_int, default=3, help="slots to show per job (3)")
+    s.add_argument(
+        "--broker",
+        default=os.environ.get("M_BROKER_URL"),
+        help="also show which schedules are running now, and where (a shared broker with "
+        "leases; env M_BROKER_URL)",
+    )
 
     e = sub.add_parser("enqueue", help="enqueue one job")
     broker_arg(e, shared=True)
@@ -459,11 +469,15 @@ def _schedules(args: argparse.Namespace) -> int:
     _configure_logging(args)
     now = time.time()
     specs = list(app.scheduled())
+    running = asyncio.run(_running(args.broker, specs)) if args.broker and specs else None
     if not specs:
         print("no scheduled jobs")
     for spec in specs:
         assert spec.schedule is not None
         print(f"{spec.name}: {spec.schedule.describe()}")
+        print(f"  overlap: {spec.overlap}")
+        if running is not None:
+            print(f"  running: {', '.join(running[spec.name]) or 'no'}")
         zone = ZoneInfo(spec.schedule.tz) if isinstance(spec.schedule, Cron) else None
         slot: float = now
         for _ in range(args.count):
@@ -472,6 +486,17 @@ def _schedules(args: argparse.Namespace) -> int:
             utc = datetime.fromtimestamp(slot, UTC).isoformat()
             print(f"  {utc}{local}  {tick_deduplication_id(spec.name, int(slot))}")
     return 0
+
+
+async def _running(url: str, specs: list[JobSpec]) -> dict[str, list[str]]:
+    """Per schedule, the holders of its overlap lease (``job id@host:pid``) now."""
+    broker = _shared_broker(url, "m schedules --broker")
+    if Capability.LEASES not in broker.capabilities:
+        raise ConfigurationError(f"{broker.display_url} has no leases: nothing tells what runs")
+    async with connected(broker):
+        return {
+            spec.name: sorted(await broker.lease_holders(overlap_key(spec.name))) for spec in specs
+        }
 
 
 def _check_job(app: App, where: str, job: str, kwargs: dict[str, Any]) -> None:
@@ -497,17 +522,22 @@ def _kwargs_of(text: str) -> dict[str, Any]:
     return kwargs
 
 
-def _shared_broker(url: str | None) -> BrokerProtocol:
+def _shared_broker(url: str | None, command: str = "m enqueue") -> BrokerProtocol:
     """The broker of ``url``, which other processes must reach (not memory://)."""
     if not url:
         raise ConfigurationError(
-            "m enqueue needs a shared broker: pass --broker or set M_BROKER_URL"
+            f"{command} needs a shared broker: pass --broker or set M_BROKER_URL"
         )
     broker = open_broker(url)
     if Capability.CROSS_PROCESS not in broker.capabilities:
         raise ConfigurationError(
-            f"{broker.display_url} lives inside one process: a job enqueued here would be lost "
-            "when this command exits; use a shared broker URL"
+            f"{broker.display_url} lives inside one process: "
+            + (
+                "a job enqueued here would be lost when this command exits"
+                if command == "m enqueue"
+                else f"{command} would see nothing of the workers"
+            )
+            + "; use a shared broker URL"
         )
     return broker
 
