@@ -255,10 +255,11 @@ class LeaseProtocol(Protocol):
     A lease *key* has up to ``limit`` places; each place is held by one *holder*
     until it is released or expires. With ``limit`` 1 a lease is a mutex (a
     schedule whose runs must not overlap); with more, a counting semaphore (a
-    concurrency limit). Keys and holders are validated as :mod:`~.leases` says;
-    a call with an invalid one raises :class:`~.errors.InvalidLeaseError` and
-    sends nothing. Leases live in the broker, not in any one process: every
-    promise below holds between any number of connections and processes at once.
+    concurrency limit). Keys and holders are printable strings of at most 200
+    characters without leading or trailing whitespace, a ttl is 0.01 s to a day, a
+    limit 1 to 1000; a call with an invalid one raises
+    :class:`~.errors.InvalidLeaseError` and sends nothing. Leases live in the broker,
+    not in any one process: every promise below holds between any number of connections and processes at once.
     Expiry is measured by the broker's clock where it has one, otherwise by the
     callers' wall clocks, which then must agree within the ticker's clock skew.
 
