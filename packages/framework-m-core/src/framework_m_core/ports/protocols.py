@@ -259,9 +259,10 @@ class LeaseProtocol(Protocol):
     characters without leading or trailing whitespace, a ttl is 0.01 s to a day, a
     limit 1 to 1000; a call with an invalid one raises
     :class:`~.errors.InvalidLeaseError` and sends nothing. Leases live in the broker,
-    not in any one process: every promise below holds between any number of connections and processes at once.
-    Expiry is measured by the broker's clock where it has one, otherwise by the
-    callers' wall clocks, which then must agree within the ticker's clock skew.
+    not in any one process: every promise below holds between any number of
+    connections and processes at once. Expiry is measured by the broker's clock
+    where it has one, otherwise by the callers' wall clocks, which then must agree
+    within the ticker's clock skew.
 
     *Optional* (:attr:`~.Capability.LEASES`): without it every method raises
     :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
