@@ -345,7 +345,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
         return await self._run(release)
 
-    async def _lease_holders(self, key: str) -> Sequence[str]:
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         q = self.settings.queue
         rows = await self._run(
             lambda db: db.execute(

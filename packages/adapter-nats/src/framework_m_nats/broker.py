@@ -325,6 +325,6 @@ class NatsBroker(BaseBroker[NatsSettings]):
         await self._link()
         return await self._leases.release(self.js, key, holder)
 
-    async def _lease_holders(self, key: str) -> Sequence[str]:
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         await self._link()
         return await self._leases.holders(self.js, key)

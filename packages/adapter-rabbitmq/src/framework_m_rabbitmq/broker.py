@@ -37,7 +37,7 @@ from framework_m_core.ports import (
 )
 from framework_m_core.ports import Capability as C
 
-from . import deadletters, delays, publishing, stats, wire
+from . import deadletters, delays, leases, publishing, stats, wire
 from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
@@ -63,6 +63,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
             C.STORED_DEDUP_WINDOW,
             C.UNCOUNTED_RELEASE,
+            C.LEASES,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -71,6 +72,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         super().__init__(settings)
         self.link = Link(settings, self._forget_connection)
         self.schema = RabbitSchema(self.link)
+        self._leases = leases.Leases(settings, self.link)
         self._exchange: AbstractExchange | None = None
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
@@ -95,12 +97,17 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._acks = None
         self._buffer = asyncio.Queue()
         self._handed_out = {}  # the channel they arrived on is gone
+        self._leases.reset()
 
     async def connect(self) -> None:
         await self.link.open()
 
     async def close(self) -> None:
         await self._release_buffer()
+        try:
+            await self._leases.release_all()
+        except BrokerError as exc:  # the places go with the connection anyway
+            log.debug("could not delete lease queues on close: %s", exc)
         await self.link.close()
 
     async def _release_buffer(self) -> None:
@@ -321,6 +328,20 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     async def queue_stats(self) -> QueueStats:
         """Passive declares (:mod:`.stats`); ``reserved`` None: AMQP counts no unacked."""
         return await stats.read(self.link)
+
+    # -- leases (leases.py) --------------------------------------------------------------
+
+    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
+        return await self._leases.acquire(key, holder, ttl, limit)
+
+    async def _extend_lease(self, key: str, holder: str) -> bool:
+        return await self._leases.extend(key, holder)
+
+    async def _release_lease(self, key: str, holder: str) -> bool:
+        return await self._leases.release(key, holder)
+
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
+        return await self._leases.holders(key, limit)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

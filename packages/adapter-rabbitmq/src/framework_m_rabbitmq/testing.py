@@ -9,8 +9,11 @@ import aio_pika
 from framework_m_core.ports import BrokerError
 from framework_m_core.testing.namespaces import Namespace, with_options
 
+from .leases import place_queues
 from .management import ManagementAPI
 from .settings import RETRY_BUCKETS_MS
+
+_RECORDER_LEASES = ("overlap:record", "overlap:overlapping", "concurrency:limited")
 
 
 class RabbitNamespace(Namespace):
@@ -37,6 +40,10 @@ class RabbitNamespace(Namespace):
             channel = await connection.channel()
             names = [f"{self.name}.jobs", f"{self.name}.dead"]
             names += [f"{self.name}.retry.{ms}" for ms in RETRY_BUCKETS_MS]
+            # Name queues a killed holder left (they expire only with its ttl): those of
+            # the leases the recorder app's jobs take.
+            for key in _RECORDER_LEASES:
+                names += [f"{q}.holder" for q in place_queues(f"{self.name}.lease", key, 2)]
             for name in names:
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.name}.dedup")

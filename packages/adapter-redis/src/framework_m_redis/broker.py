@@ -320,7 +320,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         keys = [self.settings.lease_key(key)]
         return bool(await self._run("LEASE_RELEASE", keys, [holder]))
 
-    async def _lease_holders(self, key: str) -> Sequence[str]:
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
         return [text(holder) for holder in found]
 

@@ -250,11 +250,12 @@ class BaseBroker(BrokerProtocol, Generic[S]):
             return await super().release_lease(key, holder)
         return await self._release_lease(*args)
 
-    async def lease_holders(self, key: str) -> Sequence[str]:
+    async def lease_holders(self, key: str, *, limit: int = 1) -> Sequence[str]:
         validate_lease_text("key", key)
+        limit = validate_limit(limit)
         if Capability.LEASES not in self.capabilities:
-            return await super().lease_holders(key)
-        return await self._lease_holders(key)
+            return await super().lease_holders(key, limit=limit)
+        return await self._lease_holders(key, limit)
 
     async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
         """:meth:`acquire_lease` with valid arguments (adapters with ``LEASES``)."""
@@ -268,8 +269,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         """:meth:`release_lease` with valid arguments (adapters with ``LEASES``)."""
         raise NotImplementedError
 
-    async def _lease_holders(self, key: str) -> Sequence[str]:
-        """:meth:`lease_holders` with a valid key (adapters with ``LEASES``)."""
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
+        """:meth:`lease_holders` with valid arguments (adapters with ``LEASES``)."""
         raise NotImplementedError
 
     # -- schema sync ---------------------------------------------------------------------

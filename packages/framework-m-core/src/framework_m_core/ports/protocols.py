@@ -262,7 +262,9 @@ class LeaseProtocol(Protocol):
     not in any one process: every promise below holds between any number of
     connections and processes at once. Expiry is measured by the broker's clock
     where it has one, otherwise by the callers' wall clocks, which then must agree
-    within the ticker's clock skew.
+    within the ticker's clock skew. A place is extended and released through the
+    broker instance that acquired it: on some brokers it belongs to that connection
+    and ends with it (a killed process frees its places at once).
 
     *Optional* (:attr:`~.Capability.LEASES`): without it every method raises
     :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
@@ -309,10 +311,12 @@ class LeaseProtocol(Protocol):
 
         raise BrokerError(f"{type(self).__name__} has no leases")
 
-    async def lease_holders(self, key: str) -> Sequence[str]:
+    async def lease_holders(self, key: str, *, limit: int = 1) -> Sequence[str]:
         """The holders of unexpired places under ``key`` now, in no particular order.
 
-        Reading changes nothing. What ``m status`` shows as running, and where.
+        ``limit`` is the key's, as its holders pass it to :meth:`acquire_lease` (a
+        broker may look at only that many places). Reading changes nothing. What
+        ``m schedules`` shows as running, and where.
         """
         from ..errors import BrokerError
 

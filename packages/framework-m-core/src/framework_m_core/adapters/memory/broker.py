@@ -262,5 +262,5 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             q.leases.pop(key, None)
         return True
 
-    async def _lease_holders(self, key: str) -> Sequence[str]:
+    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         return list(self._q.holders(key, time.monotonic()))
