@@ -15,7 +15,9 @@ Measured per broker:
   enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
   drain no-op jobs        the broker's own client consuming and acking one by one
                           (the consume ceiling), a worker at its defaults emptying
-                          a queue, then peers (50 tasks at once)
+                          a queue, with metrics on, with a fleet-wide limit on the
+                          job (concurrency=50: a lease per run, nobody waits), then
+                          peers (50 tasks at once)
   latency, idle worker    enqueue -> handler start, one job at a time (--samples),
                           p50 and p99 rows, framework-m at its defaults, then peers
   ticker CPU, idle        idle tickers (10 schedules, none due), per replica
@@ -143,14 +145,14 @@ async def running(worker: Worker) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-def noop_app(n: int) -> tuple[App, asyncio.Event]:
-    """An app whose one job, ``noop(i)``, does nothing; the event is set once it ran ``n``
-    times."""
+def noop_app(n: int, limit: int | None = None) -> tuple[App, asyncio.Event]:
+    """An app whose one job, ``noop(i)``, does nothing (with ``concurrency=limit`` when
+    given); the event is set once it ran ``n`` times."""
     app = App()
     done = asyncio.Event()
     ran = 0
 
-    @app.job
+    @app.job(concurrency=limit)
     async def noop(ctx: JobContext, i: int) -> None:
         nonlocal ran
         ran += 1
@@ -161,11 +163,16 @@ def noop_app(n: int) -> tuple[App, asyncio.Event]:
 
 
 async def bench_drain(
-    url: str, n: int, metrics: bool = False, concurrency: int | None = None
+    url: str,
+    n: int,
+    metrics: bool = False,
+    concurrency: int | None = None,
+    limit: int | None = None,
 ) -> float:
     """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
-    ``concurrency`` is given."""
-    app, done = noop_app(n)
+    ``concurrency`` is given; the job with ``concurrency=limit`` when given (a lease
+    taken and released by every run)."""
+    app, done = noop_app(n, limit)
     async with fresh(url) as broker:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         concurrency = concurrency or DEFAULT_CONCURRENCY
@@ -416,6 +423,10 @@ def throughput_groups(
         "drain no-op jobs": [
             ("framework-m worker, defaults", partial(bench_drain, url, n)),
             ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
+            (
+                "framework-m worker, job concurrency=50",
+                partial(bench_drain, url, n, False, None, DEFAULT_CONCURRENCY),
+            ),
         ],
         "concurrency sweep": [
             (f"framework-m worker, concurrency {c}", partial(bench_drain, url, n, False, c))

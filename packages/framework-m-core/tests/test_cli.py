@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from framework_m_core import JobMessage, decode_message
+from framework_m_core import JobMessage, decode_message, open_broker
+from framework_m_core.adapters.registry import connected
 
 M = str(Path(sys.executable).with_name("m"))
 REPO = Path(__file__).resolve().parents[3]
@@ -405,3 +406,31 @@ def test_schedules_shows_each_overlap_policy_and_with_a_broker_what_runs() -> No
     assert online.stdout.count("  running: no") == online.stdout.count("  overlap: ")
     refused = m("schedules", "--app", "examples.heartbeat", "--broker", "memory://")
     assert "m schedules --broker would see nothing of the workers" in one_line_error(refused)
+
+
+def test_status_with_the_app_shows_which_runs_go_on_and_where(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from framework_m_core.cli.main import main
+    from framework_m_core.runtime.leases import holder_of, overlap_key
+
+    url = f"redis://127.0.0.1:6379/0?queue=status-{uuid.uuid4().hex[:8]}"
+    key, holder = overlap_key("every_second"), holder_of("job1")
+
+    async def lease(take: bool) -> None:
+        async with connected(open_broker(url)) as broker:
+            if take:
+                assert await broker.acquire_lease(key, holder, 30.0)
+            else:
+                await broker.release_lease(key, holder)
+
+    asyncio.run(lease(True))
+    try:
+        assert main(["status", "--broker", url, "--app", "examples.heartbeat", "--json"]) == 0
+        running = json.loads(capsys.readouterr().out)["running"]
+        assert running["every_second"] == [holder]
+        assert running["nightly_report"] == []
+        assert main(["status", "--broker", url, "--app", "examples.heartbeat"]) == 0
+        assert f"runningevery_second{holder}" in capsys.readouterr().out.replace(" ", "")
+    finally:
+        asyncio.run(lease(False))

@@ -11,10 +11,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.registry import connected, open_broker
+from ..app import App, load_app
 from ..errors import BrokerError, ConfigurationError, MessageDecodeError
 from ..ports.capabilities import Capability
 from ..ports.messages import decode_message
+from ..ports.protocols import BrokerProtocol
 from ..ports.records import DeadLetter, QueueStats
+from ..runtime import leases
 
 log = logging.getLogger("framework_m.cli")
 
@@ -23,6 +26,7 @@ _UNKNOWN = "-"  # a count the broker does not tell
 
 async def status(args: argparse.Namespace) -> int:
     """``m status``: per queue, its counts, windows and whether its schema is in sync."""
+    app = load_app(args.app) if getattr(args, "app", None) else None
     reports = []
     for url in args.broker:
         broker = open_broker(url)
@@ -42,6 +46,7 @@ async def status(args: argparse.Namespace) -> int:
                     "visibility_timeout": broker.visibility_timeout,
                     "schema_in_sync": plan.in_sync,
                     "schema_changes": [str(change) for change in plan.changes],
+                    **({} if app is None else {"running": await _running(app, broker)}),
                 }
             )
     if args.json:
@@ -50,6 +55,24 @@ async def status(args: argparse.Namespace) -> int:
     for report in reports:
         _print_status(report)
     return 0
+
+
+async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
+    """Per job with an overlap policy or a limit, the holders of its leases: the runs
+    going on now, ``job id@host:pid`` (a limit per key value is not listed)."""
+    if Capability.LEASES not in broker.capabilities:
+        return {}
+    out: dict[str, list[str]] = {}
+    for spec in app.jobs.values():
+        found: list[str] = []
+        if spec.schedule is not None and spec.overlap != "allow":
+            found += await broker.lease_holders(leases.overlap_key(spec.name))
+        if spec.concurrency is not None and spec.concurrency_key is None:
+            key = leases.concurrency_key(spec, {})
+            found += await broker.lease_holders(key, limit=spec.concurrency)
+        if spec.leased:
+            out[spec.name] = sorted(set(found))
+    return out
 
 
 def _print_status(r: dict[str, Any]) -> None:
@@ -73,6 +96,8 @@ def _print_status(r: dict[str, Any]) -> None:
         ("visibility", f"{r['visibility_timeout']:g}s"),
         ("schema", schema),
     ]
+    for job, holders in r.get("running", {}).items():
+        rows.append((f"running {job}", ", ".join(holders) or "-"))
     for label, text in rows:
         print(f"{label:<16}{text}")
     for change in changes:

@@ -240,6 +240,12 @@ def _parser() -> argparse.ArgumentParser:
         f"(env M_BROKER_URL; default {DEFAULT_BROKER})",
     )
     st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument(
+        "--app",
+        default=os.environ.get("M_APP"),
+        help="also show, per job with an overlap policy or a limit, the runs going on "
+        "now and where (env M_APP)",
+    )
     d = sub.add_parser("dead-letters", help="inspect dead letters")
     d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
     d_actions = [
