@@ -68,6 +68,9 @@ class Leases:
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
         self._kv: KeyValue | None = None
+        # Changes of one key from this process go one at a time: racing each other they
+        # would only lose compare-and-set rounds. (lock, users) per key in use.
+        self._turns: dict[str, tuple[asyncio.Lock, list[None]]] = {}
 
     def reset(self) -> None:
         self._kv = None
@@ -98,6 +101,17 @@ class Leases:
     async def change(self, js: JetStreamContext, key: str, step: Any) -> bool:
         """Apply ``step(places, now) -> (result, places to write or None)`` by
         compare-and-set until one write lands (or nothing is to be written)."""
+        lock, users = self._turns.setdefault(key, (asyncio.Lock(), []))
+        users.append(None)
+        try:
+            async with lock:
+                return await self._change(js, key, step)
+        finally:
+            users.pop()
+            if not users:
+                del self._turns[key]
+
+    async def _change(self, js: JetStreamContext, key: str, step: Any) -> bool:
         kv, k = await self._bucket(js), _kv_key(key)
         with server_errors(f"lease {key!r}"):
             for _ in range(_ROUNDS):
