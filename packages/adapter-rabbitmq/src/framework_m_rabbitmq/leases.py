@@ -74,10 +74,19 @@ class Leases:
         self.prefix = f"{settings.queue}.lease"
         self._mine: dict[str, _Place] = {}  # place queue -> the holder on this connection
         self._turn = asyncio.Lock()
+        self._kept: AbstractChannel | None = None
 
     def reset(self) -> None:
         """The connection is gone, and every place it held with it."""
         self._mine.clear()
+        self._kept = None
+
+    async def _steady(self) -> AbstractChannel:
+        """The channel for calls RabbitMQ does not refuse (deletes, name messages): kept
+        open between calls, unlike the side channels a refusal closes."""
+        if self._kept is None or self._kept.is_closed:
+            self._kept = await self._channel()
+        return self._kept
 
     def _queues(self, key: str, limit: int) -> list[str]:
         return place_queues(self.prefix, key, limit)
@@ -126,20 +135,17 @@ class Leases:
                 await channel.close()
 
     async def _delete(self, *queues: str) -> None:
-        channel = await self._channel()
+        channel = await self._steady()
         try:
             for queue in queues:
                 await channel.queue_delete(queue)
         except AMQP_ERRORS as exc:
             raise BrokerError(f"deleting lease queue {queues[0]}: {exc}") from None
-        finally:
-            if not channel.is_closed:
-                await channel.close()
 
     async def _name(self, queue: str, holder: str, ttl_ms: int) -> None:
         """Put ``holder`` as the one message of the place's name queue (renewing it)."""
         for _ in range(2):
-            channel = await self._channel()
+            channel = await self._steady()
             try:
                 await channel.declare_queue(
                     f"{queue}.holder",
@@ -158,9 +164,6 @@ class Leases:
                 await self._delete(f"{queue}.holder")  # left by a holder with another ttl
             except AMQP_ERRORS as exc:
                 raise BrokerError(f"lease name queue of {queue}: {exc}") from None
-            finally:
-                if not channel.is_closed:
-                    await channel.close()
 
     async def _take(self, queue: str, key: str, holder: str, ttl_ms: int) -> bool:
         for _ in range(2):
