@@ -211,9 +211,11 @@ class Execution:
                     await self._skip(delivery, message, key)  # one waits already
                     return False
                 # buffer_one's waiting run; or a run enqueued by hand, which waits its turn
-                await self._wait(spec, delivery, key, holder, ttl, 1, [buffer] if ticked else [])
-                if ticked:
-                    await self._release(buffer, holder)
+                try:
+                    await self._wait(spec, delivery, key, holder, ttl, 1, [buffer] * ticked)
+                finally:
+                    if ticked:
+                        await asyncio.shield(self._release(buffer, holder))
             held.append(key)
         if spec.concurrency is not None:
             key = leases.concurrency_key(spec, message.kwargs)
