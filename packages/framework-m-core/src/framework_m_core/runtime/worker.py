@@ -262,8 +262,9 @@ class Worker:
             await self.app.shutdown()
             s = self.stats
             log.info(
-                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released",
-                *(s.succeeded, s.retried, s.dead_lettered, s.released),
+                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released, "
+                "%d skipped (overlap)",
+                *(s.succeeded, s.retried, s.dead_lettered, s.released, s.skipped),
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
@@ -350,9 +351,20 @@ class Worker:
         while True:
             await asyncio.sleep(self.progress_interval)
             s = self.stats
-            now = (s.succeeded, s.retried, s.dead_lettered, len(self._inflight))
+            now = (
+                s.succeeded,
+                s.retried,
+                s.dead_lettered,
+                len(self._inflight) - s.waiting,
+                s.waiting,
+                s.skipped,
+            )
             if now != last:
-                log.info("progress: %d succeeded, %d retried, %d dead-lettered, %d running", *now)
+                log.info(
+                    "progress: %d succeeded, %d retried, %d dead-lettered, %d running, "
+                    "%d waiting for a lease, %d skipped (overlap)",
+                    *now,
+                )
                 last = now
 
     def _waiting_changed(self, delta: int) -> None:
