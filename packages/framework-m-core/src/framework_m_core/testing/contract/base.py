@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from ...ports.protocols import BrokerProtocol
 from ..helpers import BrokerFactory, connected
 from ..namespaces import Namespace
 from ..namespaces import namespace as make_namespace
+from ..scenarios import Processes, processes
 from .requirements import requirements_of
 
 
@@ -64,6 +66,12 @@ class ContractBase:
             reason = requirement.unmet(probe, broker_url)
             if reason is not None:
                 pytest.skip(reason)
+
+    @pytest.fixture
+    def procs(self, tmp_path: Path) -> Iterator[Processes]:
+        """Processes started by the test; SIGKILLed by pid at its end."""
+        with processes(tmp_path) as started:
+            yield started
 
     @pytest.fixture
     async def broker(self, broker_factory: BrokerFactory) -> AsyncIterator[BrokerProtocol]:

@@ -11,7 +11,6 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from ...errors import BrokerError, InvalidLeaseError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
 from ..helpers import BrokerFactory, many, wait_until
-from ..scenarios import Process, Processes, processes
+from ..scenarios import Process, Processes
 from .base import ContractBase
 from .requirements import requires
 
@@ -46,11 +45,6 @@ async def _free_after(broker: BrokerProtocol, key: str, holder: str, since: floa
 
 class LeaseContract(ContractBase):
     """Leases: exclusive across connections and processes, expiring unless extended."""
-
-    @pytest.fixture
-    def procs(self, tmp_path: Path) -> Iterator[Processes]:
-        with processes(tmp_path) as started:
-            yield started
 
     @requires(Capability.LEASES)
     async def test_a_place_is_held_until_released_and_then_free_at_once(

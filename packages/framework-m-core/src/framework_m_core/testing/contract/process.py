@@ -13,10 +13,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from ...adapters.registry import open_broker
 from ...ports.capabilities import Capability
@@ -29,7 +26,6 @@ from ..scenarios import (
     Processes,
     assert_each_slot_once,
     most_at_once,
-    processes,
     slot_runs,
     spans,
     stop_all,
@@ -48,12 +44,6 @@ from .requirements import (
 
 class ProcessContract(ContractBase):
     """Several processes on one broker URL: publishers racing, workers ticking and dying."""
-
-    @pytest.fixture
-    def procs(self, tmp_path: Path) -> Iterator[Processes]:
-        """Processes started by the test; SIGKILLed by pid at its end."""
-        with processes(tmp_path) as started:
-            yield started
 
     @requires(Capability.CROSS_PROCESS)
     async def test_processes_publishing_the_same_ids_at_once_store_one_job_per_id(
