@@ -13,7 +13,7 @@ from .leases import place_queues
 from .management import ManagementAPI
 from .settings import RETRY_BUCKETS_MS
 
-_RECORDER_LEASES = ("overlap:record", "overlap:overlapping", "concurrency:limited")
+_RECORDER_LEASES = ("overlap:overlapping", "concurrency:limited")
 
 
 class RabbitNamespace(Namespace):
