@@ -377,7 +377,8 @@ class Execution:
         self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str] = ()
     ) -> _Failure | None:
         """Run the handler; return None on success, else what went wrong."""
-        heartbeat = _Heartbeat(self.broker, delivery, held, leases.holder_of(message.id))
+        holder = leases.holder_of(message.id) if held else ""
+        heartbeat = _Heartbeat(self.broker, delivery, held, holder)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
         self.observer.running(1)
