@@ -11,8 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from framework_m_core.testing.proxy import free_port
-
 # The server binaries these tests start: set them to run the same tests against another
 # version (.ci/matrix does, with nats-server 2.15 and valkey-server 8 from .ci/servers.txt).
 NATS_SERVER = os.environ.get("M_TEST_NATS_SERVER", "/usr/sbin/nats-server")
@@ -28,10 +26,26 @@ def _bindable(port: int) -> bool:
         return True
 
 
+# Servers listen below the kernel's ephemeral range (32768 and up on Linux): a port
+# taken from it can be handed to some process's outgoing connection before the server
+# binds it, and the server then never comes up.
+_SERVER_PORTS = (20000, 32000)
+
+
+def free_port() -> int:
+    """A free port for a test server, outside the range outgoing connections use."""
+    for _ in range(500):
+        port = random.randrange(*_SERVER_PORTS)
+        if _bindable(port):
+            return port
+    raise RuntimeError("no free port for a test server")
+
+
 def free_cluster_port() -> int:
-    """A free port whose Redis Cluster bus port (port + 10000) is free and valid too."""
-    for _ in range(200):
-        port = random.randint(20000, 50000)
+    """A free port whose Redis Cluster bus port (port + 10000) is free too, both outside
+    the range outgoing connections use."""
+    for _ in range(500):
+        port = random.randrange(_SERVER_PORTS[0] - 10000, _SERVER_PORTS[1] - 10000)
         if _bindable(port) and _bindable(port + 10000):
             return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
@@ -43,9 +57,19 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_port(port: int, timeout: float = 15.0) -> None:
+def wait_port(
+    port: int,
+    timeout: float = 15.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
+    """Wait until ``port`` accepts connections; fail at once, with the end of ``log``,
+    when ``proc`` exits first."""
     deadline = time.monotonic() + timeout
     while not port_open(port):
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log is not None else ""
+            raise RuntimeError(f"the server for port {port} exited ({proc.returncode}):\n{tail}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g}s")
         time.sleep(0.05)
@@ -132,7 +156,7 @@ class NatsServer(ServerProcess):
             args += ["--routes", ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.port)
+        wait_port(self.port, proc=self.proc, log=self.log)
 
 
 def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
@@ -180,7 +204,7 @@ class RedisServer(ServerProcess):
         args += list(extra)
         with (self.dir / "server.log").open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.port)
+        wait_port(self.port, proc=self.proc, log=self.dir / "server.log")
 
 
 def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
