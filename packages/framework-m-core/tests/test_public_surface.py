@@ -30,6 +30,7 @@ CORE = [
     "InProcessTickerAdapter",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidStateError",
     "Job",
     "JobContext",
     "JobDefinitionError",
@@ -49,6 +50,8 @@ CORE = [
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",
+    "StateEntry",
+    "StateProtocol",
     "TickerProtocol",
     "UnknownBrokerError",
     "Worker",
@@ -75,6 +78,7 @@ TESTING = [
     "HostileInputContract",
     "StatsContract",
     "LeaseContract",
+    "StateContract",
     "ProcessContract",
     "AREAS",
     "namespace_fixture",
@@ -105,6 +109,7 @@ TESTING = [
 # What an adapter imports: one module, the ports and the SDK around them.
 PORTS = [
     "BaseBroker",
+    "MAX_STATE_VALUE",
     "BatchJob",
     "BrokerError",
     "BrokerProtocol",
@@ -118,6 +123,8 @@ PORTS = [
     "DeliveryLostError",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidStateError",
+    "InvalidStateError",
     "JobMessage",
     "JobQueueProtocol",
     "LeaseProtocol",
@@ -129,6 +136,10 @@ PORTS = [
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",
+    "StateEntry",
+    "StateProtocol",
+    "StateEntry",
+    "StateProtocol",
     "TickerProtocol",
     "decode_message",
     "options_of",
@@ -137,7 +148,10 @@ PORTS = [
     "scheme_of",
     "validate_lease_text",
     "validate_limit",
+    "validate_state_key",
+    "validate_state_value",
     "validate_ttl",
+    "validate_version",
 ]
 
 

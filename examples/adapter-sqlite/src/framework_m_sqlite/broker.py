@@ -28,6 +28,7 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    StateEntry,
 )
 from framework_m_core.ports import Capability as C
 
@@ -354,3 +355,33 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
             ).fetchall()
         )
         return [holder for (holder,) in rows]
+
+    # -- state: rows of fm_state, changed by UPDATE ... WHERE version = ? -----------------
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        q = self.settings.queue
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT value, version FROM fm_state WHERE queue = ? AND key = ?", (q, key)
+            ).fetchone()
+        )
+        return None if row is None else StateEntry(bytes(row[0]), int(row[1]))
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        q = self.settings.queue
+
+        def write(db: sqlite3.Connection) -> int | None:
+            with _transaction(db):
+                if version is None:
+                    done = db.execute(
+                        "INSERT OR IGNORE INTO fm_state VALUES (?, ?, ?, 1)", (q, key, value)
+                    ).rowcount
+                    return 1 if done else None
+                done = db.execute(
+                    "UPDATE fm_state SET value = ?, version = version + 1 "
+                    "WHERE queue = ? AND key = ? AND version = ?",
+                    (value, q, key, version),
+                ).rowcount
+                return version + 1 if done else None
+
+        return await self._run(write)

@@ -22,6 +22,9 @@ TABLES = {
     # A row per held place of a lease; a row whose expires has passed is free.
     "fm_leases": "queue TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, "
     "expires REAL NOT NULL, ttl REAL NOT NULL, PRIMARY KEY (queue, key, holder)",
+    # A row per state record; version counts its writes.
+    "fm_state": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
+    "version INTEGER NOT NULL, PRIMARY KEY (queue, key)",
 }
 _SETTINGS = ("layout", "dedup_window", "visibility_timeout")
 

@@ -29,6 +29,7 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    StateEntry,
 )
 from framework_m_core.ports import Capability as C
 
@@ -41,6 +42,7 @@ from . import (
     leases,
     publishing,
     schema,
+    state,
     stats,
     wire,
 )
@@ -68,6 +70,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.STORE_DEADLINE,
             C.STORED_DEDUP_WINDOW,
             C.LEASES,
+            C.STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -83,6 +86,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._held: dict[int, Reservation] = {}
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
         self._leases = leases.Leases(settings)
+        self._state = state.State(settings)
 
     @property
     def dedup_window(self) -> float:
@@ -123,6 +127,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
         self._leases.reset()
+        self._state.reset()
         self._psub, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -328,3 +333,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         await self._link()
         return await self._leases.holders(self.js, key)
+
+    # -- state (state.py) ----------------------------------------------------------------
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        await self._link()
+        return await self._state.read(self.js, key)
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        await self._link()
+        return await self._state.write(self.js, key, value, version)

@@ -26,7 +26,8 @@ class NatsNamespace(Namespace):
         nc = await nats.connect(self.server)
         try:
             js = nc.jetstream()
-            for name in (self.name, f"{self.name}_dead", f"KV_{self.name}_leases"):
+            kv = (f"KV_{self.name}_leases", f"KV_{self.name}_state")
+            for name in (self.name, f"{self.name}_dead", *kv):
                 with contextlib.suppress(NotFoundError):
                     await js.delete_stream(name)
         finally:

@@ -36,6 +36,7 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    StateEntry,
     answer,
 )
 from framework_m_core.ports import Capability as C
@@ -74,6 +75,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
             C.LEASES,
+            C.STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -323,6 +325,21 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
         return [text(holder) for holder in found]
+
+    # -- state -------------------------------------------------------------------------
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        found = await self._run("STATE_READ", [self.settings.state_key(key)], [])
+        if not found:
+            return None
+        version, value = found
+        return StateEntry(bytes(value), int(version))
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        expected = "" if version is None else str(version)
+        keys = [self.settings.state_key(key)]
+        new = int(await self._run("STATE_WRITE", keys, [expected, value]))
+        return new or None
 
 
 def _entry(delivery: Delivery) -> _Entry:

@@ -75,6 +75,7 @@ _COMMANDS = (
     "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
     "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME", "HGETALL {lease}",
     "HSET {lease} h 1", "HDEL {lease} h", "PEXPIREAT {lease} 1", "PTTL {lease}",
+    "HMGET {state} v d", "HSET {state} v 1 d x",
 )  # fmt: skip
 _CATEGORIES = {
     "X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace",
@@ -86,7 +87,7 @@ async def check_permissions(client: Any, s: RedisSettings) -> None:
     """Fail at start, naming what to grant, when the ACL user may not run scripts or a
     command the adapter needs; a worker would otherwise retry forever."""
     keys = {"stream": s.stream, "dead": s.dead, "delayed": s.delayed, "meta": s.meta}
-    keys["lease"] = s.lease_key("check")
+    keys["lease"], keys["state"] = s.lease_key("check"), s.state_key("check")
     commands = [c.format(dedup=s.dedup_key("check"), **keys) for c in _COMMANDS]
     try:
         denied = await client.eval(scripts.DENIED, 1, s.stream, *commands)

@@ -219,6 +219,24 @@ return out
 """
 )
 
+# State: one hash per state key, fields v (the version) and d (the value).
+# KEYS[1]: the state hash. Returns {version, value}, or {} when there is no record.
+STATE_READ = """
+local got = redis.call('HMGET', KEYS[1], 'v', 'd')
+if not got[1] then return {} end
+return {tonumber(got[1]), got[2]}
+"""
+
+# KEYS[1]: the state hash. ARGV: the expected version ('' for none), the value.
+# Returns the new version, or 0 when the current version is another.
+STATE_WRITE = """
+local v = redis.call('HGET', KEYS[1], 'v')
+if (v or '') ~= ARGV[1] then return 0 end
+local new = (tonumber(v) or 0) + 1
+redis.call('HSET', KEYS[1], 'v', new, 'd', ARGV[2])
+return new
+"""
+
 NAMES = (
     "ENQUEUE",
     "ACK",
@@ -232,6 +250,8 @@ NAMES = (
     "LEASE_EXTEND",
     "LEASE_RELEASE",
     "LEASE_HOLDERS",
+    "STATE_READ",
+    "STATE_WRITE",
 )
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not

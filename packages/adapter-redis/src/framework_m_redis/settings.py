@@ -71,6 +71,9 @@ class RedisSettings:
     def lease_key(self, key: str) -> str:
         return self.key(f"lease:{key}")
 
+    def state_key(self, key: str) -> str:
+        return self.key(f"state:{key}")
+
     def dedup_key(self, dedup_id: str) -> str:
         return self.key(f"dedup:{dedup_id}")
 

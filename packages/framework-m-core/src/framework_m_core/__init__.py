@@ -16,6 +16,7 @@ from .errors import (
     FrameworkMError,
     InvalidJobError,
     InvalidLeaseError,
+    InvalidStateError,
     JobDefinitionError,
     MessageDecodeError,
     ScheduleError,
@@ -34,6 +35,7 @@ from .ports.protocols import (
     JobQueueProtocol,
     LeaseProtocol,
     SchemaSyncProtocol,
+    StateProtocol,
     TickerProtocol,
 )
 from .ports.records import (
@@ -44,6 +46,7 @@ from .ports.records import (
     Job,
     PublishResult,
     QueueStats,
+    StateEntry,
 )
 from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .runtime.worker import Worker
@@ -71,6 +74,7 @@ __all__ = [
     "InProcessTickerAdapter",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidStateError",
     "Job",
     "JobContext",
     "JobDefinitionError",
@@ -89,6 +93,8 @@ __all__ = [
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",
+    "StateEntry",
+    "StateProtocol",
     "TickerProtocol",
     "UnknownBrokerError",
     "Worker",

@@ -35,6 +35,10 @@ class InvalidLeaseError(FrameworkMError):
     """A lease call was refused before anything was sent (bad key, holder, ttl or limit)."""
 
 
+class InvalidStateError(FrameworkMError):
+    """A state call was refused before anything was sent (bad key, value or version)."""
+
+
 class MessageDecodeError(FrameworkMError):
     """Bytes taken from a broker are not a framework-m job message."""
 

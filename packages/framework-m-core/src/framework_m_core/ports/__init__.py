@@ -17,6 +17,7 @@ from ..errors import (
     FrameworkMError,
     InvalidJobError,
     InvalidLeaseError,
+    InvalidStateError,
     MessageDecodeError,
     SchemaConflictError,
 )
@@ -32,14 +33,25 @@ from .protocols import (
     JobQueueProtocol,
     LeaseProtocol,
     SchemaSyncProtocol,
+    StateProtocol,
     TickerProtocol,
 )
-from .records import BatchJob, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
+from .records import (
+    BatchJob,
+    BrokerStats,
+    DeadLetter,
+    Delivery,
+    PublishResult,
+    QueueStats,
+    StateEntry,
+)
 from .schema import SchemaChange, SchemaPlan, SchemaRaceError
+from .state import MAX_STATE_VALUE, validate_state_key, validate_state_value, validate_version
 from .urls import MASK, options_of, query_params, redact_url, scheme_of
 
 __all__ = [
     "MASK",
+    "MAX_STATE_VALUE",
     "BaseBroker",
     "BatchJob",
     "BrokerError",
@@ -56,6 +68,7 @@ __all__ = [
     "FrameworkMError",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidStateError",
     "JobMessage",
     "JobQueueProtocol",
     "LeaseProtocol",
@@ -68,6 +81,8 @@ __all__ = [
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",
+    "StateEntry",
+    "StateProtocol",
     "TickerProtocol",
     "answer",
     "as_capabilities",
@@ -80,5 +95,8 @@ __all__ = [
     "tick_deduplication_id",
     "validate_lease_text",
     "validate_limit",
+    "validate_state_key",
+    "validate_state_value",
     "validate_ttl",
+    "validate_version",
 ]

@@ -18,8 +18,9 @@ from .capabilities import Capability, as_capabilities
 from .leases import validate_lease_text, validate_limit, validate_ttl
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
-from .records import BatchJob, BrokerStats, PublishResult
+from .records import BatchJob, BrokerStats, PublishResult, StateEntry
 from .schema import SchemaPlan, SchemaRaceError
+from .state import validate_state_key, validate_state_value, validate_version
 
 __all__ = ["BaseBroker", "BrokerSettings"]
 
@@ -271,6 +272,29 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         """:meth:`lease_holders` with valid arguments (adapters with ``LEASES``)."""
+        raise NotImplementedError
+
+    # -- state ---------------------------------------------------------------------------
+
+    async def read_state(self, key: str) -> StateEntry | None:
+        key = validate_state_key(key)
+        if Capability.STATE not in self.capabilities:
+            return await super().read_state(key)
+        return await self._read_state(key)
+
+    async def write_state(self, key: str, value: bytes, *, version: int | None) -> int | None:
+        key, value = validate_state_key(key), validate_state_value(value)
+        version = validate_version(version)
+        if Capability.STATE not in self.capabilities:
+            return await super().write_state(key, value, version=version)
+        return await self._write_state(key, value, version)
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        """:meth:`read_state` with a valid key (adapters with ``STATE``)."""
+        raise NotImplementedError
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        """:meth:`write_state` with valid arguments (adapters with ``STATE``)."""
         raise NotImplementedError
 
     # -- schema sync ---------------------------------------------------------------------

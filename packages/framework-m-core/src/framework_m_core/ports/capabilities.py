@@ -50,6 +50,9 @@ class Capability(StrEnum):
     #: ``acquire_lease()`` and its siblings keep leases in the broker, shared by every
     #: process: ``overlap=`` and ``concurrency=`` of jobs need them.
     LEASES = "leases"
+    #: ``read_state()`` and ``write_state()`` keep versioned records in the broker,
+    #: shared by every process: pausing schedules and catching up need them.
+    STATE = "state"
 
     @property
     def promise(self) -> str:
@@ -74,6 +77,7 @@ _PROMISES = {
         "the queue keeps its dedup window; every replica reports the one it keeps"
     ),
     Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
+    Capability.STATE: "versioned records in the broker, written by compare-and-set",
 }
 
 

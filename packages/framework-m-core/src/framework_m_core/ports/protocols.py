@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkab
 if TYPE_CHECKING:
     from .capabilities import Capability
     from .messages import JobMessage
-    from .records import BatchJob, BrokerStats, DeadLetter, Delivery, PublishResult, QueueStats
+    from .records import (
+        BatchJob,
+        BrokerStats,
+        DeadLetter,
+        Delivery,
+        PublishResult,
+        QueueStats,
+        StateEntry,
+    )
     from .schema import SchemaPlan
 
 
@@ -324,8 +332,56 @@ class LeaseProtocol(Protocol):
 
 
 @runtime_checkable
+class StateProtocol(Protocol):
+    """Shared state: small records with versions, changed by compare-and-set.
+
+    Each *key* holds at most one record: a value of at most 16 KiB of bytes and a
+    version, a positive integer. Keys are as lease keys (printable, at most 200
+    characters, no leading or trailing whitespace); an invalid key, value or
+    version raises :class:`~.errors.InvalidStateError` and sends nothing. Records
+    live in the broker: every promise holds between any number of connections and
+    processes at once, and a record lasts as long as the broker keeps its queue
+    (across broker restarts where the broker persists). Schedules keep their pause
+    and their latest slot here.
+
+    *Optional* (:attr:`~.Capability.STATE`): without it both methods raise
+    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
+    broker could not be reached; a write may then have taken effect or not: read
+    the key again before deciding.
+    """
+
+    async def read_state(self, key: str) -> StateEntry | None:
+        """The record under ``key`` as last written, or None when there is none.
+
+        Reading changes nothing. A read that starts after a write returned sees that
+        write or a later one, from any connection.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} keeps no state")
+
+    async def write_state(self, key: str, value: bytes, *, version: int | None) -> int | None:
+        """Store ``value`` under ``key`` when the key's current version is ``version``
+        (None: when the key has no record); return the record's new version.
+
+        The new version is greater than every version the key had. When the
+        current version is another, nothing changes and None is returned: of
+        several writes with the same ``version`` at once, exactly one succeeds.
+        Read the key and decide again to retry.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} keeps no state")
+
+
+@runtime_checkable
 class BrokerProtocol(
-    JobQueueProtocol, ConsumerProtocol, SchemaSyncProtocol, LeaseProtocol, Protocol
+    JobQueueProtocol,
+    ConsumerProtocol,
+    SchemaSyncProtocol,
+    LeaseProtocol,
+    StateProtocol,
+    Protocol,
 ):
     """Everything an adapter provides.
 

@@ -22,6 +22,13 @@ class BatchJob(NamedTuple):
 Job = BatchJob
 
 
+class StateEntry(NamedTuple):
+    """A state record as :meth:`~.protocols.StateProtocol.read_state` found it."""
+
+    value: bytes
+    version: int  # positive; every write of the key gives a greater one
+
+
 class PublishResult(NamedTuple):
     """What a publish did: the job id stored under, and whether it was a duplicate."""
 

@@ -23,6 +23,7 @@ marked xfail on its own:
 - :class:`HostileInputContract`: bodies that are not jobs;
 - :class:`StatsContract`: ``queue_stats``;
 - :class:`LeaseContract`: leases, in one process and across processes;
+- :class:`StateContract`: shared state, written by compare-and-set;
 - :class:`ProcessContract`: the promises that show only across processes.
 
 :class:`BrokerContract` is their union. Tests state what they need with
@@ -51,6 +52,7 @@ _LAZY = {
     "HostileInputContract": ".contract.hostile_input",
     "StatsContract": ".contract.stats",
     "LeaseContract": ".contract.lease",
+    "StateContract": ".contract.state",
     "ProcessContract": ".contract.process",
     "AREAS": ".contract.broker",
     "namespace_fixture": ".contract.base",

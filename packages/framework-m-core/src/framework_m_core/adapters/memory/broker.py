@@ -22,6 +22,7 @@ from ...ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    StateEntry,
 )
 from ...ports import Capability as C
 from . import schema, server
@@ -46,6 +47,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
             C.LEASES,
+            C.STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -264,3 +266,17 @@ class MemoryBroker(BaseBroker[MemorySettings]):
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         return list(self._q.holders(key, time.monotonic()))
+
+    # -- state -------------------------------------------------------------------------
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        return self._q.state.get(key)
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        state = self._q.state
+        current = state.get(key)
+        if (current.version if current is not None else None) != version:
+            return None
+        new = 1 if current is None else current.version + 1
+        state[key] = StateEntry(value, new)
+        return new

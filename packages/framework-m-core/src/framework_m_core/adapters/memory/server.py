@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ...ports import DeadLetter
+from ...ports import DeadLetter, StateEntry
 
 _MAX_DEAD_LETTERS = 10_000
 
@@ -41,6 +41,7 @@ class Queue:
     seq: itertools.count[int] = field(default_factory=itertools.count)
     # lease key -> holder -> (expires at, by the monotonic clock; ttl)
     leases: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    state: dict[str, StateEntry] = field(default_factory=dict)
 
     def holders(self, key: str, now: float) -> dict[str, tuple[float, float]]:
         """The unexpired places under lease ``key`` (expired ones are dropped)."""

@@ -11,6 +11,7 @@ from .hostile_input import HostileInputContract
 from .lease import LeaseContract
 from .process import ProcessContract
 from .schema import SchemaContract
+from .state import StateContract
 from .stats import StatsContract
 from .worker import WorkerContract
 
@@ -26,6 +27,7 @@ class BrokerContract(
     HostileInputContract,
     StatsContract,
     LeaseContract,
+    StateContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""

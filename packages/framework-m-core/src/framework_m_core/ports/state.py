@@ -1,0 +1,44 @@
+"""Shared state: what a state call accepts, checked before anything reaches a broker.
+
+A *key* names one record (``schedule:report``); it is a printable string of at most
+:data:`~.leases.MAX_LEASE_TEXT` characters without leading or trailing whitespace,
+as lease keys are. A *value* is bytes, at most :data:`MAX_STATE_VALUE` of them. A
+*version* is a positive integer the broker gave, or None for "no record".
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidLeaseError, InvalidStateError
+from .leases import validate_lease_text
+
+MAX_STATE_VALUE = 16_384
+
+
+def validate_state_key(key: object) -> str:
+    """``key`` if it is a usable state key, else :class:`InvalidStateError`."""
+    try:
+        return validate_lease_text("key", key)
+    except InvalidLeaseError as exc:
+        raise InvalidStateError(str(exc).replace("a lease key", "a state key")) from None
+
+
+def validate_state_value(value: object) -> bytes:
+    """``value`` if it is storable, else :class:`InvalidStateError`."""
+    if not isinstance(value, bytes):
+        raise InvalidStateError(f"a state value must be bytes, got {type(value).__name__}")
+    if len(value) > MAX_STATE_VALUE:
+        raise InvalidStateError(
+            f"a state value must be at most {MAX_STATE_VALUE} bytes, got {len(value)}"
+        )
+    return value
+
+
+def validate_version(version: object) -> int | None:
+    """``version`` if it is None or a positive integer, else :class:`InvalidStateError`."""
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InvalidStateError(
+            f"a state version must be None or a positive integer, got {version!r}"
+        )
+    return version

@@ -1,0 +1,185 @@
+"""Contract tests of shared state: records with versions, changed by compare-and-set;
+one test or more for each sentence of
+:class:`~framework_m_core.ports.protocols.StateProtocol`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from ...errors import BrokerError, InvalidStateError
+from ...ports.capabilities import Capability
+from ...ports.protocols import BrokerProtocol
+from ...ports.state import MAX_STATE_VALUE
+from ..helpers import BrokerFactory, many
+from .base import ContractBase
+from .requirements import requires
+
+
+def _key() -> str:
+    return f"state-{uuid.uuid4().hex[:8]}"
+
+
+async def _increment(broker: BrokerProtocol, key: str) -> int:
+    """Add one to the counter under ``key`` by read, compare-and-set, retry; the number
+    of writes refused on the way."""
+    refused = 0
+    while True:
+        entry = await broker.read_state(key)
+        count = int(entry.value) if entry is not None else 0
+        version = entry.version if entry is not None else None
+        if await broker.write_state(key, b"%d" % (count + 1), version=version) is not None:
+            return refused
+        refused += 1
+
+
+class StateContract(ContractBase):
+    """Shared state: what was written is read back everywhere; stale writes change nothing."""
+
+    @requires(Capability.STATE)
+    async def test_a_key_without_a_record_reads_none_and_a_first_write_creates_it(
+        self, broker: BrokerProtocol
+    ) -> None:
+        key = _key()
+        assert await broker.read_state(key) is None
+        version = await broker.write_state(key, b"one", version=None)
+        assert isinstance(version, int)
+        assert not isinstance(version, bool)
+        assert version >= 1
+        entry = await broker.read_state(key)
+        assert entry is not None
+        assert (entry.value, entry.version) == (b"one", version)
+        assert await broker.read_state(key) == entry  # reading changed nothing
+
+    @requires(Capability.STATE)
+    async def test_a_write_with_the_current_version_replaces_and_gives_a_greater_one(
+        self, broker: BrokerProtocol
+    ) -> None:
+        key = _key()
+        versions = [await broker.write_state(key, b"v0", version=None)]
+        for i in range(1, 5):
+            last = versions[-1]
+            assert last is not None
+            versions.append(await broker.write_state(key, b"v%d" % i, version=last))
+            entry = await broker.read_state(key)
+            assert entry is not None
+            assert entry.value == b"v%d" % i
+            assert entry.version == versions[-1]
+        given = [v for v in versions if v is not None]
+        assert given == versions
+        assert given == sorted(set(given)), versions  # strictly increasing
+
+    @requires(Capability.STATE)
+    async def test_a_write_with_another_version_changes_nothing(
+        self, broker: BrokerProtocol
+    ) -> None:
+        key = _key()
+        assert await broker.write_state(key, b"x", version=1) is None  # no record yet
+        assert await broker.read_state(key) is None
+        first = await broker.write_state(key, b"first", version=None)
+        assert first is not None
+        assert await broker.write_state(key, b"again", version=None) is None  # exists now
+        second = await broker.write_state(key, b"second", version=first)
+        assert second is not None
+        for stale in (first, second + 1, second + 1000):
+            assert await broker.write_state(key, b"stale", version=stale) is None
+        entry = await broker.read_state(key)
+        assert entry is not None
+        assert (entry.value, entry.version) == (b"second", second)
+
+    @requires(Capability.STATE)
+    async def test_keys_are_independent(self, broker: BrokerProtocol) -> None:
+        one, two = _key(), _key()
+        v1 = await broker.write_state(one, b"one", version=None)
+        assert v1 is not None
+        assert await broker.read_state(two) is None
+        v2 = await broker.write_state(two, b"two", version=None)
+        assert v2 is not None
+        assert await broker.write_state(two, b"two'", version=v2) is not None
+        entry = await broker.read_state(one)
+        assert entry is not None
+        assert (entry.value, entry.version) == (b"one", v1)
+
+    @requires(Capability.STATE)
+    async def test_values_come_back_byte_for_byte(self, broker: BrokerProtocol) -> None:
+        for value in (b"", bytes(range(256)), b"\x00" * 7, b"\xff" * MAX_STATE_VALUE):
+            key = _key()
+            assert await broker.write_state(key, value, version=None) is not None
+            entry = await broker.read_state(key)
+            assert entry is not None
+            assert entry.value == value
+
+    @requires(Capability.STATE)
+    async def test_a_write_is_read_on_every_connection_once_it_returned(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        key = _key()
+        async with many(broker_factory, 3) as brokers:
+            version: int | None = None
+            for i in range(6):
+                writer, reader = brokers[i % 3], brokers[(i + 1) % 3]
+                version = await writer.write_state(key, b"w%d" % i, version=version)
+                assert version is not None
+                entry = await reader.read_state(key)
+                assert entry is not None
+                assert (entry.value, entry.version) == (b"w%d" % i, version)
+
+    @requires(Capability.STATE)
+    async def test_of_writes_with_one_version_at_once_exactly_one_succeeds(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        async with many(broker_factory, 4) as brokers:
+            for expect_absent in (True, False):
+                key = _key()
+                version = None
+                if not expect_absent:
+                    version = await brokers[0].write_state(key, b"base", version=None)
+                results = await asyncio.gather(
+                    *(
+                        brokers[i % 4].write_state(key, b"w%d" % i, version=version)
+                        for i in range(16)
+                    )
+                )
+                won = [i for i, v in enumerate(results) if v is not None]
+                assert len(won) == 1, results
+                entry = await brokers[3].read_state(key)
+                assert entry is not None
+                assert (entry.value, entry.version) == (b"w%d" % won[0], results[won[0]])
+
+    @requires(Capability.STATE)
+    async def test_read_modify_write_loses_no_update_across_connections(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        key = _key()
+        async with many(broker_factory, 4) as brokers:
+            refused = await asyncio.gather(*(_increment(brokers[i % 4], key) for i in range(24)))
+            entry = await brokers[0].read_state(key)
+        assert entry is not None, refused
+        assert entry.value == b"24", (entry, refused)
+
+    async def test_invalid_arguments_are_refused_before_sending(
+        self, broker: BrokerProtocol
+    ) -> None:
+        for key in ("", " k", "k\n", "x" * 201, None, 5):
+            with pytest.raises(InvalidStateError):
+                await broker.read_state(key)  # type: ignore[arg-type]
+            with pytest.raises(InvalidStateError):
+                await broker.write_state(key, b"v", version=None)  # type: ignore[arg-type]
+        for value in ("text", bytearray(b"v"), None, b"x" * (MAX_STATE_VALUE + 1)):
+            with pytest.raises(InvalidStateError):
+                await broker.write_state("k", value, version=None)  # type: ignore[arg-type]
+        for version in (0, -1, True, 1.0, "1"):
+            with pytest.raises(InvalidStateError):
+                await broker.write_state("k", b"v", version=version)  # type: ignore[arg-type]
+        if Capability.STATE in broker.capabilities:
+            assert await broker.read_state("k") is None  # nothing was written
+
+    async def test_a_broker_without_state_says_so(self, broker: BrokerProtocol) -> None:
+        if Capability.STATE in broker.capabilities:
+            pytest.skip("the adapter declares the 'state' capability")
+        with pytest.raises(BrokerError):
+            await broker.read_state("k")
+        with pytest.raises(BrokerError):
+            await broker.write_state("k", b"v", version=None)
