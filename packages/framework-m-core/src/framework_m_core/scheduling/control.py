@@ -1,0 +1,222 @@
+"""What operators change about a schedule at runtime, kept in the broker's shared state.
+
+One state record per scheduled job, under ``schedule:{job}``: whether it is paused
+(until when, why, since when), the latest slot known enqueued (it only moves
+forward) and the last trigger. Every change reads the record and writes it back by
+compare-and-set (:class:`~framework_m_core.ports.protocols.StateProtocol`), so
+replicas and operators changing one schedule at once never undo each other.
+
+A record read from the broker is validated like any other input: a field that is
+not what this module writes is ignored with a warning, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import BrokerError, ConfigurationError
+from ..ports.messages import JobMessage, validate_job_name
+from ..ports.protocols import BrokerProtocol
+
+log = logging.getLogger("framework_m.schedules")
+
+MAX_REASON = 200
+_ROUNDS = 50  # compare-and-set rounds before a change gives up
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A schedule's runtime state; the default is "running, nothing known"."""
+
+    paused: bool = False
+    paused_until: float | None = None  # unix seconds; None: until resumed
+    paused_at: float | None = None
+    reason: str | None = None
+    latest_slot: int | None = None  # the latest slot known enqueued
+    triggered_at: float | None = None  # the last trigger
+
+    def pauses(self, slot: float) -> bool:
+        """Whether a slot at ``slot`` (unix seconds) is held back by the pause."""
+        return self.paused and (self.paused_until is None or slot < self.paused_until)
+
+    def encode(self) -> bytes:
+        fields: dict[str, object] = {"version": 1, "paused": self.paused}
+        optional = {
+            "paused_until": self.paused_until,
+            "paused_at": self.paused_at,
+            "reason": self.reason,
+            "latest_slot": self.latest_slot,
+            "triggered_at": self.triggered_at,
+        }
+        fields.update({k: v for k, v in optional.items() if v is not None})
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def state_key(job_name: str) -> str:
+    return f"schedule:{job_name}"
+
+
+def decode_state(value: bytes, job_name: str = "?") -> ScheduleState:
+    """The state in ``value``; what is malformed is left at its default, with a warning."""
+    try:
+        raw = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        log.warning("%s: the stored schedule state is not JSON; using the default", job_name)
+        return ScheduleState()
+    if not isinstance(raw, dict):
+        log.warning("%s: the stored schedule state is not an object; using the default", job_name)
+        return ScheduleState()
+    out: dict[str, Any] = {}
+    bad: list[str] = []
+
+    def take(name: str, ok: Callable[[object], bool]) -> None:
+        if name in raw:
+            if ok(raw[name]):
+                out[name] = raw[name]
+            else:
+                bad.append(name)
+
+    take("paused", lambda v: isinstance(v, bool))
+    take("paused_until", _is_time)
+    take("paused_at", _is_time)
+    take("reason", lambda v: isinstance(v, str) and len(v) <= MAX_REASON)
+    take("latest_slot", lambda v: isinstance(v, int) and not isinstance(v, bool) and _is_time(v))
+    take("triggered_at", _is_time)
+    if bad:
+        log.warning("%s: ignoring malformed schedule state fields: %s", job_name, ", ".join(bad))
+    return ScheduleState(**out)
+
+
+def _is_time(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value < 1e11
+    )
+
+
+async def read(broker: BrokerProtocol, job_name: str) -> ScheduleState:
+    """The schedule's state as the broker holds it now (the default when none is kept)."""
+    entry = await broker.read_state(state_key(job_name))
+    return ScheduleState() if entry is None else decode_state(entry.value, job_name)
+
+
+async def change(
+    broker: BrokerProtocol, job_name: str, step: Callable[[ScheduleState], ScheduleState | None]
+) -> ScheduleState:
+    """Apply ``step`` (None: nothing to write) by compare-and-set until it lands; return
+    the state as written (or as found, when nothing was to be written)."""
+    key = state_key(job_name)
+    for _ in range(_ROUNDS):
+        entry = await broker.read_state(key)
+        state = ScheduleState() if entry is None else decode_state(entry.value, job_name)
+        new = step(state)
+        if new is None or (new == state and entry is not None):
+            return state
+        version = None if entry is None else entry.version
+        if await broker.write_state(key, new.encode(), version=version) is not None:
+            return new
+    raise BrokerError(f"the state of schedule {job_name!r} kept changing; try again")
+
+
+def check_reason(reason: object) -> str | None:
+    """``reason`` if it is None or a usable pause reason, else ConfigurationError."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str) or len(reason) > MAX_REASON or not reason.isprintable():
+        raise ConfigurationError(
+            f"a pause reason must be printable text of at most {MAX_REASON} characters"
+        )
+    return reason
+
+
+async def pause(
+    broker: BrokerProtocol,
+    job_name: str,
+    *,
+    until: float | None = None,
+    reason: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ScheduleState:
+    """Pause the schedule (until ``until``, unix seconds, or until resumed); every
+    replica enqueues none of its slots from its next tick on."""
+    validate_job_name(job_name)
+    reason = check_reason(reason)
+    now = clock()
+    if until is not None and (not _is_time(until) or until <= now):
+        raise ConfigurationError(f"a pause must end in the future, got until={until!r}")
+    state = await change(
+        broker,
+        job_name,
+        lambda s: replace(s, paused=True, paused_until=until, paused_at=now, reason=reason),
+    )
+    log.info(
+        "%s: paused%s%s",
+        job_name,
+        "" if until is None else f" until {until:.0f}",
+        "" if reason is None else f" ({reason})",
+    )
+    return state
+
+
+async def resume(broker: BrokerProtocol, job_name: str) -> ScheduleState:
+    """Lift the pause: every replica enqueues the schedule's slots from its next tick on."""
+    validate_job_name(job_name)
+    state = await change(
+        broker,
+        job_name,
+        lambda s: (
+            replace(s, paused=False, paused_until=None, paused_at=None, reason=None)
+            if s.paused
+            else None
+        ),
+    )
+    log.info("%s: resumed", job_name)
+    return state
+
+
+async def advance(broker: BrokerProtocol, job_name: str, slot: int) -> ScheduleState:
+    """Record ``slot`` as enqueued unless a later one is recorded already."""
+    return await change(
+        broker,
+        job_name,
+        lambda s: (
+            replace(s, latest_slot=slot) if s.latest_slot is None or slot > s.latest_slot else None
+        ),
+    )
+
+
+async def trigger(
+    broker: BrokerProtocol,
+    job_name: str,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> str:
+    """Enqueue one run of the schedule's job now, whatever its pause; return its job id.
+
+    The run's ``ctx.scheduled_at`` is the trigger's time; its deduplication id,
+    ``trigger:{job}:{random}``, never equals a tick's. The job's overlap policy and
+    limits apply to it as to any run.
+    """
+    validate_job_name(job_name)
+    now = clock()
+    message = JobMessage(
+        job_name=job_name,
+        kwargs=dict(kwargs or {}),
+        deduplication_id=f"trigger:{job_name}:{uuid.uuid4().hex}",
+        enqueued_at=now,
+        scheduled_at=math.floor(now),
+    )
+    result = await broker.publish(message)
+    await change(broker, job_name, lambda s: replace(s, triggered_at=now))
+    log.info("%s: triggered as job %s", job_name, result.job_id)
+    return result.job_id

@@ -1,0 +1,131 @@
+"""A schedule's runtime state: pause, resume, the latest slot and triggers, on memory://."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.errors import ConfigurationError, InvalidJobError
+from framework_m_core.ports import decode_message
+from framework_m_core.scheduling import control
+from framework_m_core.scheduling.control import ScheduleState, decode_state, state_key
+from framework_m_core.testing import receive_all
+
+pytestmark = pytest.mark.anyio
+NOW = 1_700_000_000.0
+
+
+async def test_a_schedule_nobody_changed_runs_and_knows_no_slot(memory: MemoryBroker) -> None:
+    state = await control.read(memory, "report")
+    assert state == ScheduleState()
+    assert not state.pauses(NOW)
+    assert await memory.read_state(state_key("report")) is None  # reading wrote nothing
+
+
+async def test_pause_holds_every_slot_until_resume(memory: MemoryBroker) -> None:
+    state = await control.pause(memory, "report", reason="incident 42", clock=lambda: NOW)
+    assert (state.paused, state.paused_until, state.reason) == (True, None, "incident 42")
+    assert state.paused_at == NOW
+    read = await control.read(memory, "report")
+    assert read == state
+    assert read.pauses(NOW + 10**6)
+    assert not (await control.read(memory, "other")).paused  # schedules are independent
+    resumed = await control.resume(memory, "report")
+    assert resumed == ScheduleState()
+    assert not (await control.read(memory, "report")).pauses(NOW)
+
+
+async def test_a_pause_until_a_time_holds_only_the_slots_before_it(memory: MemoryBroker) -> None:
+    await control.pause(memory, "report", until=NOW + 60, clock=lambda: NOW)
+    state = await control.read(memory, "report")
+    assert state.pauses(NOW + 59)
+    assert not state.pauses(NOW + 60)
+
+
+@pytest.mark.parametrize("until", [NOW, NOW - 1, float("nan"), float("inf")])
+async def test_a_pause_that_would_end_in_the_past_is_refused(
+    memory: MemoryBroker, until: float
+) -> None:
+    with pytest.raises(ConfigurationError, match="future"):
+        await control.pause(memory, "report", until=until, clock=lambda: NOW)
+    assert await memory.read_state(state_key("report")) is None
+
+
+@pytest.mark.parametrize("reason", ["x" * 201, "two\nlines", 5])
+async def test_a_bad_reason_is_refused(memory: MemoryBroker, reason: object) -> None:
+    with pytest.raises(ConfigurationError, match="reason"):
+        await control.pause(memory, "report", reason=reason)  # type: ignore[arg-type]
+
+
+async def test_a_bad_job_name_is_refused(memory: MemoryBroker) -> None:
+    with pytest.raises(InvalidJobError):
+        await control.pause(memory, "")
+
+
+async def test_the_latest_slot_only_moves_forward(memory: MemoryBroker) -> None:
+    assert (await control.advance(memory, "report", 100)).latest_slot == 100
+    assert (await control.advance(memory, "report", 90)).latest_slot == 100
+    assert (await control.advance(memory, "report", 110)).latest_slot == 110
+    await control.pause(memory, "report")  # a pause keeps the slot
+    assert (await control.read(memory, "report")).latest_slot == 110
+    await control.resume(memory, "report")
+    assert (await control.read(memory, "report")).latest_slot == 110
+
+
+async def test_changes_at_once_keep_each_other(memory: MemoryBroker) -> None:
+    await asyncio.gather(
+        *(control.advance(memory, "report", slot) for slot in (5, 3, 9, 7, 1)),
+        control.pause(memory, "report", reason="r"),
+    )
+    state = await control.read(memory, "report")
+    assert (state.latest_slot, state.paused, state.reason) == (9, True, "r")
+
+
+async def test_trigger_enqueues_one_run_now_with_a_dedup_id_of_its_own(
+    memory: MemoryBroker,
+) -> None:
+    await control.pause(memory, "report")
+    first = await control.trigger(memory, "report", {"day": 1}, clock=lambda: NOW + 0.5)
+    second = await control.trigger(memory, "report", clock=lambda: NOW + 0.5)
+    assert first != second  # two triggers are two runs
+    bodies = [decode_message(d.body) for d in await receive_all(memory)]
+    assert [(m.kwargs, m.scheduled_at) for m in bodies] == [({"day": 1}, NOW), ({}, NOW)]
+    ids = [m.deduplication_id for m in bodies]
+    assert all(i is not None and i.startswith("trigger:report:") for i in ids)
+    state = await control.read(memory, "report")
+    assert state.triggered_at == NOW + 0.5
+    assert state.paused  # a trigger leaves the pause as it was
+
+
+async def test_a_trigger_with_kwargs_that_are_not_json_sends_nothing(
+    memory: MemoryBroker,
+) -> None:
+    with pytest.raises(InvalidJobError):
+        await control.trigger(memory, "report", {"when": object()})
+    assert await receive_all(memory) == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"paused": "yes", "latest_slot": 1.5, "reason": 7, "paused_until": -1}',
+        b'{"latest_slot": true, "paused_at": 1e400}',
+    ],
+)
+def test_a_malformed_record_is_read_as_the_default_with_a_warning(
+    value: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="framework_m"):
+        assert decode_state(value, "report") == ScheduleState()
+    assert any("report" in r.getMessage() for r in caplog.records)
+
+
+def test_a_record_round_trips() -> None:
+    state = ScheduleState(True, NOW + 5, NOW, "why", 1_699_999_990, NOW - 1)
+    assert decode_state(state.encode()) == state
+    assert decode_state(ScheduleState().encode()) == ScheduleState()
