@@ -921,4 +921,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_write_with_another_version_changes_nothing",
         "test_read_modify_write_loses_no_update",
     ),
+    # -- schedule state in the ticker (core, run on memory://) ---------------------------
+    m(
+        "core-ticker-ignores-pause",
+        "memory",
+        "a paused schedule enqueues none of its slots",
+        f"{CORE}/scheduling/ticker.py",
+        "if self._stateful and await self._paused(spec, slot):",
+        "if False:",
+        "test_tickers_enqueue_nothing_of_a_paused_schedule",
+    ),
+    m(
+        "core-ticker-records-nothing",
+        "memory",
+        "the latest slot enqueued is recorded",
+        f"{CORE}/scheduling/ticker.py",
+        "            if self._stateful:\n                await self._record(spec, slot)\n",
+        "",
+        "test_tickers_enqueue_nothing_of_a_paused_schedule",
+    ),
 )

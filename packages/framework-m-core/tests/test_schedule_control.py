@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
+from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
 from framework_m_core.scheduling import control
 from framework_m_core.scheduling.control import ScheduleState, decode_state, state_key
-from framework_m_core.testing import receive_all
+from framework_m_core.testing import receive_all, wait_until
 
 pytestmark = pytest.mark.anyio
 NOW = 1_700_000_000.0
@@ -115,6 +117,7 @@ async def test_a_trigger_with_kwargs_that_are_not_json_sends_nothing(
         b"[1, 2]",
         b'{"paused": "yes", "latest_slot": 1.5, "reason": 7, "paused_until": -1}',
         b'{"latest_slot": true, "paused_at": 1e400}',
+        b'{"reason": "two\\nlines"}',
     ],
 )
 def test_a_malformed_record_is_read_as_the_default_with_a_warning(
@@ -129,3 +132,66 @@ def test_a_record_round_trips() -> None:
     state = ScheduleState(True, NOW + 5, NOW, "why", 1_699_999_990, NOW - 1)
     assert decode_state(state.encode()) == state
     assert decode_state(ScheduleState().encode()) == ScheduleState()
+
+
+# -- the ticker obeys them --------------------------------------------------------------
+
+
+def _every_second() -> App:
+    app = App()
+
+    @app.job(every=1)
+    async def beat(ctx: JobContext) -> None: ...
+
+    return app
+
+
+async def _slots(broker: MemoryBroker) -> list[int]:
+    out = []
+    for d in await receive_all(broker, quiet=0.2):
+        slot = decode_message(d.body).scheduled_at
+        assert slot is not None
+        out.append(slot)
+    return out
+
+
+async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
+    memory: MemoryBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    await control.pause(memory, "beat", reason="maintenance")
+    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    task = asyncio.create_task(ticker.run())
+    with caplog.at_level(logging.INFO, logger="framework_m"):
+        await wait_until(lambda: ticker.stats.paused >= 3, timeout=10)
+        assert ticker.stats.published == 0
+        assert await _slots(memory) == []
+        resumed = time.time()
+        await control.resume(memory, "beat")
+        await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
+    ticker.stop()
+    await task
+    slots = await _slots(memory)
+    assert slots, slots
+    assert all(s >= int(resumed) - 2 for s in slots), (slots, resumed)  # late by grace at most
+    assert len(set(slots)) == len(slots)
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "framework_m.ticker" and r.levelno >= logging.INFO
+    ]
+    assert sum("paused (maintenance)" in line for line in lines) == 1, lines  # logged once
+    assert any("not paused any more" in line for line in lines)
+    state = await control.read(memory, "beat")
+    assert state.latest_slot == max(slots)
+
+
+async def test_the_ticker_records_each_slot_it_enqueues_as_the_latest(
+    memory: MemoryBroker,
+) -> None:
+    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    task = asyncio.create_task(ticker.run())
+    await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
+    ticker.stop()
+    await task
+    slots = await _slots(memory)
+    assert (await control.read(memory, "beat")).latest_slot == max(slots)

@@ -157,7 +157,7 @@ class _Collector:
         ticks = CounterMetricFamily(
             "framework_m_ticks",
             "Slots by what became of them on this replica: enqueued (first), duplicate "
-            "(already enqueued), skipped, failed, clock_held",
+            "(already enqueued), skipped, failed, clock_held, paused",
             labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.ticks.items()):

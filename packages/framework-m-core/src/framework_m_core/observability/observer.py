@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-TickOutcome = Literal["enqueued", "duplicate", "skipped", "failed", "clock_held"]
+TickOutcome = Literal["enqueued", "duplicate", "skipped", "failed", "clock_held", "paused"]
 JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired", "skipped"]
-BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease"]
+BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state"]
 UNKNOWN_JOB = "unknown"
 
 

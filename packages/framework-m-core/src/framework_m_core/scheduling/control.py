@@ -86,7 +86,7 @@ def decode_state(value: bytes, job_name: str = "?") -> ScheduleState:
     take("paused", lambda v: isinstance(v, bool))
     take("paused_until", _is_time)
     take("paused_at", _is_time)
-    take("reason", lambda v: isinstance(v, str) and len(v) <= MAX_REASON)
+    take("reason", lambda v: isinstance(v, str) and len(v) <= MAX_REASON and v.isprintable())
     take("latest_slot", lambda v: isinstance(v, int) and not isinstance(v, bool) and _is_time(v))
     take("triggered_at", _is_time)
     if bad:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from ..errors import ConfigurationError, InvalidJobError
 from ..jobs import JobSpec
 from ..observability.observer import Observer
+from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
+from . import control
 from .clocks import CHECK_EVERY, ClockCheck
 from .schedules import Every, Schedule, slot_datetime
 
@@ -62,6 +64,7 @@ class TickerStats:
     skipped: int = 0  # slots older than grace or superseded, never published
     failed: int = 0  # slots that could not be published within grace
     clock_held: int = 0  # slots not published while this clock was off the broker's
+    paused: int = 0  # slots not published because their schedule is paused
 
 
 class InProcessTickerAdapter:
@@ -95,6 +98,9 @@ class InProcessTickerAdapter:
         self._publishing: set[asyncio.Task[None]] = set()
         self._measuring: asyncio.Task[None] | None = None  # a clock check in progress
         self._latest: dict[str, int] = {}  # per job: the latest slot fired
+        # Brokers with shared state keep each schedule's pause and latest slot.
+        self._stateful = Capability.STATE in broker.capabilities
+        self._paused_jobs: set[str] = set()  # jobs whose last slot looked at was paused
         self.stats = TickerStats()
         self.observer = observer or Observer()
         self.clock_check: ClockCheck | None = None  # set when run() starts
@@ -148,8 +154,8 @@ class InProcessTickerAdapter:
         finally:
             s = self.stats
             log.info(
-                "ticker stopped: %d published, %d duplicates, %d skipped, %d failed",
-                *(s.published, s.duplicates, s.skipped, s.failed),
+                "ticker stopped: %d published, %d duplicates, %d skipped, %d failed, %d paused",
+                *(s.published, s.duplicates, s.skipped, s.failed, s.paused),
             )
         if failure is not None:
             raise failure
@@ -273,6 +279,8 @@ class InProcessTickerAdapter:
     async def _publish(self, spec: JobSpec, slot: int) -> None:
         """Publish ``slot`` until it is stored, each attempt bounded by the grace left;
         between attempts, a later slot of the job supersedes it."""
+        if self._stateful and await self._paused(spec, slot):
+            return
         delay = 0.1
         while True:
             error = await self._attempt(spec, slot)
@@ -294,6 +302,55 @@ class InProcessTickerAdapter:
                 self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
                 return
             delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+
+    async def _paused(self, spec: JobSpec, slot: int) -> bool:
+        """Whether ``spec``'s schedule is paused at ``slot`` (counted and logged); a state
+        that cannot be read in time pauses nothing."""
+        try:
+            async with asyncio.timeout(max(0.0, self._grace_left(slot))):
+                state = await control.read(self._broker, spec.name)
+        except Exception as exc:
+            self.observer.broker_error("state")
+            log.warning(
+                "%s: could not read whether slot %s is paused (%s); enqueuing it",
+                spec.name,
+                slot,
+                exc or type(exc).__name__,
+            )
+            return False
+        if not state.pauses(slot):
+            if spec.name in self._paused_jobs:
+                self._paused_jobs.discard(spec.name)
+                log.info(
+                    "%s: not paused any more; slot %s is enqueued",
+                    spec.name,
+                    slot_datetime(slot).isoformat(),
+                )
+            return False
+        self.stats.paused += 1
+        self.observer.tick(spec.name, "paused", slot)
+        first = spec.name not in self._paused_jobs
+        self._paused_jobs.add(spec.name)
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "%s: paused%s%s; slot %s is not enqueued",
+            spec.name,
+            ""
+            if state.paused_until is None
+            else f" until {slot_datetime(int(state.paused_until)).isoformat()}",
+            "" if state.reason is None else f" ({state.reason})",
+            slot_datetime(slot).isoformat(),
+        )
+        return True
+
+    async def _record(self, spec: JobSpec, slot: int) -> None:
+        """Record ``slot`` as the schedule's latest enqueued one (for catch-up and for
+        ``m schedules``); a failure costs only the record, logged."""
+        try:
+            await control.advance(self._broker, spec.name, slot)
+        except Exception as exc:
+            self.observer.broker_error("state")
+            log.warning("%s: could not record slot %s as enqueued: %s", spec.name, slot, exc)
 
     async def _attempt(self, spec: JobSpec, slot: int) -> Exception | None:
         """Publish ``slot`` once; the broker's error to retry on, else None (stored, a
@@ -325,6 +382,8 @@ class InProcessTickerAdapter:
             log.debug(
                 "%s: enqueued slot %s as job %s", spec.name, message.deduplication_id, result.job_id
             )
+            if self._stateful:
+                await self._record(spec, slot)
         return None
 
     def _failed(self, spec: JobSpec, slot: int, reason: object) -> None:

@@ -14,6 +14,7 @@ from ...ports.capabilities import Capability
 from ...ports.messages import JobMessage, decode_message
 from ...ports.protocols import BrokerProtocol
 from ...runtime.worker import Worker
+from ...scheduling import control
 from ...scheduling.ticker import InProcessTickerAdapter
 from ..helpers import (
     PROMPT,
@@ -260,3 +261,37 @@ class WorkerContract(ContractBase):
         assert len(slots) == len(set(slots)), f"a slot was enqueued twice: {sorted(slots)}"
         assert sum(t.stats.published for t in tickers) == len(slots)
         assert sum(t.stats.duplicates for t in tickers) >= len(slots) - 1
+
+    @requires(Capability.STATE)
+    async def test_tickers_enqueue_nothing_of_a_paused_schedule_then_each_slot_once(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        app = App()
+
+        @app.job(every=1)
+        async def beat(ctx: JobContext) -> None: ...
+
+        grace = max(0.0, min(0.5, broker.dedup_window / 4))
+        await control.pause(broker, "beat", reason="contract")
+        async with many(broker_factory, 3) as brokers:
+            tickers = [
+                InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
+                for b in brokers
+            ]
+            tasks = [asyncio.create_task(t.run()) for t in tickers]
+            await wait_until(lambda: all(t.stats.paused >= 2 for t in tickers), timeout=15)
+            assert sum(t.stats.published + t.stats.duplicates for t in tickers) == 0
+            assert await receive_all(broker, quiet=0.3) == []
+            resumed = time.time()
+            await control.resume(brokers[1], "beat")
+            await wait_until(lambda: sum(t.stats.published for t in tickers) >= 3, timeout=15)
+            for t in tickers:
+                t.stop()
+            await asyncio.gather(*tasks)
+        slots = sorted(decode_message(d.body).scheduled_at or 0 for d in await receive_all(broker))
+        assert len(slots) == len(set(slots)), f"a slot was enqueued twice: {slots}"
+        assert slots == list(range(slots[0], slots[-1] + 1)), f"a slot was left out: {slots}"
+        assert slots[0] >= int(resumed) - grace - 1, (slots, resumed)
+        state = await control.read(broker, "beat")
+        assert not state.paused
+        assert state.latest_slot == slots[-1]
