@@ -36,6 +36,7 @@ from ..runtime.worker import (
     JOB_THREAD_PREFIX,
     Worker,
 )
+from ..scheduling import control
 from ..scheduling.schedules import Cron
 from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
 from . import inspection
@@ -206,6 +207,27 @@ def _parser() -> argparse.ArgumentParser:
         help="also show which schedules are running now, and where (a shared broker with "
         "leases; env M_BROKER_URL)",
     )
+    steer = s.add_subparsers(dest="action", metavar="{pause,resume,trigger}")
+    sp = steer.add_parser("pause", help="enqueue no slot of JOB, on every replica, until resumed")
+    sp.add_argument("job", help="the scheduled job")
+    sp.add_argument("--until", type=_until, default=None, help="resume by itself at this ISO time")
+    sp.add_argument("--reason", default=None, help="why, shown in logs and the listing")
+    sr = steer.add_parser("resume", help="enqueue JOB's slots again from the next tick")
+    sr.add_argument("job", help="the scheduled job")
+    st = steer.add_parser("trigger", help="run JOB once now, across the whole fleet")
+    st.add_argument("job", help="the scheduled job")
+    st.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
+    for p in (sp, sr, st):
+        p.add_argument(
+            "--broker",
+            default=os.environ.get("M_BROKER_URL"),
+            help="URL of the shared broker (env M_BROKER_URL)",
+        )
+        p.add_argument(
+            "--app",
+            default=os.environ.get("M_APP"),
+            help="check JOB against this App (env M_APP)",
+        )
 
     e = sub.add_parser("enqueue", help="enqueue one job")
     broker_arg(e, shared=True)
@@ -471,6 +493,8 @@ def _signals_stop(worker: Worker) -> Iterator[None]:
 
 
 def _schedules(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None):
+        return asyncio.run(_steer(args))
     app = load_app(args.app or "")
     _configure_logging(args)
     now = time.time()
@@ -492,6 +516,53 @@ def _schedules(args: argparse.Namespace) -> int:
             utc = datetime.fromtimestamp(slot, UTC).isoformat()
             print(f"  {utc}{local}  {tick_deduplication_id(spec.name, int(slot))}")
     return 0
+
+
+def _until(text: str) -> float:
+    """``--until``: an ISO 8601 time with its offset (or Z), in the future."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 time: {text!r} (e.g. 2026-12-24T18:00+01:00)"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time's offset or Z: {text!r}")
+    return when.timestamp()
+
+
+async def _steer(args: argparse.Namespace) -> int:
+    """``m schedules pause|resume|trigger JOB``."""
+    _configure_logging(args)
+    kwargs = _kwargs_of(args.kwargs) if args.action == "trigger" else {}
+    if args.app:
+        app = load_app(args.app)
+        if args.job not in {spec.name for spec in app.scheduled()}:
+            known = ", ".join(sorted(spec.name for spec in app.scheduled())) or "none"
+            raise ConfigurationError(f"{args.job!r} is no scheduled job of {args.app} ({known})")
+        if args.action == "trigger":
+            _check_job(app, args.app, args.job, kwargs)
+    broker = _shared_broker(args.broker, f"m schedules {args.action}")
+    if Capability.STATE not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} keeps no shared state: schedules cannot be steered there"
+        )
+    async with connected(broker):
+        if args.action == "pause":
+            state = await control.pause(broker, args.job, until=args.until, reason=args.reason)
+            until = "" if state.paused_until is None else f" until {_iso(state.paused_until)}"
+            print(f"{args.job}: paused{until}; no replica enqueues its slots from its next tick")
+        elif args.action == "resume":
+            await control.resume(broker, args.job)
+            print(f"{args.job}: resumed; its slots are enqueued from the next tick")
+        else:
+            job_id = await control.trigger(broker, args.job, kwargs)
+            print(f"{args.job}: triggered as job {job_id}")
+    return 0
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
 
 
 async def _running(url: str, specs: list[JobSpec]) -> dict[str, list[str]]:
