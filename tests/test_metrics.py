@@ -33,11 +33,30 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 
 
 def late_in_a_second() -> float:
-    """Wait until 0.75 s past a whole second (a slot's publish is done, the next's not
-    begun); return that second."""
+    """Wait until 0.75 s past a whole second (a slot's publish is usually done, the
+    next's not begun); return that second."""
     while not 0.75 <= time.time() % 1 < 0.95:
         time.sleep(0.01)
     return float(int(time.time()))
+
+
+LAST_SLOT = ("framework_m_tick_last_slot_timestamp_seconds", 'job="record"')
+
+
+def settled(
+    ports: list[int], timeout: float = 30.0
+) -> tuple[float, list[dict[tuple[str, str], float]]]:
+    """Scrapes of every replica taken within one second, once each of them has counted
+    that second's slot (a loaded broker may take longer than the second's first 0.75 s to
+    answer a publish); return the second and the scrapes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        second = late_in_a_second()
+        samples = [scrape(p) for p in ports]
+        same_second = int(time.time()) == second
+        if same_second and all(s.get(LAST_SLOT) == second for s in samples):
+            return second, samples
+        assert time.monotonic() < deadline, "the replicas never counted one second's slot"
 
 
 def ticks(sample: dict[tuple[str, str], float], outcome: str) -> float:
@@ -73,7 +92,7 @@ def test_three_replicas_count_each_slot_once_between_two_scrapes(
         for a, b in zip(first, last, strict=True):  # each replica met every slot once
             seen = ticks(b, "enqueued") + ticks(b, "duplicate")
             assert seen - ticks(a, "enqueued") - ticks(a, "duplicate") == slots
-            assert b[("framework_m_tick_last_slot_timestamp_seconds", 'job="record"')] == last_at
+            assert b[LAST_SLOT] == last_at
             assert ticks(b, "failed") == ticks(b, "skipped") == 0
             assert b[("framework_m_broker_connected", "")] == 1
             depth = {
