@@ -10,6 +10,7 @@ import pytest
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.observability.metrics import Metrics
+from framework_m_core.scheduling import control
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -137,3 +138,25 @@ async def test_metrics_without_prometheus_client_say_which_package_to_install() 
     assert answer.startswith(b"HTTP/1.1 404")
     assert answer.endswith(b"no metrics: pip install prometheus-client")
     assert b"framework-m-core[" not in answer  # the index's framework-m-core is another's
+
+
+async def test_triggered_runs_are_counted_once_each_whatever_their_attempts(
+    memory: MemoryBroker,
+) -> None:
+    app, metrics = App(backoff=0.01), Metrics(concurrency=1)
+    attempts: list[int] = []
+
+    @app.job(every=3600, max_attempts=2)
+    async def report(ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    await control.trigger(memory, "report")
+    await memory.enqueue("report")  # not a trigger
+    async with running_worker(app, memory, observer=metrics) as worker:
+        await wait_until(lambda: worker.stats.succeeded == 2)
+    text = metrics.exposition().decode()
+    assert sorted(attempts) == [1, 1, 2, 2]
+    assert value(text, 'framework_m_jobs_triggered_total{job="report"}') == 1
+    assert value(text, 'framework_m_jobs_started_total{job="report"}') == 4

@@ -14,7 +14,7 @@ from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
 from framework_m_core.scheduling import control
 from framework_m_core.scheduling.control import ScheduleState, decode_state, state_key
-from framework_m_core.testing import receive_all, wait_until
+from framework_m_core.testing import receive_all, received_slots, wait_until
 
 pytestmark = pytest.mark.anyio
 NOW = 1_700_000_000.0
@@ -35,8 +35,8 @@ async def test_pause_holds_every_slot_until_resume(memory: MemoryBroker) -> None
     assert read == state
     assert read.pauses(NOW + 10**6)
     assert not (await control.read(memory, "other")).paused  # schedules are independent
-    resumed = await control.resume(memory, "report")
-    assert resumed == ScheduleState()
+    resumed = await control.resume(memory, "report", clock=lambda: NOW + 5)
+    assert resumed == ScheduleState(resumed_at=NOW + 5)
     assert not (await control.read(memory, "report")).pauses(NOW)
 
 
@@ -146,15 +146,6 @@ def _every_second() -> App:
     return app
 
 
-async def _slots(broker: MemoryBroker) -> list[int]:
-    out = []
-    for d in await receive_all(broker, quiet=0.2):
-        slot = decode_message(d.body).scheduled_at
-        assert slot is not None
-        out.append(slot)
-    return out
-
-
 async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
     memory: MemoryBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -164,13 +155,13 @@ async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
     with caplog.at_level(logging.INFO, logger="framework_m"):
         await wait_until(lambda: ticker.stats.paused >= 3, timeout=10)
         assert ticker.stats.published == 0
-        assert await _slots(memory) == []
+        assert await received_slots(memory) == []
         resumed = time.time()
         await control.resume(memory, "beat")
         await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
     ticker.stop()
     await task
-    slots = await _slots(memory)
+    slots = await received_slots(memory)
     assert slots, slots
     assert all(s >= int(resumed) - 2 for s in slots), (slots, resumed)  # late by grace at most
     assert len(set(slots)) == len(slots)
@@ -193,5 +184,5 @@ async def test_the_ticker_records_each_slot_it_enqueues_as_the_latest(
     await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
     ticker.stop()
     await task
-    slots = await _slots(memory)
+    slots = await received_slots(memory)
     assert (await control.read(memory, "beat")).latest_slot == max(slots)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -15,15 +16,23 @@ from framework_m_core import (
     ConfigurationError,
     InProcessTickerAdapter,
     JobContext,
+    JobDefinitionError,
     JobMessage,
     PublishResult,
     decode_message,
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
-from framework_m_core.scheduling import clocks
+from framework_m_core.ports import Capability
+from framework_m_core.scheduling import clocks, control
 from framework_m_core.scheduling import ticker as ticker_module
 from framework_m_core.scheduling.ticker import check_grace, default_grace
-from framework_m_core.testing import receive_all, synced, ticks_between, wait_until
+from framework_m_core.testing import (
+    receive_all,
+    received_slots,
+    synced,
+    ticks_between,
+    wait_until,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -43,15 +52,6 @@ def shifted_clock(broker: MemoryBroker, target: float) -> Callable[[], float]:
     offset = target - time.time()
     broker.clock = lambda: time.time() + offset
     return broker.clock
-
-
-async def slots_on(broker: MemoryBroker) -> list[int]:
-    out = []
-    for d in await receive_all(broker, quiet=0.2):
-        slot = decode_message(d.body).scheduled_at
-        assert slot is not None
-        out.append(slot)
-    return out
 
 
 class TestGraceCheck:
@@ -76,7 +76,7 @@ class TestGraceCheck:
             ticker.check()
         with pytest.raises(ConfigurationError):
             await ticker.run()
-        assert await slots_on(broker) == []
+        assert await received_slots(broker) == []
 
 
 class TestStartup:
@@ -93,7 +93,7 @@ class TestStartup:
         await wait_until(lambda: ticker.stats.published == 1)
         ticker.stop()
         await task
-        assert await slots_on(memory) == [boundary + 25]
+        assert await received_slots(memory) == [boundary + 25]
 
     async def test_fires_nothing_when_the_last_slot_is_older_than_grace(
         self, memory: MemoryBroker
@@ -109,7 +109,7 @@ class TestStartup:
         await asyncio.sleep(0.3)  # the ticker decides at start; give it the chance to misbehave
         ticker.stop()
         await task
-        assert await slots_on(memory) == []
+        assert await received_slots(memory) == []
         assert ticker.stats.published == 0
 
 
@@ -121,7 +121,7 @@ class TestRunning:
         await wait_until(lambda: ticker.stats.published >= 4, timeout=8)
         ticker.stop()
         await task
-        slots = await slots_on(memory)
+        slots = await received_slots(memory)
         assert slots == list(range(slots[0], slots[0] + len(slots)))
         assert slots[0] >= int(started) - 2
         for d in await memory.dead_letters():
@@ -195,7 +195,7 @@ class TestRunning:
         ticker.stop()
         await task
         assert 90 <= ticker.stats.skipped <= 100
-        slots = await slots_on(memory)
+        slots = await received_slots(memory)
         assert len(slots) == len(set(slots))
         newest = max(slots)
         assert all(s <= newest - 97 or s > newest - 4 for s in slots)
@@ -221,7 +221,7 @@ class TestRunning:
         await task
         assert failures == 0
         assert ticker.stats.failed == 0
-        assert len(await slots_on(broker)) == 1
+        assert len(await received_slots(broker)) == 1
 
     async def test_a_slot_that_cannot_be_published_in_grace_is_reported(
         self, queue_name: str, caplog: pytest.LogCaptureFixture
@@ -248,7 +248,7 @@ class TestRunning:
         count = ticker.stats.published
         await asyncio.sleep(1.2)  # a slot boundary passes
         assert ticker.stats.published == count
-        assert len(await slots_on(memory)) == count
+        assert len(await received_slots(memory)) == count
 
 
 class TestFaults:
@@ -272,7 +272,7 @@ class TestFaults:
         back = time.time()
         ticker.stop()
         await task
-        slots = await slots_on(broker)
+        slots = await received_slots(broker)
         assert ticker.stats.failed == 0
         # The outage's slots gave way to the latest: no burst of old slots when it ended.
         assert all(s >= back - 2.5 for s in slots), (slots, back)
@@ -337,7 +337,7 @@ class TestClockCheck:
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.clock_held >= 3)
         assert ticker.stats.published == 0
-        assert await slots_on(memory) == []
+        assert await received_slots(memory) == []
         limit = (memory.dedup_window - 2) / 2
         assert (
             f"this clock is 200.0s ahead of the broker's, more than the {limit:g}s" in caplog.text
@@ -374,3 +374,190 @@ async def test_a_ticker_started_between_slots_fires_each_later_slot_once() -> No
     assert [t.deduplication_id for t in ticks] == [
         f"tick:tick:{int(t.slot.timestamp())}" for t in ticks
     ]
+
+
+def app_catching_up(seconds: int, window: float, catchup: str = "latest") -> App:
+    app = App()
+
+    @app.job(every=seconds, catchup_window=window, catchup=catchup)  # type: ignore[arg-type]
+    async def tick(ctx: JobContext) -> None: ...
+
+    return app
+
+
+async def record(broker: MemoryBroker, **fields: object) -> None:
+    await control.change(broker, "tick", lambda s: dataclasses.replace(s, **fields))  # type: ignore[arg-type]
+
+
+async def run_until_settled(ticker: InProcessTickerAdapter, done: Callable[[], bool]) -> None:
+    task = asyncio.create_task(ticker.run())
+    await wait_until(done, timeout=10)
+    ticker.stop()
+    await task
+
+
+class TestCatchUp:
+    """A slot no replica enqueued in time, inside ``catchup_window``, is enqueued late once."""
+
+    @staticmethod
+    def boundary() -> int:
+        return (int(time.time()) // 600 + 5) * 600
+
+    async def test_the_first_replica_back_enqueues_the_latest_missed_slot_once(
+        self, queue_name: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        broker = await synced(MemoryBroker(MemorySettings(queue_name, dedup_window=3)))
+        b = self.boundary()
+        await record(broker, latest_slot=b - 50)
+        jobs = app_catching_up(10, 600).jobs.values()
+        first = InProcessTickerAdapter(
+            jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 5)
+        )
+        with caplog.at_level(logging.INFO, logger="framework_m"):
+            await run_until_settled(first, lambda: first.stats.caught_up == 1)
+        assert await received_slots(broker) == [b]  # the latest missed slot, not the 4 before
+        assert first.stats.skipped == 4  # superseded by it, and said so
+        assert "superseded by missed slot" in caplog.text
+        assert (await control.read(broker, "tick")).latest_slot == b
+        # Past the dedup window (3 s) and before the next slot: the record says it is done.
+        second = InProcessTickerAdapter(
+            jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 9)
+        )
+        task = asyncio.create_task(second.run())
+        await wait_until(lambda: "no missed slot" in caplog.text or second.stats.caught_up > 0)
+        await asyncio.sleep(0.3)  # a wrong catch-up would publish now
+        second.stop()
+        await task
+        assert second.stats.caught_up == second.stats.published == 0
+        assert await received_slots(broker) == []
+
+    async def test_all_enqueues_each_missed_slot_oldest_first_then_the_due_one(
+        self, memory: MemoryBroker
+    ) -> None:
+        b = self.boundary()
+        await record(memory, latest_slot=b - 40)
+        ticker = InProcessTickerAdapter(
+            app_catching_up(10, 600, "all").jobs.values(),
+            memory,
+            grace=2,
+            clock=shifted_clock(memory, b + 0.5),
+        )
+        await run_until_settled(ticker, lambda: ticker.stats.published == 1)
+        assert await received_slots(memory) == [b - 30, b - 20, b - 10, b]
+        assert ticker.stats.caught_up == 3
+        assert (await control.read(memory, "tick")).latest_slot == b
+
+    async def test_latest_gives_way_to_a_due_slot(self, memory: MemoryBroker) -> None:
+        b = self.boundary()
+        await record(memory, latest_slot=b - 40)
+        ticker = InProcessTickerAdapter(
+            app_catching_up(10, 600).jobs.values(),
+            memory,
+            grace=2,
+            clock=shifted_clock(memory, b + 0.5),
+        )
+        await run_until_settled(ticker, lambda: ticker.stats.published == 1)
+        assert await received_slots(memory) == [b]
+        assert ticker.stats.caught_up == 0
+
+    async def test_only_the_window_the_record_and_the_pause_bound_what_runs_late(
+        self, memory: MemoryBroker
+    ) -> None:
+        b = self.boundary()
+        jobs = app_catching_up(10, 45, "all").jobs.values()
+        await record(memory, latest_slot=b - 100)
+        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 5))
+        await run_until_settled(ticker, lambda: ticker.stats.caught_up == 4)
+        assert await received_slots(memory) == [b - 30, b - 20, b - 10, b]  # > now - 45 s
+        # A pause (ended at b + 25) and a resume (at b + 78) hold their slots back for good.
+        await record(memory, latest_slot=b, paused=True, paused_until=b + 25)
+        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 45))
+        await run_until_settled(ticker, lambda: ticker.stats.caught_up == 2)
+        assert await received_slots(memory) == [b + 30, b + 40]
+        await record(memory, latest_slot=b + 40, paused=False, paused_until=None, resumed_at=b + 78)
+        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 105))
+        await run_until_settled(ticker, lambda: ticker.stats.caught_up == 3)
+        assert await received_slots(memory) == [b + 80, b + 90, b + 100]
+
+    async def test_a_new_schedule_catches_up_nothing(self, memory: MemoryBroker) -> None:
+        b = self.boundary()
+        ticker = InProcessTickerAdapter(
+            app_catching_up(10, 600).jobs.values(),
+            memory,
+            grace=1,
+            clock=shifted_clock(memory, b + 8.5),
+        )
+        await run_until_settled(ticker, lambda: ticker.stats.published == 1)  # slot b + 10
+        assert await received_slots(memory) == [b + 10]
+        assert ticker.stats.caught_up == 0
+
+    async def test_a_slot_the_broker_refused_past_grace_is_enqueued_when_it_is_back(
+        self, queue_name: str
+    ) -> None:
+        down = True
+
+        class Outage(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                if down:
+                    raise BrokerError("connection refused")
+                return await super()._publish(message, body)
+
+        broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        b = self.boundary()
+        ticker = InProcessTickerAdapter(
+            app_catching_up(60, 600).jobs.values(),
+            broker,
+            grace=1,
+            clock=shifted_clock(broker, b - 0.3),
+        )
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker._clock() > b + 1.5, timeout=5)  # slot b is past grace
+        assert ticker.stats.failed == 0
+        down = False
+        await wait_until(lambda: ticker.stats.caught_up == 1, timeout=5)
+        ticker.stop()
+        await task
+        assert await received_slots(broker) == [b]
+        assert (await control.read(broker, "tick")).latest_slot == b
+
+    async def test_a_broker_without_shared_state_is_refused(self, queue_name: str) -> None:
+        class Stateless(MemoryBroker):
+            capabilities = MemoryBroker.capabilities - {Capability.STATE}
+
+        broker = await synced(Stateless(MemorySettings(queue_name, dedup_window=60)))
+        ticker = InProcessTickerAdapter(app_catching_up(10, 600).jobs.values(), broker, grace=1)
+        with pytest.raises(ConfigurationError, match="catchup_window"):
+            ticker.check()
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            ({"every": 10, "catchup_window": 0}, "catchup_window must be > 0"),
+            ({"every": 10, "catchup_window": float("inf")}, "catchup_window must be > 0"),
+            ({"every": 10, "catchup_window": "1h"}, "catchup_window must be > 0"),
+            ({"catchup_window": 60}, "for scheduled jobs"),
+            ({"every": 10, "catchup_window": 60, "catchup": "some"}, "catchup must be one of"),
+        ],
+    )
+    def test_bad_catch_up_options_are_refused_at_definition(
+        self, options: dict[str, object], message: str
+    ) -> None:
+        with pytest.raises(JobDefinitionError, match=message):
+            app_with(options)
+
+    def test_a_timedelta_window_is_seconds(self) -> None:
+        app = App()
+
+        @app.job(every=10, catchup_window=timedelta(minutes=10))
+        async def tick(ctx: JobContext) -> None: ...
+
+        assert app.jobs["tick"].catchup_window == 600
+
+
+def app_with(options: dict[str, object]) -> App:
+    app = App()
+
+    async def tick(ctx: JobContext) -> None: ...
+
+    app.job(**options)(tick)  # type: ignore[call-overload]
+    return app

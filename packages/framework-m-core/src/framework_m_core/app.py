@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .handles import JobHandle
-from .jobs import Handler, JobContext, JobSpec, Overlap, State
+from .jobs import Catchup, Handler, JobContext, JobSpec, Overlap, State
 from .ports.messages import validate_job_name
 from .scheduling.schedules import Schedule, to_schedule
 
@@ -85,6 +85,8 @@ class App:
         overlap: Overlap = "skip",
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        catchup_window: float | timedelta | None = None,
+        catchup: Catchup = "latest",
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], JobHandle[P, R]]: ...
 
     def job(
@@ -103,6 +105,8 @@ class App:
         overlap: Overlap = "skip",
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        catchup_window: float | timedelta | None = None,
+        catchup: Catchup = "latest",
     ) -> JobHandle[Any, Any] | Callable[[Handler], JobHandle[Any, Any]]:
         """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
         runs in the worker's thread pool (``threads``), so it may block.
@@ -133,6 +137,13 @@ class App:
             replica; the others wait, without using an attempt (needs leases).
         :param concurrency_key: the keyword argument whose value has a ``concurrency``
             limit of its own (``"tenant"``: at most N runs per tenant).
+        :param catchup_window: seconds (or a timedelta): a slot that no replica could
+            enqueue in time (every replica was down, the broker out of reach) is still
+            enqueued, once, while it is at most this old (default: never; needs a broker
+            with shared state).
+        :param catchup: which missed slots of the window run late: ``"latest"`` (one run,
+            and none when a slot is due anyway) or ``"all"`` (each, oldest first, at most
+            :data:`~.scheduling.ticker.CATCHUP_LIMIT`).
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
 
@@ -155,6 +166,12 @@ class App:
                 overlap=overlap,
                 concurrency=concurrency,
                 concurrency_key=concurrency_key,
+                catchup_window=(
+                    catchup_window.total_seconds()
+                    if isinstance(catchup_window, timedelta)
+                    else catchup_window
+                ),
+                catchup=catchup,
             )
             return JobHandle(spec, fn)
 

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 #: What a slot does while the previous run of its schedule is still running anywhere.
 Overlap = Literal["skip", "buffer_one", "allow"]
 OVERLAP_POLICIES: tuple[str, ...] = get_args(Overlap)
+#: Which slots missed while no replica could enqueue them a ticker enqueues late.
+Catchup = Literal["latest", "all"]
+CATCHUP_POLICIES: tuple[str, ...] = get_args(Catchup)
 MAX_CONCURRENCY = 1000
+MAX_CATCHUP_WINDOW = 366 * 86400.0
 
 # ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
 Handler = Callable[..., Any]
@@ -105,6 +109,8 @@ class JobSpec:
     overlap: Overlap = "skip"  # scheduled jobs only
     concurrency: int | None = None  # runs at once across every replica; None: no limit
     concurrency_key: str | None = None  # the kwarg whose every value has that limit
+    catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
+    catchup: Catchup = "latest"
     # Read once here: every delivery's kwargs are checked against the handler's signature.
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
@@ -148,6 +154,7 @@ class JobSpec:
                 f"job {self.name!r}: overlap must be one of {', '.join(OVERLAP_POLICIES)}, "
                 f"got {self.overlap!r}"
             )
+        self._check_catchup()
         n = self.concurrency
         if n is not None and (
             isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY
@@ -169,6 +176,30 @@ class JobSpec:
             raise JobDefinitionError(
                 f"job {self.name!r}: concurrency_key {key!r} is not a keyword argument "
                 "of the handler"
+            )
+
+    def _check_catchup(self) -> None:
+        window = self.catchup_window
+        if window is None:
+            return
+        if self.schedule is None:
+            raise JobDefinitionError(
+                f"job {self.name!r}: catchup_window is for scheduled jobs (give schedule= "
+                "or every=)"
+            )
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, int | float)
+            or not (math.isfinite(window) and 0 < window <= MAX_CATCHUP_WINDOW)
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: catchup_window must be > 0 and at most "
+                f"{MAX_CATCHUP_WINDOW:g} seconds, or None; got {window!r}"
+            )
+        if self.catchup not in CATCHUP_POLICIES:
+            raise JobDefinitionError(
+                f"job {self.name!r}: catchup must be one of {', '.join(CATCHUP_POLICIES)}, "
+                f"got {self.catchup!r}"
             )
 
     @property

@@ -85,6 +85,7 @@ class Metrics(Observer):
         self.last_slot: dict[str, int] = {}
         self.jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.started: defaultdict[str, int] = defaultdict(int)
+        self.triggered: defaultdict[str, int] = defaultdict(int)
         self.duration: defaultdict[str, _Histogram] = defaultdict(_Histogram)
         self.delay: defaultdict[str, _Histogram] = defaultdict(_Histogram)
         self.lag: defaultdict[str, _Histogram] = defaultdict(_Histogram)
@@ -124,7 +125,7 @@ class Metrics(Observer):
 
     def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
         self.ticks[job, outcome] += count
-        if outcome in ("enqueued", "duplicate") and slot > self.last_slot.get(job, 0):
+        if outcome in ("enqueued", "caught_up", "duplicate") and slot > self.last_slot.get(job, 0):
             self.last_slot[job] = slot
 
     def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
@@ -133,6 +134,9 @@ class Metrics(Observer):
         self.delay[job].observe(max(0.0, now - enqueued_at))
         if scheduled_at is not None:
             self.lag[job].observe(max(0.0, now - scheduled_at))
+
+    def job_triggered(self, job: str) -> None:
+        self.triggered[job] += 1
 
     def job_finished(self, job: str, outcome: JobOutcome, duration: float | None) -> None:
         self.jobs[job, outcome] += 1
@@ -156,8 +160,9 @@ class _Collector:
         m = self.m
         ticks = CounterMetricFamily(
             "framework_m_ticks",
-            "Slots by what became of them on this replica: enqueued (first), duplicate "
-            "(already enqueued), skipped, failed, clock_held, paused",
+            "Slots by what became of them on this replica: enqueued (first), caught_up "
+            "(a missed slot enqueued late), duplicate (already enqueued), skipped, failed, "
+            "clock_held, paused",
             labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.ticks.items()):
@@ -186,6 +191,14 @@ class _Collector:
         for job, value in sorted(m.started.items()):
             started.add_metric([job], value)
         yield started
+        triggered = CounterMetricFamily(
+            "framework_m_jobs_triggered",
+            "Runs an operator triggered (m schedules trigger), at their first attempt",
+            labels=["job"],
+        )
+        for job, value in sorted(m.triggered.items()):
+            triggered.add_metric([job], value)
+        yield triggered
         for name, doc, table in (
             ("framework_m_job_duration_seconds", "Handler run time", m.duration),
             ("framework_m_job_start_delay_seconds", "From enqueue to the handler's start", m.delay),

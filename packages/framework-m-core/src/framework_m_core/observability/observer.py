@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-TickOutcome = Literal["enqueued", "duplicate", "skipped", "failed", "clock_held", "paused"]
+TickOutcome = Literal[
+    "enqueued", "caught_up", "duplicate", "skipped", "failed", "clock_held", "paused"
+]
 JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired", "skipped"]
 BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state"]
 UNKNOWN_JOB = "unknown"
@@ -23,6 +25,10 @@ class Observer:
 
     def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
         """A handler of ``job`` starts now."""
+
+    def job_triggered(self, job: str) -> None:
+        """A run of ``job`` an operator triggered (``m schedules trigger``) starts its
+        first attempt now; :meth:`job_started` is called for it too."""
 
     def job_finished(self, job: str, outcome: JobOutcome, duration: float | None) -> None:
         """A delivery of ``job`` was settled as ``outcome``; ``duration`` if a handler ran."""

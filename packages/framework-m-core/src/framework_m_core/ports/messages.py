@@ -336,3 +336,11 @@ def _short(exc: BaseException) -> str:
 def tick_deduplication_id(job_name: str, slot: int) -> str:
     """The deduplication id every replica computes for ``job_name``'s slot at ``slot`` (unix s)."""
     return f"tick:{job_name}:{slot}"
+
+
+TRIGGER_PREFIX = "trigger:"
+
+
+def trigger_deduplication_id(job_name: str, token: str) -> str:
+    """The deduplication id of one trigger of ``job_name``: never equal to a tick's."""
+    return f"{TRIGGER_PREFIX}{job_name}:{token}"

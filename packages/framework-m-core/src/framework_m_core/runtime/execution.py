@@ -26,7 +26,7 @@ from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
 from ..observability.tracebacks import bounded_traceback
 from ..ports.capabilities import Capability
-from ..ports.messages import JobMessage, decode_message
+from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from . import leases
@@ -381,6 +381,10 @@ class Execution:
         heartbeat = _Heartbeat(self.broker, delivery, held, holder)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
+        dedup = message.deduplication_id
+        if delivery.attempt == 1 and dedup is not None and dedup.startswith(TRIGGER_PREFIX):
+            self.observer.job_triggered(spec.name)
+            log.info("%s: triggered run %s starts", spec.name, message.id)
         self.observer.running(1)
         deadline: asyncio.Timeout | None = None
         logger = _job_log(message, delivery)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import BrokerError, ConfigurationError
-from ..ports.messages import JobMessage, validate_job_name
+from ..ports.messages import JobMessage, trigger_deduplication_id, validate_job_name
 from ..ports.protocols import BrokerProtocol
 
 log = logging.getLogger("framework_m.schedules")
@@ -41,6 +41,7 @@ class ScheduleState:
     reason: str | None = None
     latest_slot: int | None = None  # the latest slot known enqueued
     triggered_at: float | None = None  # the last trigger
+    resumed_at: float | None = None  # the last resume: no slot before it is caught up
 
     def pauses(self, slot: float) -> bool:
         """Whether a slot at ``slot`` (unix seconds) is held back by the pause."""
@@ -54,6 +55,7 @@ class ScheduleState:
             "reason": self.reason,
             "latest_slot": self.latest_slot,
             "triggered_at": self.triggered_at,
+            "resumed_at": self.resumed_at,
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
         return json.dumps(fields, separators=(",", ":")).encode()
@@ -89,6 +91,7 @@ def decode_state(value: bytes, job_name: str = "?") -> ScheduleState:
     take("reason", lambda v: isinstance(v, str) and len(v) <= MAX_REASON and v.isprintable())
     take("latest_slot", lambda v: isinstance(v, int) and not isinstance(v, bool) and _is_time(v))
     take("triggered_at", _is_time)
+    take("resumed_at", _is_time)
     if bad:
         log.warning("%s: ignoring malformed schedule state fields: %s", job_name, ", ".join(bad))
     return ScheduleState(**out)
@@ -167,14 +170,18 @@ async def pause(
     return state
 
 
-async def resume(broker: BrokerProtocol, job_name: str) -> ScheduleState:
-    """Lift the pause: every replica enqueues the schedule's slots from its next tick on."""
+async def resume(
+    broker: BrokerProtocol, job_name: str, *, clock: Callable[[], float] = time.time
+) -> ScheduleState:
+    """Lift the pause: every replica enqueues the schedule's slots from its next tick on;
+    the slots the pause held back are never caught up."""
     validate_job_name(job_name)
+    now = clock()
     state = await change(
         broker,
         job_name,
         lambda s: (
-            replace(s, paused=False, paused_until=None, paused_at=None, reason=None)
+            replace(s, paused=False, paused_until=None, paused_at=None, reason=None, resumed_at=now)
             if s.paused
             else None
         ),
@@ -212,7 +219,7 @@ async def trigger(
     message = JobMessage(
         job_name=job_name,
         kwargs=dict(kwargs or {}),
-        deduplication_id=f"trigger:{job_name}:{uuid.uuid4().hex}",
+        deduplication_id=trigger_deduplication_id(job_name, uuid.uuid4().hex),
         enqueued_at=now,
         scheduled_at=math.floor(now),
     )

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -29,6 +31,10 @@ _MAX_SLEEP = 60.0
 _PUBLISH_RETRY_MAX = 2.0
 # Skipped slots are counted up to this many (cron) so a long stall costs no more.
 _COUNT_LIMIT = 100
+#: The most missed slots one catch-up enqueues (``catchup="all"``): the latest ones.
+CATCHUP_LIMIT = 100
+_CATCHUP_SCAN = 100_000  # cron slots looked at in a window, at most
+_LATE_ATTEMPT = 5.0  # seconds one attempt at a missed slot may take
 
 
 def check_grace(grace: float, clock_skew: float, dedup_window: float) -> None:
@@ -65,6 +71,7 @@ class TickerStats:
     failed: int = 0  # slots that could not be published within grace
     clock_held: int = 0  # slots not published while this clock was off the broker's
     paused: int = 0  # slots not published because their schedule is paused
+    caught_up: int = 0  # missed slots this replica enqueued late, inside the catch-up window
 
 
 class InProcessTickerAdapter:
@@ -76,6 +83,11 @@ class InProcessTickerAdapter:
     never published. On start it fires at most the latest slot inside grace;
     while running it also catches up slots that a stall made late, as long as
     they are inside grace.
+
+    A job with a ``catchup_window`` (on a broker with shared state) also gets its
+    missed slots: the ones older than grace, inside the window and after the
+    latest slot recorded as enqueued, are published late (the latest, or each),
+    each after reading that record, and recorded once stored.
     """
 
     def __init__(
@@ -101,6 +113,7 @@ class InProcessTickerAdapter:
         # Brokers with shared state keep each schedule's pause and latest slot.
         self._stateful = Capability.STATE in broker.capabilities
         self._paused_jobs: set[str] = set()  # jobs whose last slot looked at was paused
+        self._catching_up: set[str] = set()  # jobs with a catch-up in progress
         self.stats = TickerStats()
         self.observer = observer or Observer()
         self.clock_check: ClockCheck | None = None  # set when run() starts
@@ -114,6 +127,12 @@ class InProcessTickerAdapter:
 
     def check(self) -> None:
         check_grace(self.grace, self._skew, self._broker.dedup_window)
+        late = sorted(spec.name for spec in self._jobs if spec.catchup_window is not None)
+        if late and not self._stateful:
+            raise ConfigurationError(
+                f"{self._broker.display_url} keeps no shared state, which catchup_window= "
+                f"needs (jobs {', '.join(late)}): use a broker that has it"
+            )
 
     def stop(self) -> None:
         self._stop.set()
@@ -154,8 +173,9 @@ class InProcessTickerAdapter:
         finally:
             s = self.stats
             log.info(
-                "ticker stopped: %d published, %d duplicates, %d skipped, %d failed, %d paused",
-                *(s.published, s.duplicates, s.skipped, s.failed, s.paused),
+                "ticker stopped: %d published, %d caught up, %d duplicates, %d skipped, "
+                "%d failed, %d paused",
+                *(s.published, s.caught_up, s.duplicates, s.skipped, s.failed, s.paused),
             )
         if failure is not None:
             raise failure
@@ -185,6 +205,10 @@ class InProcessTickerAdapter:
             if latest <= now and halted:
                 self.stats.clock_held += 1
                 self.observer.tick(spec.name, "clock_held", latest)
+            elif spec.catchup_window is not None and not halted:
+                self._catch_up(
+                    spec, _latest_until(sched, latest, now) if latest <= now else None, now
+                )
             elif latest <= now:
                 self._fire(spec, _latest_until(sched, latest, now))
             due.append((sched.next_after(now), i))
@@ -216,6 +240,12 @@ class InProcessTickerAdapter:
         sched = _schedule(spec)
         if slot > now:
             return slot
+        if slot < now - grace and spec.catchup_window is not None:
+            current = sched.next_after(now - grace)
+            self._catch_up(
+                spec, _latest_until(sched, current, now) if current <= now else None, now
+            )
+            return sched.next_after(now)
         if slot < now - grace:
             skipped = sched.count_between(slot - 1, now - grace, limit=_COUNT_LIMIT)
             self._skipped(spec, skipped, slot, f"older than grace {grace:g}s")
@@ -273,6 +303,166 @@ class InProcessTickerAdapter:
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
 
+    def _catch_up(self, spec: JobSpec, current: int | None, now: float) -> None:
+        """Publish the slots of ``spec`` missed before ``now`` (as its catch-up policy
+        says), then ``current``, the latest slot inside grace, if there is one."""
+        if spec.name in self._catching_up or (spec.catchup == "latest" and current is not None):
+            if current is not None:  # a due slot supersedes the missed ones ("latest")
+                self._fire(spec, current)
+            return
+        assert self._group is not None
+        if current is not None:
+            self._latest[spec.name] = current
+        self._catching_up.add(spec.name)
+        task = self._group.create_task(
+            self._catching(spec, current, now), name=f"catch-up:{spec.name}"
+        )
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _catching(self, spec: JobSpec, current: int | None, now: float) -> None:
+        try:
+            state = await self._read_for_catch_up(spec, now)
+            missed = [] if state is None else self._missed(spec, state, current, now)
+            for slot in missed:
+                if self._stop.is_set():
+                    return
+                await self._publish_late(spec, slot)
+        finally:
+            self._catching_up.discard(spec.name)
+        if current is not None and not self._stop.is_set():
+            await self._publish(spec, current)
+
+    async def _read_for_catch_up(self, spec: JobSpec, now: float) -> control.ScheduleState | None:
+        """The schedule's state, read again after failures while the window lasts."""
+        assert spec.catchup_window is not None
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                async with asyncio.timeout(_LATE_ATTEMPT):
+                    return await control.read(self._broker, spec.name)
+            except Exception as exc:
+                self.observer.broker_error("state")
+                if self._clock() - now + delay > spec.catchup_window:
+                    log.error(
+                        "%s: no missed slot enqueued: its latest enqueued slot could not be "
+                        "read (%s)",
+                        spec.name,
+                        exc or type(exc).__name__,
+                    )
+                    return None
+                log.warning(
+                    "%s: could not read its latest enqueued slot (%s); retrying",
+                    spec.name,
+                    exc or type(exc).__name__,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+        return None
+
+    def _missed(
+        self, spec: JobSpec, state: control.ScheduleState, current: int | None, now: float
+    ) -> list[int]:
+        """The slots of ``spec`` to publish late: after the latest recorded slot (none
+        without one) and the last resume, inside the window, before ``current``, not
+        paused; the latest only (``"latest"``) or the latest :data:`CATCHUP_LIMIT`
+        (``"all"``)."""
+        assert spec.catchup_window is not None
+        if state.latest_slot is None:  # a new schedule: nothing before it is owed
+            log.info("%s: no slot recorded as enqueued yet; nothing to catch up", spec.name)
+            return []
+        sched = _schedule(spec)
+        floor = max(now - spec.catchup_window, state.latest_slot)
+        if state.resumed_at is not None:
+            floor = max(floor, math.ceil(state.resumed_at) - 1)
+        end = now if current is None else current - 1
+        keep = 1 if spec.catchup == "latest" else CATCHUP_LIMIT
+        start = floor
+        if isinstance(sched, Every):  # the latest ones directly, however long the window
+            start = max(floor, end - (keep + 1) * sched.seconds)
+        slots: deque[int] = deque(maxlen=keep)
+        found = 0
+        slot = sched.next_after(start)
+        while slot <= end and found < _CATCHUP_SCAN:
+            if not state.pauses(slot):
+                slots.append(slot)
+                found += 1
+            slot = sched.next_after(slot)
+        if not slots:
+            log.info("%s: no missed slot to enqueue late", spec.name)
+            return []
+        older = found - len(slots)
+        if start > floor:
+            older += sched.count_between(floor, start, limit=_CATCHUP_SCAN)
+        if older:
+            why = (
+                f"superseded by missed slot {slot_datetime(slots[-1]).isoformat()}"
+                if spec.catchup == "latest"
+                else f"over the catch-up limit of {keep} slots"
+            )
+            self._skipped(spec, older, sched.next_after(floor), why)
+        log.warning(
+            "%s: enqueuing %d missed slot(s) late, from %s (catch-up window %gs, %s)",
+            spec.name,
+            len(slots),
+            slot_datetime(slots[0]).isoformat(),
+            spec.catchup_window,
+            spec.catchup,
+        )
+        return list(slots)
+
+    async def _publish_late(self, spec: JobSpec, slot: int) -> None:
+        """Publish missed ``slot`` once: each attempt first reads the latest slot recorded
+        and gives up if it is not older (another replica enqueued it); tried again while
+        the slot is inside the catch-up window."""
+        assert spec.catchup_window is not None
+        delay = 0.1
+        while not self._stop.is_set():
+            left = slot + spec.catchup_window - self._clock()
+            if left <= 0:
+                self._failed(spec, slot, "not enqueued within the catch-up window")
+                return
+            try:
+                async with asyncio.timeout(min(left, _LATE_ATTEMPT)):
+                    state = await control.read(self._broker, spec.name)
+                    if state.latest_slot is not None and state.latest_slot >= slot:
+                        self.stats.duplicates += 1
+                        self.observer.tick(spec.name, "duplicate", slot)
+                        return
+                    message = self._message(spec, slot, late=True)
+                    result = await self._broker.publish(message)
+            except InvalidJobError as exc:
+                self._failed(spec, slot, exc)
+                return
+            except Exception as exc:
+                self.observer.broker_error("publish")
+                log.warning(
+                    "%s: late enqueue of %s failed (%s); retrying",
+                    spec.name,
+                    tick_deduplication_id(spec.name, slot),
+                    exc or type(exc).__name__,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+                if spec.catchup == "latest" and self._latest.get(spec.name, slot) > slot:
+                    self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
+                    return
+                continue
+            if result.duplicate:
+                self.stats.duplicates += 1
+                self.observer.tick(spec.name, "duplicate", slot)
+                return
+            self.stats.caught_up += 1
+            self.observer.tick(spec.name, "caught_up", slot)
+            log.info(
+                "%s: enqueued missed slot %s late as job %s",
+                spec.name,
+                slot_datetime(slot).isoformat(),
+                result.job_id,
+            )
+            await self._record(spec, slot)
+            return
+
     def _grace_left(self, slot: int) -> float:
         return slot + self.grace - self._clock()
 
@@ -285,6 +475,17 @@ class InProcessTickerAdapter:
         while True:
             error = await self._attempt(spec, slot)
             if error is None:
+                return
+            if self._grace_left(slot) < delay and spec.catchup_window is not None:
+                log.warning(
+                    "%s: %s not enqueued within grace %gs (%s); trying again inside the "
+                    "catch-up window",
+                    spec.name,
+                    tick_deduplication_id(spec.name, slot),
+                    self.grace,
+                    error,
+                )
+                await self._publish_late(spec, slot)
                 return
             if self._grace_left(slot) < delay or self._stop.is_set():
                 self._failed(
@@ -355,13 +556,7 @@ class InProcessTickerAdapter:
     async def _attempt(self, spec: JobSpec, slot: int) -> Exception | None:
         """Publish ``slot`` once; the broker's error to retry on, else None (stored, a
         duplicate, or refused for good)."""
-        message = JobMessage(
-            job_name=spec.name,
-            deduplication_id=tick_deduplication_id(spec.name, slot),
-            enqueued_at=self._clock(),
-            scheduled_at=slot,
-            not_after=slot + self.grace + self._skew,
-        )
+        message = self._message(spec, slot)
         try:
             async with asyncio.timeout(max(0.0, self._grace_left(slot))):
                 result = await self._broker.publish(message)
@@ -385,6 +580,18 @@ class InProcessTickerAdapter:
             if self._stateful:
                 await self._record(spec, slot)
         return None
+
+    def _message(self, spec: JobSpec, slot: int, *, late: bool = False) -> JobMessage:
+        """Slot ``slot``'s message: stored after grace (from the slot, or for a missed slot
+        from now) it never runs."""
+        now = self._clock()
+        return JobMessage(
+            job_name=spec.name,
+            deduplication_id=tick_deduplication_id(spec.name, slot),
+            enqueued_at=now,
+            scheduled_at=slot,
+            not_after=(now if late else slot) + self.grace + self._skew,
+        )
 
     def _failed(self, spec: JobSpec, slot: int, reason: object) -> None:
         self.stats.failed += 1

@@ -60,6 +60,7 @@ _LAZY = {
     "connected": ".helpers",
     "many": ".helpers",
     "receive_all": ".helpers",
+    "received_slots": ".helpers",
     "running_worker": ".helpers",
     "synced": ".helpers",
     "wait_until": ".helpers",

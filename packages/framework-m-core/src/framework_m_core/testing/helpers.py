@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..app import App
+from ..ports.messages import decode_message
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..runtime.worker import Worker
@@ -79,6 +80,18 @@ async def receive_all(
         out.extend(batch)
         if time.monotonic() > deadline:
             raise DeadlineError(f"deliveries kept coming for {timeout:g}s ({len(out)} so far)")
+    return out
+
+
+async def received_slots(broker: BrokerProtocol, *, quiet: float = 0.2) -> list[int]:
+    """The slots (``scheduled_at``) of the messages :func:`receive_all` takes, in order;
+    a message with none fails the test."""
+    out = []
+    for delivery in await receive_all(broker, quiet=quiet):
+        message = decode_message(delivery.body)
+        slot = message.scheduled_at
+        assert slot is not None, f"message {message.id} has no slot"
+        out.append(slot)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from ...jobs import JobContext
 from ...ports.capabilities import Capability
 from ...ports.messages import JobMessage, decode_message
 from ...ports.protocols import BrokerProtocol
+from ...ports.records import Delivery
 from ...runtime.worker import Worker
 from ...scheduling import control
 from ...scheduling.ticker import InProcessTickerAdapter
@@ -27,7 +29,7 @@ from ..helpers import (
     wait_until,
 )
 from .base import ContractBase
-from .requirements import SHORT_VISIBILITY, requires
+from .requirements import SHORT_DEDUP_WINDOW, SHORT_VISIBILITY, requires
 
 
 class WorkerContract(ContractBase):
@@ -295,3 +297,55 @@ class WorkerContract(ContractBase):
         state = await control.read(broker, "beat")
         assert not state.paused
         assert state.latest_slot == slots[-1]
+
+    @requires(Capability.STATE, SHORT_DEDUP_WINDOW)
+    async def test_a_slot_every_ticker_missed_is_caught_up_once_past_the_dedup_window(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        window = broker.dedup_window
+        grace = min(0.5, window / 4)
+        period = math.ceil(window + grace + 1.5)  # room for a replica between two slots
+        app = App()
+
+        @app.job(every=period, catchup_window=60)
+        async def beat(ctx: JobContext) -> None: ...
+
+        def ticker(b: BrokerProtocol) -> InProcessTickerAdapter:
+            return InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
+
+        async def sleep_until(at: float) -> None:
+            await asyncio.sleep(max(0.0, at - time.time()))
+
+        async with many(broker_factory, 3) as brokers:
+            first = ticker(brokers[0])
+            task = asyncio.create_task(first.run())
+            await wait_until(lambda: first.stats.published == 1, timeout=period + 10)
+            first.stop()
+            await task
+            [recorded] = [d.scheduled_at for d in map(_message, await receive_all(broker))]
+            assert recorded is not None
+            missed = recorded + period
+            await sleep_until(missed + grace + 0.1)  # no ticker ran: the slot is past grace
+            back = ticker(brokers[1])
+            task = asyncio.create_task(back.run())
+            await wait_until(lambda: back.stats.caught_up == 1, timeout=10)
+            back.stop()
+            await task
+            await sleep_until(time.time() + window + 0.2)  # the broker forgot its dedup id
+            assert time.time() < missed + period - grace, "the machine is too slow for the test"
+            later = [ticker(b) for b in brokers]
+            tasks = [asyncio.create_task(t.run()) for t in later]
+            await wait_until(
+                lambda: sum(t.stats.published for t in later) == 1, timeout=period + 10
+            )
+            for t in later:
+                t.stop()
+            await asyncio.gather(*tasks)
+        slots = [_message(d).scheduled_at for d in await receive_all(broker)]
+        assert slots == [missed, missed + period], f"expected the missed slot once: {slots}"
+        assert sum(t.stats.caught_up for t in later) == 0
+        assert (await control.read(broker, "beat")).latest_slot == missed + period
+
+
+def _message(delivery: Delivery) -> JobMessage:
+    return decode_message(delivery.body)
