@@ -413,8 +413,8 @@ class TestCatchUp:
         first = InProcessTickerAdapter(
             jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 5)
         )
-        with caplog.at_level(logging.INFO, logger="framework_m"):
-            await run_until_settled(first, lambda: first.stats.caught_up == 1)
+        caplog.set_level(logging.INFO, logger="framework_m")
+        await run_until_settled(first, lambda: first.stats.caught_up == 1)
         assert await received_slots(broker) == [b]  # the latest missed slot, not the 4 before
         assert first.stats.skipped == 4  # superseded by it, and said so
         assert "superseded by missed slot" in caplog.text
@@ -424,11 +424,12 @@ class TestCatchUp:
             jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 9)
         )
         task = asyncio.create_task(second.run())
-        await wait_until(lambda: "no missed slot" in caplog.text or second.stats.caught_up > 0)
-        await asyncio.sleep(0.3)  # a wrong catch-up would publish now
+        s = second.stats
+        await wait_until(lambda: "no missed slot" in caplog.text or s.caught_up + s.duplicates > 0)
         second.stop()
         await task
         assert second.stats.caught_up == second.stats.published == 0
+        assert second.stats.duplicates == 0  # not even tried: the record bounds the search
         assert await received_slots(broker) == []
 
     async def test_all_enqueues_each_missed_slot_oldest_first_then_the_due_one(
@@ -469,6 +470,7 @@ class TestCatchUp:
         ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 5))
         await run_until_settled(ticker, lambda: ticker.stats.caught_up == 4)
         assert await received_slots(memory) == [b - 30, b - 20, b - 10, b]  # > now - 45 s
+        assert ticker.stats.failed == 0  # the older ones were not even tried
         # A pause (ended at b + 25) and a resume (at b + 78) hold their slots back for good.
         await record(memory, latest_slot=b, paused=True, paused_until=b + 25)
         ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 45))
@@ -519,6 +521,35 @@ class TestCatchUp:
         await task
         assert await received_slots(broker) == [b]
         assert (await control.read(broker, "tick")).latest_slot == b
+
+    async def test_a_missed_slot_another_replica_recorded_meanwhile_is_not_published(
+        self, queue_name: str
+    ) -> None:
+        down = True
+
+        class Outage(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                if down:
+                    raise BrokerError("connection refused")
+                return await super()._publish(message, body)
+
+        broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        b = self.boundary()
+        ticker = InProcessTickerAdapter(
+            app_catching_up(60, 600).jobs.values(),
+            broker,
+            grace=1,
+            clock=shifted_clock(broker, b - 0.3),
+        )
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker._clock() > b + 1.5, timeout=5)  # slot b is past grace
+        await record(broker, latest_slot=b)  # as a replica that reached the broker would
+        down = False
+        await wait_until(lambda: ticker.stats.duplicates == 1, timeout=5)
+        ticker.stop()
+        await task
+        assert await received_slots(broker) == []
+        assert ticker.stats.caught_up == 0
 
     async def test_a_broker_without_shared_state_is_refused(self, queue_name: str) -> None:
         class Stateless(MemoryBroker):
