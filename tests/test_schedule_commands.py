@@ -1,10 +1,13 @@
-"""``m schedules pause|resume|trigger`` against a real shared broker."""
+"""``m schedules pause|resume|trigger|backfill`` and the listing against a real shared broker."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.ports import decode_message
@@ -78,3 +81,57 @@ def test_a_broker_without_shared_state_is_refused_by_name() -> None:
     done = m("schedules", "pause", "heartbeat", "--broker", "amqp://guest:guest@127.0.0.1:5672/")
     assert done.returncode != 0
     assert "keeps no shared state" in done.stderr
+
+
+def test_backfill_enqueues_each_slot_of_a_past_range_once_and_the_listing_shows_it() -> None:
+    ns = namespace(REDIS)
+    url = ns.url()
+    app = ["--app", "examples.heartbeat", "--broker", url]
+    now = int(time.time())
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat()
+
+    async def queued() -> list[tuple[str | None, int | None]]:
+        async with open_broker(url) as broker:
+            messages = [decode_message(d.body) for d in await receive_all(broker)]
+            return [(msg.deduplication_id, msg.scheduled_at) for msg in messages]
+
+    try:
+        assert m("sync-schema", "--broker", url).returncode == 0
+        window = ["--from", iso(now - 10), "--to", iso(now - 6)]
+        done = m("schedules", "backfill", "every_second", *window, *app)
+        assert done.returncode == 0, done.stderr
+        assert "backfilled 5 slot(s), 5 new, 0 already enqueued" in done.stdout
+        again = m("schedules", "backfill", "every_second", *window, *app)
+        assert "5 slot(s), 0 new, 5 already enqueued" in again.stdout, again.stdout
+        slots = list(range(now - 10, now - 5))
+        assert asyncio.run(queued()) == [(f"tick:every_second:{s}", s) for s in slots]
+
+        assert m("schedules", "pause", "every_second", "--reason", "deploy", *app).returncode == 0
+        listing = m("schedules", "--count", "1", *app)
+        assert listing.returncode == 0, listing.stderr
+        lines = listing.stdout.split("every_second:", 1)[1].splitlines()[1:]
+        block = "\n".join(itertools.takewhile(lambda line: line.startswith("  "), lines))
+        assert "  state: paused since " in block, block
+        assert "(deploy)" in block, block
+        assert f"  last slot: {iso(now - 6)}" in block, block
+        assert "  running: no" in block
+
+        for args, why in [
+            (["backfill", "every_second", *window, "--broker", url], "needs --app"),
+            (["backfill", "every_second", "--from", iso(now - 5), "--to", iso(now + 60), *app],
+             "must end in the past"),
+            (["backfill", "every_second", "--from", iso(now - 5), "--to", iso(now - 9), *app],
+             "start before it ends"),
+            (["backfill", "every_second", "--from", iso(now - 5000), "--to", iso(now - 1), *app],
+             "more than 1000 slots"),
+            (["backfill", "every_second", "--from", "yesterday", "--to", iso(now), *app],
+             "not an ISO 8601 time"),
+        ]:  # fmt: skip
+            done = m("schedules", *args)
+            assert done.returncode != 0, (args, done.stdout)
+            assert why in done.stderr, (args, done.stderr)
+        assert asyncio.run(queued()) == []  # refused commands enqueued nothing
+    finally:
+        asyncio.run(ns.drop())

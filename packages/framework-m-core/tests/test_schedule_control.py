@@ -14,6 +14,7 @@ from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
 from framework_m_core.scheduling import control
 from framework_m_core.scheduling.control import ScheduleState, decode_state, state_key
+from framework_m_core.scheduling.schedules import cron, every
 from framework_m_core.testing import receive_all, received_slots, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -186,3 +187,50 @@ async def test_the_ticker_records_each_slot_it_enqueues_as_the_latest(
     await task
     slots = await received_slots(memory)
     assert (await control.read(memory, "beat")).latest_slot == max(slots)
+
+
+# -- backfill ---------------------------------------------------------------------------
+
+
+async def test_backfill_enqueues_each_slot_of_the_range_once_and_records_the_latest(
+    memory: MemoryBroker,
+) -> None:
+    sched = cron("*/15 * * * *")  # 00, 15, 30, 45
+    start, end = NOW - 3600, NOW - 1800  # 1_699_996_400 .. 1_699_998_200
+    await control.advance(memory, "report", int(NOW))  # a later slot is kept as the latest
+    done = await control.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
+    expected = sched.slots_between(start - 1, end)
+    assert [slot for slot, _, _ in done.slots] == expected
+    assert all(s % 900 == 0 for s in expected)
+    assert len(expected) == 2
+    assert done.stored == 2
+    assert await received_slots(memory) == expected
+    assert (await control.read(memory, "report")).latest_slot == int(NOW)
+    again = await control.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
+    assert again.stored == 0  # the broker still remembers each slot
+    assert await received_slots(memory) == []
+    fresh = await control.backfill(memory, "other", sched, start, end, clock=lambda: NOW)
+    assert (await control.read(memory, "other")).latest_slot == expected[-1] == fresh.slots[-1][0]
+
+
+async def test_a_range_ending_on_a_slot_includes_it(memory: MemoryBroker) -> None:
+    done = await control.backfill(memory, "beat", every(60), 1_699_999_920, 1_699_999_980)
+    assert [slot for slot, _, _ in done.slots] == [1_699_999_920, 1_699_999_980]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "why"),
+    [
+        (NOW - 10, NOW + 10, "end in the past"),
+        (NOW - 10, NOW - 20, "start before it ends"),
+        (NOW - 2000, NOW - 1, "more than 1000 slots"),
+        (float("nan"), NOW - 1, "two unix times"),
+    ],
+)
+async def test_a_bad_backfill_range_is_refused_and_enqueues_nothing(
+    memory: MemoryBroker, start: float, end: float, why: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        await control.backfill(memory, "beat", every(1), start, end, clock=lambda: NOW)
+    assert await received_slots(memory) == []
+    assert await memory.read_state(state_key("beat")) is None

@@ -204,20 +204,34 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--broker",
         default=os.environ.get("M_BROKER_URL"),
-        help="also show which schedules are running now, and where (a shared broker with "
-        "leases; env M_BROKER_URL)",
+        help="also show each schedule's pause and latest slot, and which run now and where "
+        "(a shared broker; env M_BROKER_URL)",
     )
-    steer = s.add_subparsers(dest="action", metavar="{pause,resume,trigger}")
+    steer = s.add_subparsers(dest="action", metavar="{pause,resume,trigger,backfill}")
     sp = steer.add_parser("pause", help="enqueue no slot of JOB, on every replica, until resumed")
     sp.add_argument("job", help="the scheduled job")
-    sp.add_argument("--until", type=_until, default=None, help="resume by itself at this ISO time")
+    sp.add_argument(
+        "--until", type=_aware_time, default=None, help="resume by itself at this ISO time"
+    )
     sp.add_argument("--reason", default=None, help="why, shown in logs and the listing")
     sr = steer.add_parser("resume", help="enqueue JOB's slots again from the next tick")
     sr.add_argument("job", help="the scheduled job")
     st = steer.add_parser("trigger", help="run JOB once now, across the whole fleet")
     st.add_argument("job", help="the scheduled job")
     st.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
-    for p in (sp, sr, st):
+    sb = steer.add_parser(
+        "backfill", help="enqueue each slot of JOB in a past range, once (needs --app)"
+    )
+    sb.add_argument("job", help="the scheduled job")
+    sb.add_argument(
+        "--from", dest="start", type=_aware_time, required=True, metavar="TIME",
+        help="the first slot's earliest ISO time, with its offset",
+    )  # fmt: skip
+    sb.add_argument(
+        "--to", dest="end", type=_aware_time, required=True, metavar="TIME",
+        help="the last slot's latest ISO time, with its offset (not in the future)",
+    )  # fmt: skip
+    for p in (sp, sr, st, sb):
         p.add_argument(
             "--broker",
             default=os.environ.get("M_BROKER_URL"),
@@ -226,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--app",
             default=os.environ.get("M_APP"),
-            help="check JOB against this App (env M_APP)",
+            help="check JOB against this App (env M_APP); backfill reads its schedule there",
         )
 
     e = sub.add_parser("enqueue", help="enqueue one job")
@@ -499,15 +513,18 @@ def _schedules(args: argparse.Namespace) -> int:
     _configure_logging(args)
     now = time.time()
     specs = list(app.scheduled())
-    running = asyncio.run(_running(args.broker, specs)) if args.broker and specs else None
+    view = asyncio.run(_shared_view(args.broker, specs)) if args.broker and specs else None
     if not specs:
         print("no scheduled jobs")
     for spec in specs:
         assert spec.schedule is not None
         print(f"{spec.name}: {spec.schedule.describe()}")
         print(f"  overlap: {spec.overlap}")
-        if running is not None:
-            print(f"  running: {', '.join(running[spec.name]) or 'no'}")
+        if spec.catchup_window is not None:
+            print(f"  catch-up: {spec.catchup} missed slot(s) within {spec.catchup_window:g}s")
+        if view is not None:
+            for line in view[spec.name]:
+                print(f"  {line}")
         zone = ZoneInfo(spec.schedule.tz) if isinstance(spec.schedule, Cron) else None
         slot: float = now
         for _ in range(args.count):
@@ -518,8 +535,8 @@ def _schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _until(text: str) -> float:
-    """``--until``: an ISO 8601 time with its offset (or Z), in the future."""
+def _aware_time(text: str) -> float:
+    """``--until``, ``--from``, ``--to``: an ISO 8601 time with its offset (or Z)."""
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -535,6 +552,9 @@ async def _steer(args: argparse.Namespace) -> int:
     """``m schedules pause|resume|trigger JOB``."""
     _configure_logging(args)
     kwargs = _kwargs_of(args.kwargs) if args.action == "trigger" else {}
+    schedule = None
+    if args.action == "backfill" and not args.app:
+        raise ConfigurationError("m schedules backfill needs --app: the schedule is in its code")
     if args.app:
         app = load_app(args.app)
         if args.job not in {spec.name for spec in app.scheduled()}:
@@ -542,6 +562,7 @@ async def _steer(args: argparse.Namespace) -> int:
             raise ConfigurationError(f"{args.job!r} is no scheduled job of {args.app} ({known})")
         if args.action == "trigger":
             _check_job(app, args.app, args.job, kwargs)
+        schedule = app.jobs[args.job].schedule
     broker = _shared_broker(args.broker, f"m schedules {args.action}")
     if Capability.STATE not in broker.capabilities:
         raise ConfigurationError(
@@ -555,9 +576,19 @@ async def _steer(args: argparse.Namespace) -> int:
         elif args.action == "resume":
             await control.resume(broker, args.job)
             print(f"{args.job}: resumed; its slots are enqueued from the next tick")
-        else:
+        elif args.action == "trigger":
             job_id = await control.trigger(broker, args.job, kwargs)
             print(f"{args.job}: triggered as job {job_id}")
+        else:
+            assert schedule is not None
+            done = await control.backfill(broker, args.job, schedule, args.start, args.end)
+            for slot, job_id, stored in done.slots:
+                said = f"job {job_id}" if stored else f"already enqueued as job {job_id}"
+                print(f"  {_iso(slot)}  {tick_deduplication_id(args.job, slot)}  {said}")
+            print(
+                f"{args.job}: backfilled {len(done.slots)} slot(s), "
+                f"{done.stored} new, {len(done.slots) - done.stored} already enqueued"
+            )
     return 0
 
 
@@ -565,15 +596,43 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
 
 
-async def _running(url: str, specs: list[JobSpec]) -> dict[str, list[str]]:
-    """Per schedule, the holders of its overlap lease (``job id@host:pid``) now."""
+async def _shared_view(url: str, specs: list[JobSpec]) -> dict[str, list[str]]:
+    """Per schedule, what the broker knows: its state (pause, latest slot, last
+    trigger) and the holders of its overlap lease (``job id@host:pid``) now."""
     broker = _shared_broker(url, "m schedules --broker")
-    if Capability.LEASES not in broker.capabilities:
-        raise ConfigurationError(f"{broker.display_url} has no leases: nothing tells what runs")
+    stateful = Capability.STATE in broker.capabilities
+    leases = Capability.LEASES in broker.capabilities
+    if not (stateful or leases):
+        raise ConfigurationError(
+            f"{broker.display_url} keeps neither state nor leases: it knows nothing more"
+        )
+    out: dict[str, list[str]] = {}
     async with connected(broker):
-        return {
-            spec.name: sorted(await broker.lease_holders(overlap_key(spec.name))) for spec in specs
-        }
+        for spec in specs:
+            lines = out[spec.name] = []
+            if stateful:
+                lines.extend(_state_lines(await control.read(broker, spec.name)))
+            if leases:
+                holders = sorted(await broker.lease_holders(overlap_key(spec.name)))
+                lines.append(f"running: {', '.join(holders) or 'no'}")
+    return out
+
+
+def _state_lines(state: control.ScheduleState) -> list[str]:
+    if not state.paused:
+        lines = ["state: active"]
+    else:
+        until = "" if state.paused_until is None else f" until {_iso(state.paused_until)}"
+        since = "" if state.paused_at is None else f" since {_iso(state.paused_at)}"
+        why = "" if state.reason is None else f" ({state.reason})"
+        lines = [f"state: paused{until}{since}{why}"]
+        if state.paused_until is not None and state.paused_until <= time.time():
+            lines[0] += ", lifted by itself"
+    last = "none recorded" if state.latest_slot is None else _iso(state.latest_slot)
+    lines.append(f"last slot: {last}")
+    if state.triggered_at is not None:
+        lines.append(f"last trigger: {_iso(state.triggered_at)}")
+    return lines
 
 
 def _check_job(app: App, where: str, job: str, kwargs: dict[str, Any]) -> None:

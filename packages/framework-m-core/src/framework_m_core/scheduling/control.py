@@ -19,11 +19,18 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BrokerError, ConfigurationError
-from ..ports.messages import JobMessage, trigger_deduplication_id, validate_job_name
+from ..ports.messages import (
+    JobMessage,
+    tick_deduplication_id,
+    trigger_deduplication_id,
+    validate_job_name,
+)
 from ..ports.protocols import BrokerProtocol
+from .schedules import Schedule
 
 log = logging.getLogger("framework_m.schedules")
 
@@ -227,3 +234,74 @@ async def trigger(
     await change(broker, job_name, lambda s: replace(s, triggered_at=now))
     log.info("%s: triggered as job %s", job_name, result.job_id)
     return result.job_id
+
+
+MAX_BACKFILL = 1000  # slots one backfill enqueues at most
+
+
+@dataclass(frozen=True, slots=True)
+class Backfilled:
+    """What a backfill did: per slot in order, the job id and whether it was stored
+    (False: a duplicate of that slot, still remembered by the broker)."""
+
+    slots: tuple[tuple[int, str, bool], ...]
+
+    @property
+    def stored(self) -> int:
+        return sum(1 for _, _, new in self.slots if new)
+
+
+async def backfill(
+    broker: BrokerProtocol,
+    job_name: str,
+    schedule: Schedule,
+    start: float,
+    end: float,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> Backfilled:
+    """Enqueue each slot ``s`` of ``schedule`` with ``start <= s <= end``, oldest first,
+    with its tick's deduplication id and ``ctx.scheduled_at``; then record the latest as
+    enqueued, so that catch-up never enqueues them again. Whatever the pause.
+
+    Refused (ConfigurationError) when ``end`` is in the future, ``start > end``, or
+    the range holds more than :data:`MAX_BACKFILL` slots.
+    """
+    validate_job_name(job_name)
+    now = clock()
+    if not (_is_time(start) and _is_time(end)):
+        raise ConfigurationError("a backfill range is two unix times")
+    if start > end:
+        raise ConfigurationError(f"a backfill range must start before it ends ({start} > {end})")
+    if end > now:
+        raise ConfigurationError(
+            "a backfill range must end in the past: the ticker enqueues the slots to come"
+        )
+    slots = schedule.slots_between(start - 1e-6, end, limit=MAX_BACKFILL + 1)
+    if len(slots) > MAX_BACKFILL:
+        raise ConfigurationError(
+            f"the range holds more than {MAX_BACKFILL} slots of {schedule.describe()}: "
+            "backfill it in parts"
+        )
+    out: list[tuple[int, str, bool]] = []
+    for slot in slots:
+        result = await broker.publish(
+            JobMessage(
+                job_name=job_name,
+                deduplication_id=tick_deduplication_id(job_name, slot),
+                enqueued_at=clock(),
+                scheduled_at=slot,
+            )
+        )
+        out.append((slot, result.job_id, not result.duplicate))
+    if slots:
+        await advance(broker, job_name, slots[-1])
+    log.info(
+        "%s: backfilled %d slot(s) from %s to %s (%d already enqueued)",
+        job_name,
+        len(out),
+        datetime.fromtimestamp(start, UTC).isoformat(),
+        datetime.fromtimestamp(end, UTC).isoformat(),
+        len(out) - sum(new for _, _, new in out),
+    )
+    return Backfilled(tuple(out))
