@@ -13,12 +13,14 @@ CORE = "packages/framework-m-core/src/framework_m_core"
 MEMORY = f"{CORE}/adapters/memory"
 REDIS = "packages/adapter-redis/src/framework_m_redis"
 SQLITE = "examples/adapter-sqlite/src/framework_m_sqlite"
+RABBIT = "packages/adapter-rabbitmq/src/framework_m_rabbitmq"
 
 # The contract suite's hook-up of each adapter.
 SUITES = {
     "memory": "packages/framework-m-core/tests/test_contract_memory.py",
     "redis": "packages/adapter-redis/tests/test_contract_redis.py",
     "sqlite": "examples/adapter-sqlite/tests/test_contract_sqlite.py",
+    "rabbitmq": "packages/adapter-rabbitmq/tests/test_contract_rabbitmq.py",
     # The ticker's own promises that no broker changes (catch-up's bounds), on memory://.
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
 }
@@ -1004,5 +1006,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "floor = max(floor, math.ceil(state.resumed_at) - 1)",
         "floor = floor",
         "test_only_the_window_the_record_and_the_pause_bound",
+    ),
+    m(
+        "rabbitmq-state-no-lock",
+        "rabbitmq",
+        "a state write is compare-and-set across connections (under the key's lock)",
+        f"{RABBIT}/state.py",
+        "            await self._take(key, lock)\n",
+        "",
+        "test_of_writes_with_one_version_at_once_exactly_one_succeeds",
+        "test_read_modify_write_loses_no_update_across_connections",
+    ),
+    m(
+        "rabbitmq-state-no-compare",
+        "rabbitmq",
+        "a state write with another version changes nothing",
+        f"{RABBIT}/state.py",
+        "(version is None or _version(current) != version)",
+        "version is None",
+        "test_a_write_with_another_version_changes_nothing",
+    ),
+    m(
+        "rabbitmq-state-create-replaces",
+        "rabbitmq",
+        "a write without a version creates a record only where there is none",
+        f"{RABBIT}/state.py",
+        "(version is None or _version(current) != version)",
+        "(version is not None and _version(current) != version)",
+        "test_a_write_with_another_version_changes_nothing",
     ),
 )

@@ -37,6 +37,7 @@ ROOTS = (
     "packages/framework-m-core/src",
     "packages/adapter-redis/src",
     "examples/adapter-sqlite/src",
+    "packages/adapter-rabbitmq/src",
 )
 TIMEOUT = 600
 

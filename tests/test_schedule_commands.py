@@ -77,12 +77,6 @@ def test_pause_resume_and_trigger_from_the_command_line() -> None:
         asyncio.run(ns.drop())
 
 
-def test_a_broker_without_shared_state_is_refused_by_name() -> None:
-    done = m("schedules", "pause", "heartbeat", "--broker", "amqp://guest:guest@127.0.0.1:5672/")
-    assert done.returncode != 0
-    assert "keeps no shared state" in done.stderr
-
-
 def test_backfill_enqueues_each_slot_of_a_past_range_once_and_the_listing_shows_it() -> None:
     ns = namespace(REDIS)
     url = ns.url()

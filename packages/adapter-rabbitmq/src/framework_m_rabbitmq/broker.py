@@ -34,10 +34,11 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    StateEntry,
 )
 from framework_m_core.ports import Capability as C
 
-from . import deadletters, delays, leases, publishing, stats, wire
+from . import deadletters, delays, leases, publishing, state, stats, wire
 from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
@@ -64,6 +65,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.STORED_DEDUP_WINDOW,
             C.UNCOUNTED_RELEASE,
             C.LEASES,
+            C.STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -73,6 +75,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self.link = Link(settings, self._forget_connection)
         self.schema = RabbitSchema(self.link)
         self._leases = leases.Leases(settings, self.link)
+        self._state = state.State(settings, self.link)
         self._exchange: AbstractExchange | None = None
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
@@ -342,6 +345,14 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         return await self._leases.holders(key, limit)
+
+    # -- shared state (state.py) ---------------------------------------------------------
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        return await self._state.read(key)
+
+    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
+        return await self._state.write(key, value, version)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

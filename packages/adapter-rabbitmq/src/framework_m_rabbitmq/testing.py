@@ -47,7 +47,22 @@ class RabbitNamespace(Namespace):
             for name in names:
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.name}.dedup")
+            await _drop_state(connection, self.name)
         except aio_pika.exceptions.AMQPException as exc:
             raise BrokerError(f"cannot drop namespace {self.name}: {exc}") from None
         finally:
             await connection.close()
+
+
+async def _drop_state(connection: aio_pika.abc.AbstractConnection, queue: str) -> None:
+    """Delete the state records the index of ``queue`` lists, then the index."""
+    index = f"{queue}.state.index"
+    channel = await connection.channel()
+    try:
+        q = await channel.declare_queue(index, passive=True)
+    except aio_pika.exceptions.ChannelNotFoundEntity:
+        return
+    while (message := await q.get(no_ack=True, fail=False)) is not None:
+        await channel.queue_delete(message.body.decode())
+    await channel.queue_delete(index)
+    await channel.close()
