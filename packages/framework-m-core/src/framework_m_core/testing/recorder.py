@@ -6,6 +6,9 @@ $FM_SLOT_LOG;
 With $FM_OVERLAP_LOG set, ``overlapping`` runs every second for 2.5 s (``overlap="skip"``)
 and appends ``start|end time slot pid attempt`` lines; with $FM_LIMIT_LOG set,
 ``limited`` (``concurrency=2``) appends ``start|end time n pid attempt`` around 0.4 s.
+With $FM_STEER_LOG set, ``steered`` (every second) and ``hourly`` append
+``name slot pid attempt dedup_id``; with $FM_CATCHUP_LOG set, ``caught`` runs every
+10 s with ``catchup_window=600`` and appends ``slot pid attempt``.
 """
 
 from __future__ import annotations
@@ -62,3 +65,31 @@ if os.environ.get("FM_LIMIT_LOG"):
         _append("FM_LIMIT_LOG", f"start {time.time():.6f} {n} {pid} {ctx.attempt}\n")
         await asyncio.sleep(0.4)
         _append("FM_LIMIT_LOG", f"end {time.time():.6f} {n} {pid} {ctx.attempt}\n")
+
+
+if os.environ.get("FM_STEER_LOG"):
+
+    @app.job(every=1, overlap="allow")
+    async def steered(ctx: JobContext) -> None:
+        assert ctx.scheduled_at is not None
+        slot = int(ctx.scheduled_at.timestamp())
+        _append(
+            "FM_STEER_LOG", f"steered {slot} {os.getpid()} {ctx.attempt} {ctx.deduplication_id}\n"
+        )
+
+    @app.job(every=3600)
+    async def hourly(ctx: JobContext) -> None:
+        assert ctx.scheduled_at is not None
+        slot = int(ctx.scheduled_at.timestamp())
+        _append(
+            "FM_STEER_LOG", f"hourly {slot} {os.getpid()} {ctx.attempt} {ctx.deduplication_id}\n"
+        )
+
+
+if os.environ.get("FM_CATCHUP_LOG"):
+
+    @app.job(every=10, catchup_window=600, overlap="allow")
+    async def caught(ctx: JobContext) -> None:
+        assert ctx.scheduled_at is not None
+        slot = int(ctx.scheduled_at.timestamp())
+        _append("FM_CATCHUP_LOG", f"{slot} {os.getpid()} {ctx.attempt}\n")

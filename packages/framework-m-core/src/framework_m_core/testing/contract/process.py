@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import signal
 import sys
 import time
@@ -19,10 +20,12 @@ from ...adapters.registry import open_broker
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
+from ...scheduling import control
 from ..helpers import connected, receive_all
 from ..namespaces import with_credentials, with_option
 from ..scenarios import (
     RECORDER_APP,
+    Process,
     Processes,
     assert_each_slot_once,
     most_at_once,
@@ -205,3 +208,96 @@ class ProcessContract(ContractBase):
         assert most_at_once(runs, time.time()) == 2
         assert len({pid for _, _, _, pid, _ in runs}) >= 2  # the replicas shared the work
         assert list(await broker.lease_holders("concurrency:limited", limit=2)) == []
+
+    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    async def test_replicas_obey_pause_trigger_and_resume_of_a_schedule(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """Three ticking replicas: once pause returns no slot of ``steered`` runs until
+        resume, then each runs once; a trigger of ``hourly`` runs it once."""
+        log = tmp_path / "steer.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_STEER_LOG": str(log)}
+        url = with_option(broker_url, "dedup_window", 30)
+        workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
+        first = int(time.time()) + 1
+        await asyncio.to_thread(wait_for_line, log, "steered", 20, 2)
+        async with connected(lambda: open_broker(url), sync=False) as steering:
+            await control.pause(steering, "steered", reason="contract")
+            paused = time.time()
+            for w in workers:  # each replica says so at its next tick
+                await asyncio.to_thread(w.wait_for, r"steered: paused \(contract\)", 1, 15)
+            job_id = await control.trigger(steering, "hourly")
+            await asyncio.to_thread(wait_for_line, log, "hourly", 20)
+            await asyncio.sleep(1.5)  # what must not happen needs time to show: slots pass
+            resuming = time.time()
+            await control.resume(steering, "steered")
+            resumed = time.time()
+            await asyncio.to_thread(_wait_for_steered, log, math.ceil(resumed) + 3, 20)
+            last = int(time.time()) - 2
+            await asyncio.to_thread(stop_all, workers)
+            left = [decode_message(d.body) for d in await receive_all(steering)]
+        steered = [(s, pid, n) for name, s, pid, n, _ in _steer_runs(log) if name == "steered"]
+        during = sorted(s for s, _, _ in steered if paused < s < resuming)
+        assert not during, f"slots ran while paused ({paused:.2f} to {resuming:.2f}): {during}"
+        assert_each_slot_once([r for r in steered if r[0] <= paused], first, math.floor(paused))
+        assert_each_slot_once([r for r in steered if r[0] > resumed], math.ceil(resumed), last)
+        triggered = [r for r in _steer_runs(log) if r[0] == "hourly" and r[4] != "None"]
+        assert [(r[3], r[4].startswith("trigger:hourly:")) for r in triggered] == [(1, True)]
+        assert abs(triggered[0][1] - paused) < 20  # ctx.scheduled_at: the trigger's time
+        assert not [m for m in left if m.job_name == "hourly"], "a trigger is left to run"
+        assert job_id
+
+    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    async def test_a_slot_every_replica_missed_runs_once_as_they_come_back_one_by_one(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """A 10-s schedule with catchup_window=600, a 6-s dedup window and 1 s of grace:
+        every replica down over one slot, then back one at a time, each more than the
+        dedup window after the slot before it: the missed slot runs once, none twice."""
+        log = tmp_path / "caught.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_CATCHUP_LOG": str(log)}
+        url = with_option(broker_url, "dedup_window", 6)
+        args = ("--grace", "1", "--clock-skew", "1")
+        workers = await asyncio.to_thread(procs.workers, url, 3, *args, env=env)
+        ran = (int(time.time()) // 10 + 1) * 10
+        await asyncio.to_thread(wait_for_slot, log, ran, 30)
+        await asyncio.to_thread(stop_all, workers)
+        missed = ran + 10
+        assert time.time() < missed - 1, "every replica had to be down before the slot"
+
+        async def back_at(t: float) -> Process:
+            await asyncio.sleep(max(0.0, t - time.time()))
+            [replica] = await asyncio.to_thread(procs.workers, url, 1, *args, env=env)
+            return replica
+
+        first = await back_at(missed + 1.5)  # the slot is past grace: only catch-up runs it
+        await asyncio.to_thread(wait_for_slot, log, missed, 20)
+        second = await back_at(missed + 17)  # > 6 s after slot missed + 10, as below
+        third = await back_at(missed + 27)
+        await asyncio.to_thread(wait_for_slot, log, missed + 30, 20)
+        await asyncio.to_thread(stop_all, [first, second, third])
+        runs = sorted(slot_runs(log))
+        expected = range(ran, missed + 31, 10)
+        assert [(s, n) for s, _, n in runs if s >= ran] == [(s, 1) for s in expected], runs
+        assert first.matches("enqueued missed slot")
+        assert not second.matches("enqueued missed slot")
+        assert not third.matches("enqueued missed slot")
+
+
+def _steer_runs(path: Path) -> list[tuple[str, int, int, int, str]]:
+    """``(job, slot, pid, attempt, dedup id)`` per line of the recorder's steer log."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        name, slot, pid, attempt, dedup = line.split()
+        out.append((name, int(slot), int(pid), int(attempt), dedup))
+    return out
+
+
+def _wait_for_steered(path: Path, slot: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(n == "steered" and s >= slot for n, s, *_ in _steer_runs(path)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"slot {slot} of steered not run within {timeout:g}s")
+        time.sleep(0.1)
