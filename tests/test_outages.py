@@ -1,6 +1,6 @@
 """Workers on a server the test owns ride out its restart and a pause (SIGSTOP), each
 longer than grace: every slot runs once, none is lost, and no tick held up by the fault
-runs after its grace. One scenario, parametrized by broker."""
+runs after its grace; a schedule's state outlives a restart. Parametrized by broker."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from framework_m_core.adapters.registry import open_broker
+from framework_m_core.scheduling import control
 from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
@@ -52,5 +54,38 @@ def test_workers_ride_out_a_restart_and_a_pause_longer_than_grace(
 
     try:
         replicas_ride_out(procs, ns.url(**options), tmp_path, restart_then_pause)
+    finally:
+        asyncio.run(ns.drop())
+
+
+def test_a_schedules_state_survives_a_restart_of_the_broker(
+    server: tuple[ServerProcess, dict[str, object]],
+) -> None:
+    """Pause, reason and latest slot are kept by a broker that persists (the Redis here
+    has AOF on; NATS file storage; RabbitMQ durable queues and persistent messages)."""
+    own, options = server
+    ns = namespace(own.url)
+    url = ns.url(**options)
+
+    async def steer() -> control.ScheduleState:
+        async with open_broker(url) as broker:
+            await broker.sync_schema()
+            await control.advance(broker, "nightly", 1_796_000_000)
+            return await control.pause(broker, "nightly", reason="restart test")
+
+    async def read() -> control.ScheduleState:
+        async with open_broker(url) as broker:
+            return await control.read(broker, "nightly")
+
+    try:
+        before = asyncio.run(steer())
+        own.restart(0.5)
+        after = asyncio.run(read())
+        assert after == before
+        assert (after.paused, after.reason, after.latest_slot) == (
+            True,
+            "restart test",
+            1_796_000_000,
+        )
     finally:
         asyncio.run(ns.drop())
