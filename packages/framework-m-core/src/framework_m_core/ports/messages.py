@@ -339,6 +339,19 @@ def tick_deduplication_id(job_name: str, slot: int) -> str:
 
 
 TRIGGER_PREFIX = "trigger:"
+TICK_PREFIX = "tick:"
+
+
+def schedule_of(deduplication_id: str | None) -> str | None:
+    """The schedule a message was ticked or triggered for, from its dedup id: a job's
+    name, or ``@{id}`` for a runtime schedule; None for any other message."""
+    if deduplication_id is None:
+        return None
+    for prefix in (TICK_PREFIX, TRIGGER_PREFIX):
+        if deduplication_id.startswith(prefix):
+            name, sep, _ = deduplication_id[len(prefix) :].rpartition(":")
+            return name if sep and name else None
+    return None
 
 
 def trigger_deduplication_id(job_name: str, token: str) -> str:

@@ -26,7 +26,7 @@ from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
 from ..observability.tracebacks import bounded_traceback
 from ..ports.capabilities import Capability
-from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message
+from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message, schedule_of
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from . import leases
@@ -61,6 +61,15 @@ _WAIT_POLL = (0.02, 0.2)
 class _Failure:
     reason: str
     error: BaseException | None = None  # the handler's exception, for its traceback
+
+
+def _schedule_of(spec: JobSpec, message: JobMessage) -> str | None:
+    """Whose overlap policy a run obeys: a runtime schedule's (``@{id}``, its runs
+    overlap only each other), else the job's own schedule, if it has one."""
+    schedule = schedule_of(message.deduplication_id)
+    if schedule is not None and schedule.startswith("@"):
+        return schedule
+    return spec.name if spec.schedule is not None else None
 
 
 def _stored_late(message: JobMessage, delivery: Delivery) -> bool:
@@ -165,13 +174,15 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
             await self._dead_letter(delivery, reason, message)
             return
-        if not (spec.leased and self.leases):
+        schedule = _schedule_of(spec, message)
+        kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
+        if not (kept and self.leases):
             await self._traced(spec, message, delivery, ())
             return
         holder = leases.holder_of(message.id)
         held: list[str] = []
         try:
-            if await self._admit(spec, message, delivery, holder, held):
+            if await self._admit(spec, schedule, message, delivery, holder, held):
                 await self._traced(spec, message, delivery, held)
         finally:
             if held:
@@ -191,6 +202,7 @@ class Execution:
     async def _admit(
         self,
         spec: JobSpec,
+        schedule: str | None,
         message: JobMessage,
         delivery: Delivery,
         holder: str,
@@ -199,14 +211,14 @@ class Execution:
         """Take the run's leases into ``held``, waiting where its policy says; False when
         the delivery was settled as skipped instead."""
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
-        if spec.schedule is not None and spec.overlap != "allow":
-            key = leases.overlap_key(spec.name)
+        if schedule is not None and spec.overlap != "allow":
+            key = leases.overlap_key(schedule)
             if not await self._acquire(key, holder, ttl, 1):
                 ticked = message.scheduled_at is not None
                 if ticked and spec.overlap == "skip":
                     await self._skip(delivery, message, key)
                     return False
-                buffer = leases.waiting_key(spec.name)
+                buffer = leases.waiting_key(schedule)
                 if ticked and not await self._acquire(buffer, holder, ttl, 1):
                     await self._skip(delivery, message, key)  # one waits already
                     return False

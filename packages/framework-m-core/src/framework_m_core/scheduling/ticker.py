@@ -9,17 +9,19 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigurationError, InvalidJobError
-from ..jobs import JobSpec
+from ..jobs import Catchup, JobSpec
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from . import control
 from .clocks import CHECK_EVERY, ClockCheck
+from .following import RuntimeFollower
 from .schedules import Every, Schedule, slot_datetime
 
 log = logging.getLogger("framework_m.ticker")
@@ -61,6 +63,23 @@ def default_grace(clock_skew: float, dedup_window: float) -> float:
     return max(0.0, min(DEFAULT_MAX_GRACE, (dedup_window - clock_skew) / 2))
 
 
+@dataclass(frozen=True, slots=True)
+class Ticked:
+    """What the ticker ticks: a job's code schedule, or a runtime schedule."""
+
+    name: str  # the job's name, or ``@{id}``: dedup ids, state, logs, metrics
+    job: str
+    schedule: Schedule
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    catchup_window: float | None = None
+    catchup: Catchup = "latest"
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Ticked:
+        assert spec.schedule is not None
+        return cls(spec.name, spec.name, spec.schedule, {}, spec.catchup_window, spec.catchup)
+
+
 @dataclass(slots=True)
 class TickerStats:
     """Counters of one ticker."""
@@ -100,7 +119,18 @@ class InProcessTickerAdapter:
         clock: Callable[[], float] = time.time,
         observer: Observer | None = None,
     ) -> None:
-        self._jobs = [spec for spec in jobs if spec.schedule is not None]
+        self._specs = {spec.name: spec for spec in jobs}
+        # Entries by a number of their own; a removed one leaves its heap item behind,
+        # dropped when it comes up.
+        self._entries = {
+            i: Ticked.of(spec) for i, spec in enumerate(self._specs.values()) if spec.schedule
+        }
+        self._numbers = {entry.name: i for i, entry in self._entries.items()}
+        self._due: list[tuple[int, int]] = []  # (next slot, entry number)
+        self._woken = asyncio.Event()  # the entries changed: look at the heap again
+        self._count = 0
+        self._ticking = False  # the first slots were fired
+        self._runtime = RuntimeFollower(self, broker, clock)
         self._broker = broker
         self._grace = grace
         self._skew = clock_skew
@@ -127,7 +157,7 @@ class InProcessTickerAdapter:
 
     def check(self) -> None:
         check_grace(self.grace, self._skew, self._broker.dedup_window)
-        late = sorted(spec.name for spec in self._jobs if spec.catchup_window is not None)
+        late = sorted(e.name for e in self._entries.values() if e.catchup_window is not None)
         if late and not self._stateful:
             raise ConfigurationError(
                 f"{self._broker.display_url} keeps no shared state, which catchup_window= "
@@ -139,17 +169,10 @@ class InProcessTickerAdapter:
 
     async def run(self) -> None:
         self.check()
-        if not self._jobs:
+        if not self._entries and not self._stateful:
             log.info("ticker idle: the app has no scheduled jobs")
             await self._stop.wait()
             return
-        log.info(
-            "ticker started: %d schedule(s), grace %gs, clock skew %gs, dedup window %gs",
-            len(self._jobs),
-            self.grace,
-            self._skew,
-            self._broker.dedup_window,
-        )
         check = self.clock_check = ClockCheck(
             self._broker,
             clock_skew=self._skew,
@@ -157,10 +180,23 @@ class InProcessTickerAdapter:
             clock=self._clock,
         )
         await check.run()
+        if self._stateful:
+            await self._runtime.load()
+        log.info(
+            "ticker started: %d schedule(s) (%d set at runtime), grace %gs, clock skew %gs, "
+            "dedup window %gs",
+            len(self._entries),
+            sum(e.name.startswith("@") for e in self._entries.values()),
+            self.grace,
+            self._skew,
+            self._broker.dedup_window,
+        )
         failure: Exception | None = None
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
+                if self._stateful:
+                    follow = group.create_task(self._runtime.follow(), name="runtime schedules")
                 try:
                     await self._tick_until_stopped(check)
                 except Exception as exc:  # raised as itself below, not in an ExceptionGroup
@@ -170,6 +206,8 @@ class InProcessTickerAdapter:
                         task.cancel()
                 if self._measuring is not None:  # stopping: no new clock reading needed
                     self._measuring.cancel()
+                if self._stateful:
+                    follow.cancel()
         finally:
             s = self.stats
             log.info(
@@ -181,25 +219,24 @@ class InProcessTickerAdapter:
             raise failure
 
     async def _tick_until_stopped(self, check: ClockCheck) -> None:
-        """Fire the first slots, then sleep to each next slot (or clock check) and tick."""
-        # (next slot, job index): only the schedules that are due are looked at.
-        due = self._first_slots(self._clock(), check.halted)
+        """Fire the first slots, then sleep to each next slot (or clock check, or a
+        change of the runtime schedules) and tick."""
+        self._first_slots(self._clock(), check.halted)
         while not self._stop.is_set():
-            await self._sleep_until(min(due[0][0], check.next_at))
+            await self._sleep_until(min(self._due[0][0] if self._due else math.inf, check.next_at))
             if self._stop.is_set():
                 return
             now = self._clock()
-            self._tick(due, now, check.halted)
+            self._tick(now, check.halted)
             if check.due():
                 self._start_clock_check(check, now)
 
-    def _first_slots(self, now: float, halted: bool) -> list[tuple[int, int]]:
-        """On start, fire each job's latest slot inside grace (the earlier ones are not
-        skipped: another replica ran them, or this one was not up); return the heap of
+    def _first_slots(self, now: float, halted: bool) -> None:
+        """On start, fire each schedule's latest slot inside grace (the earlier ones are
+        not skipped: another replica ran them, or this one was not up); fill the heap of
         next slots."""
         grace = self.grace
-        due: list[tuple[int, int]] = []
-        for i, spec in enumerate(self._jobs):
+        for i, spec in self._entries.items():
             sched = _schedule(spec)
             latest = sched.next_after(now - grace)
             if latest <= now and halted:
@@ -211,20 +248,45 @@ class InProcessTickerAdapter:
                 )
             elif latest <= now:
                 self._fire(spec, _latest_until(sched, latest, now))
-            due.append((sched.next_after(now), i))
-        heapq.heapify(due)
-        return due
+            self._due.append((sched.next_after(now), i))
+        heapq.heapify(self._due)
+        self._ticking = True
 
-    def _tick(self, due: list[tuple[int, int]], now: float, halted: bool) -> None:
+    def _tick(self, now: float, halted: bool) -> None:
         """Fire (or hold, while the clock is off) every slot due by ``now``."""
         grace = self.grace
-        while due[0][0] <= now:
+        due = self._due
+        while due and due[0][0] <= now:
             slot, i = due[0]
-            spec = self._jobs[i]
+            spec = self._entries.get(i)
+            if spec is None:  # removed or replaced
+                heapq.heappop(due)
+                continue
             after = (
                 self._hold(spec, slot, now) if halted else self._fire_due(spec, slot, now, grace)
             )
             heapq.heapreplace(due, (after, i))
+
+    def put(self, entry: Ticked | None, name: str) -> None:
+        """Tick ``entry`` from its next slot on, in place of what ``name`` was (None:
+        tick nothing under ``name`` any more)."""
+        old = self._numbers.pop(name, None)
+        if old is not None:
+            del self._entries[old]
+        if entry is not None:
+            i = self._count = max(self._count, len(self._specs)) + 1
+            self._entries[i] = entry
+            self._numbers[name] = i
+            if self._ticking:  # else the first slots are yet to be looked at
+                heapq.heappush(self._due, (entry.schedule.next_after(self._clock()), i))
+        self._woken.set()
+
+    def ticked(self, name: str) -> Ticked | None:
+        i = self._numbers.get(name)
+        return None if i is None else self._entries[i]
+
+    def spec(self, job: str) -> JobSpec | None:
+        return self._specs.get(job)
 
     def _start_clock_check(self, check: ClockCheck, now: float) -> None:
         """Measure the clock beside the ticking, one measurement at a time."""
@@ -234,7 +296,7 @@ class InProcessTickerAdapter:
         check.next_at = now + CHECK_EVERY
         self._measuring = self._group.create_task(check.run(), name="clock check")
 
-    def _fire_due(self, spec: JobSpec, slot: int, now: float, grace: float) -> int:
+    def _fire_due(self, spec: Ticked, slot: int, now: float, grace: float) -> int:
         """Fire the latest due slot of ``spec`` inside grace (the others are skipped as
         late); return the next slot."""
         sched = _schedule(spec)
@@ -260,7 +322,7 @@ class InProcessTickerAdapter:
             self._fire(spec, due[-1])
         return slot
 
-    def _hold(self, spec: JobSpec, slot: int, now: float) -> int:
+    def _hold(self, spec: Ticked, slot: int, now: float) -> int:
         """Publish none of ``spec``'s due slots (this clock is off); return the next slot."""
         sched = _schedule(spec)
         if slot > now:
@@ -270,7 +332,7 @@ class InProcessTickerAdapter:
         self.observer.tick(spec.name, "clock_held", slot, held)
         return sched.next_after(now)
 
-    def _skipped(self, spec: JobSpec, count: int, first: int, why: str) -> None:
+    def _skipped(self, spec: Ticked, count: int, first: int, why: str) -> None:
         self.stats.skipped += count
         self.observer.tick(spec.name, "skipped", first, count)
         log.warning(
@@ -286,14 +348,17 @@ class InProcessTickerAdapter:
 
     async def _sleep_until(self, wake_at: float) -> None:
         while not self._stop.is_set():
+            if self._woken.is_set():
+                self._woken.clear()
+                return
             delay = wake_at - self._clock()
             if delay <= 0:
                 return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(delay, _MAX_SLEEP)):
-                    await self._stop.wait()
+                    await _first(self._stop, self._woken)
 
-    def _fire(self, spec: JobSpec, slot: int) -> None:
+    def _fire(self, spec: Ticked, slot: int) -> None:
         """Publish ``slot`` of ``spec``; it is now the job's latest slot, so an earlier
         slot's publish waiting to try again gives up (after an outage only the latest
         slot runs; an attempt already in flight goes on)."""
@@ -303,7 +368,7 @@ class InProcessTickerAdapter:
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
 
-    def _catch_up(self, spec: JobSpec, current: int | None, now: float) -> None:
+    def _catch_up(self, spec: Ticked, current: int | None, now: float) -> None:
         """Publish the slots of ``spec`` missed before ``now`` (as its catch-up policy
         says), then ``current``, the latest slot inside grace, if there is one."""
         if spec.name in self._catching_up or (spec.catchup == "latest" and current is not None):
@@ -320,7 +385,7 @@ class InProcessTickerAdapter:
         self._publishing.add(task)
         task.add_done_callback(self._publishing.discard)
 
-    async def _catching(self, spec: JobSpec, current: int | None, now: float) -> None:
+    async def _catching(self, spec: Ticked, current: int | None, now: float) -> None:
         try:
             state = await self._read_for_catch_up(spec, now)
             missed = [] if state is None else self._missed(spec, state, current, now)
@@ -333,7 +398,7 @@ class InProcessTickerAdapter:
         if current is not None and not self._stop.is_set():
             await self._publish(spec, current)
 
-    async def _read_for_catch_up(self, spec: JobSpec, now: float) -> control.ScheduleState | None:
+    async def _read_for_catch_up(self, spec: Ticked, now: float) -> control.ScheduleState | None:
         """The schedule's state, read again after failures while the window lasts."""
         assert spec.catchup_window is not None
         delay = 0.1
@@ -361,7 +426,7 @@ class InProcessTickerAdapter:
         return None
 
     def _missed(
-        self, spec: JobSpec, state: control.ScheduleState, current: int | None, now: float
+        self, spec: Ticked, state: control.ScheduleState, current: int | None, now: float
     ) -> list[int]:
         """The slots of ``spec`` to publish late: after the latest recorded slot (none
         without one) and the last resume, inside the window, before ``current``, not
@@ -411,7 +476,7 @@ class InProcessTickerAdapter:
         )
         return list(slots)
 
-    async def _publish_late(self, spec: JobSpec, slot: int) -> None:
+    async def _publish_late(self, spec: Ticked, slot: int) -> None:
         """Publish missed ``slot`` once: each attempt first reads the latest slot recorded
         and gives up if it is not older (another replica enqueued it); tried again while
         the slot is inside the catch-up window."""
@@ -466,7 +531,7 @@ class InProcessTickerAdapter:
     def _grace_left(self, slot: int) -> float:
         return slot + self.grace - self._clock()
 
-    async def _publish(self, spec: JobSpec, slot: int) -> None:
+    async def _publish(self, spec: Ticked, slot: int) -> None:
         """Publish ``slot`` until it is stored, each attempt bounded by the grace left;
         between attempts, a later slot of the job supersedes it."""
         if self._stateful and await self._paused(spec, slot):
@@ -504,7 +569,7 @@ class InProcessTickerAdapter:
                 return
             delay = min(delay * 2, _PUBLISH_RETRY_MAX)
 
-    async def _paused(self, spec: JobSpec, slot: int) -> bool:
+    async def _paused(self, spec: Ticked, slot: int) -> bool:
         """Whether ``spec``'s schedule is paused at ``slot`` (counted and logged); a state
         that cannot be read in time pauses nothing."""
         try:
@@ -544,7 +609,7 @@ class InProcessTickerAdapter:
         )
         return True
 
-    async def _record(self, spec: JobSpec, slot: int) -> None:
+    async def _record(self, spec: Ticked, slot: int) -> None:
         """Record ``slot`` as the schedule's latest enqueued one (for catch-up and for
         ``m schedules``); a failure costs only the record, logged."""
         try:
@@ -553,7 +618,7 @@ class InProcessTickerAdapter:
             self.observer.broker_error("state")
             log.warning("%s: could not record slot %s as enqueued: %s", spec.name, slot, exc)
 
-    async def _attempt(self, spec: JobSpec, slot: int) -> Exception | None:
+    async def _attempt(self, spec: Ticked, slot: int) -> Exception | None:
         """Publish ``slot`` once; the broker's error to retry on, else None (stored, a
         duplicate, or refused for good)."""
         message = self._message(spec, slot)
@@ -581,19 +646,20 @@ class InProcessTickerAdapter:
                 await self._record(spec, slot)
         return None
 
-    def _message(self, spec: JobSpec, slot: int, *, late: bool = False) -> JobMessage:
+    def _message(self, spec: Ticked, slot: int, *, late: bool = False) -> JobMessage:
         """Slot ``slot``'s message: stored after grace (from the slot, or for a missed slot
         from now) it never runs."""
         now = self._clock()
         return JobMessage(
-            job_name=spec.name,
+            job_name=spec.job,
+            kwargs=dict(spec.kwargs),
             deduplication_id=tick_deduplication_id(spec.name, slot),
             enqueued_at=now,
             scheduled_at=slot,
             not_after=(now if late else slot) + self.grace + self._skew,
         )
 
-    def _failed(self, spec: JobSpec, slot: int, reason: object) -> None:
+    def _failed(self, spec: Ticked, slot: int, reason: object) -> None:
         self.stats.failed += 1
         self.observer.tick(spec.name, "failed", slot)
         log.error(
@@ -605,6 +671,16 @@ class InProcessTickerAdapter:
         )
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 def _latest_until(sched: Schedule, slot: int, now: float) -> int:
     """The last slot at or before ``now``, from ``slot`` (one that is)."""
     while (after := sched.next_after(slot)) <= now:
@@ -612,6 +688,5 @@ def _latest_until(sched: Schedule, slot: int, now: float) -> int:
     return slot
 
 
-def _schedule(spec: JobSpec) -> Schedule:
-    assert spec.schedule is not None
+def _schedule(spec: Ticked) -> Schedule:
     return spec.schedule

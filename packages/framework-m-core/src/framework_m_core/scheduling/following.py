@@ -1,0 +1,134 @@
+"""A ticker's view of the runtime schedules: loaded at start, then followed by polling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from . import runtime
+from .runtime import Catalog, RuntimeSchedule
+
+if TYPE_CHECKING:
+    from ..ports.protocols import BrokerProtocol
+    from .ticker import InProcessTickerAdapter
+
+log = logging.getLogger("framework_m.ticker")
+
+_READ_TIMEOUT = 10.0
+
+
+class RuntimeFollower:
+    """Keeps the ticker's runtime entries equal to the broker's runtime schedules.
+
+    Every :data:`~.runtime.POLL` seconds it reads the catalog; when its counter moved,
+    it reads the buckets the latest changes name (every bucket in use when this
+    replica is further behind, and every :data:`~.runtime.RESYNC` seconds anyway) and
+    puts what changed into the ticker. A broker that does not answer is tried again
+    at the next poll; the entries stay as they were meanwhile.
+    """
+
+    def __init__(
+        self,
+        ticker: InProcessTickerAdapter,
+        broker: BrokerProtocol,
+        clock: Callable[[], float],
+    ) -> None:
+        self._ticker = ticker
+        self._broker = broker
+        self._clock = clock
+        self._catalog = Catalog()
+        self._known: dict[str, RuntimeSchedule] = {}  # by id: what the ticker has
+        self._refused: set[str] = set()  # ids naming a job this app lacks (said once)
+        self._resync_at = 0.0
+        self._failing = False
+
+    async def load(self) -> None:
+        """Read every runtime schedule (at start, before the first slots)."""
+        try:
+            async with asyncio.timeout(_READ_TIMEOUT):
+                await self._sync(full=True)
+        except Exception as exc:
+            self._failed(exc)
+
+    async def follow(self) -> None:
+        while True:
+            await asyncio.sleep(runtime.POLL)
+            try:
+                async with asyncio.timeout(_READ_TIMEOUT):
+                    await self._sync(full=time.monotonic() >= self._resync_at)
+            except Exception as exc:
+                self._failed(exc)
+            else:
+                if self._failing:
+                    log.info("runtime schedules: read again")
+                    self._failing = False
+
+    def _failed(self, exc: BaseException) -> None:
+        self._ticker.observer.broker_error("state")
+        level = logging.DEBUG if self._failing else logging.WARNING
+        log.log(
+            level,
+            "runtime schedules: could not read them (%s); ticking the ones known",
+            exc or type(exc).__name__,
+        )
+        self._failing = True
+
+    async def _sync(self, *, full: bool) -> None:
+        catalog = await runtime.read_catalog(self._broker)
+        changed = None if full else catalog.changed_since(self._catalog.counter)
+        if changed == set():
+            return
+        mine = {runtime.bucket_of(i) for i in self._known}
+        buckets = catalog.used | mine if changed is None else changed
+        found = await runtime.read_buckets(self._broker, buckets)
+        for schedule_id in sorted({i for i in self._known if runtime.bucket_of(i) in buckets}):
+            if schedule_id not in found:
+                self._drop(schedule_id)
+        for schedule_id, schedule in sorted(found.items()):
+            if self._known.get(schedule_id) != schedule:
+                self._put(schedule)
+        self._catalog = catalog
+        if changed is None:
+            self._resync_at = time.monotonic() + runtime.RESYNC
+
+    def _put(self, schedule: RuntimeSchedule) -> None:
+        from .ticker import Ticked
+
+        spec = self._ticker.spec(schedule.job)
+        if spec is None:
+            if schedule.id not in self._refused:
+                self._refused.add(schedule.id)
+                log.warning(
+                    "runtime schedule %s names job %r, which this app does not have: "
+                    "not ticked here",
+                    schedule.id,
+                    schedule.job,
+                )
+            self._drop(schedule.id)
+            return
+        self._refused.discard(schedule.id)
+        entry = Ticked(
+            schedule.name,
+            schedule.job,
+            schedule.schedule,
+            schedule.kwargs,
+            spec.catchup_window,
+            spec.catchup,
+        )
+        was = self._known.get(schedule.id)
+        self._known[schedule.id] = schedule
+        self._ticker.put(entry, schedule.name)
+        log.info(
+            "runtime schedule %s %s: %s",
+            schedule.id,
+            "changed" if was is not None else "ticked",
+            runtime.describe(schedule),
+        )
+
+    def _drop(self, schedule_id: str) -> None:
+        if self._known.pop(schedule_id, None) is not None:
+            self._ticker.put(None, f"@{schedule_id}")
+            log.info("runtime schedule %s deleted: no longer ticked", schedule_id)
