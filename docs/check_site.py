@@ -23,6 +23,9 @@ PAGES = [
     "brokers/redis",
     "brokers/rabbitmq",
     "operating",
+    "overlap-and-limits",
+    "steering-schedules",
+    "runtime-schedules",
     "testing",
     "writing-an-adapter",
     "api/index",
@@ -57,6 +60,8 @@ CONTENT = [
     ("brokers/index", "delayed_enqueue"),
     ("benchmarks", "drain no-op jobs"),
     ("glossary", "settle"),
+    ("steering-schedules", "catchup_window"),
+    ("runtime-schedules", "tick:@{id}:{slot}"),
     ("changelog", "[Unreleased]"),
     ("changelog", "[0.1.0]"),
 ]

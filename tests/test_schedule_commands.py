@@ -129,3 +129,67 @@ def test_backfill_enqueues_each_slot_of_a_past_range_once_and_the_listing_shows_
         assert asyncio.run(queued()) == []  # refused commands enqueued nothing
     finally:
         asyncio.run(ns.drop())
+
+
+def test_runtime_schedules_are_set_listed_steered_and_deleted_from_the_command_line() -> None:
+    ns = namespace(REDIS)
+    url = ns.url()
+    app = ["--app", "examples.heartbeat", "--broker", url]
+    try:
+        assert m("sync-schema", "--broker", url).returncode == 0
+        done = m("schedules", "set", "tenant-7", "every_second", "--every", "5", *app)
+        assert done.returncode == 0, done.stderr
+        assert "@tenant-7: every 5s runs every_second" in done.stdout
+        done = m(
+            "schedules", "set", "tenant-8", "every_second",
+            "--cron", "0 9 * * *", "--tz", "Europe/Berlin", "--broker", url,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert m("schedules", "pause", "@tenant-8", "--reason", "holiday", *app).returncode == 0
+        listing = m("schedules", "--count", "1", *app)
+        assert listing.returncode == 0, listing.stderr
+        lines = listing.stdout.splitlines()
+        at = lines.index(
+            "@tenant-8: cron '0 9 * * *' (Europe/Berlin) runs every_second (set at runtime)"
+        )
+        assert lines[at + 1] == "  overlap: skip"
+        assert lines[at + 2].startswith("  state: paused since ")
+        assert "tick:@tenant-8:" in lines[at + 5]
+        assert any(line.startswith("@tenant-7: every 5s runs every_second") for line in lines)
+
+        done = m("schedules", "trigger", "@tenant-7", "--broker", url)
+        assert done.returncode == 0, done.stderr
+
+        async def queued() -> list[tuple[str, str | None]]:
+            async with open_broker(url) as broker:
+                messages = [decode_message(d.body) for d in await receive_all(broker)]
+                return [(msg.job_name, msg.deduplication_id) for msg in messages]
+
+        [(job, dedup)] = asyncio.run(queued())
+        assert job == "every_second"
+        assert dedup is not None
+        assert dedup.startswith("trigger:@tenant-7:")
+
+        for args, why in [
+            (["set", "t", "every_second", "--cron", "61 * * * *", "--broker", url], "61"),
+            (["set", "t", "every_second", "--every", "5", "--tz", "UTC", "--broker", url],
+             "zone applies to cron"),
+            (["set", "bad id", "every_second", "--every", "5", "--broker", url], "schedule id"),
+            (["set", "t", "nope", "--every", "5", *app], "unknown job 'nope'"),
+            (["set", "t", "every_second", "--every", "5", "--kwargs", '{"x": 1}', *app],
+             "--kwargs do not fit"),
+            (["set", "t", "every_second", "--broker", url], "one of the arguments"),
+            (["delete", "nobody", "--broker", url], "no runtime schedule 'nobody'"),
+            (["trigger", "@nobody", "--broker", url], "no runtime schedule 'nobody'"),
+        ]:  # fmt: skip
+            done = m("schedules", *args)
+            assert done.returncode != 0, (args, done.stdout)
+            assert why in done.stderr, (args, done.stderr)
+
+        done = m("schedules", "delete", "tenant-7", "--broker", url)
+        assert done.returncode == 0, done.stderr
+        listing = m("schedules", "--count", "1", *app)
+        assert "@tenant-7" not in listing.stdout
+        assert "@tenant-8" in listing.stdout
+    finally:
+        asyncio.run(ns.drop())

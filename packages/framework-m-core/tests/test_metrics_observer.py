@@ -160,3 +160,17 @@ async def test_triggered_runs_are_counted_once_each_whatever_their_attempts(
     assert sorted(attempts) == [1, 1, 2, 2]
     assert value(text, 'framework_m_jobs_triggered_total{job="report"}') == 1
     assert value(text, 'framework_m_jobs_started_total{job="report"}') == 4
+
+
+def test_runtime_schedules_beyond_the_first_hundred_share_one_label() -> None:
+    metrics = Metrics(concurrency=1)
+    for i in range(150):
+        metrics.tick(f"@tenant-{i}", "enqueued", 1_800_000_000 + i)
+    metrics.tick("@tenant-3", "duplicate", 1_800_000_000)
+    metrics.tick("report", "enqueued", 1_800_000_000)  # code schedules keep theirs
+    text = metrics.exposition().decode()
+    assert value(text, 'framework_m_ticks_total{job="@tenant-99",outcome="enqueued"}') == 1
+    assert value(text, 'framework_m_ticks_total{job="@tenant-3",outcome="duplicate"}') == 1
+    assert value(text, 'framework_m_ticks_total{job="@other",outcome="enqueued"}') == 50
+    assert value(text, 'framework_m_ticks_total{job="report",outcome="enqueued"}') == 1
+    assert "@tenant-100" not in text

@@ -38,6 +38,9 @@ log = logging.getLogger("framework_m.metrics")
 
 _SAMPLE_TIMEOUT = 2.0  # a scrape waits at most this long for the broker's numbers
 _SAMPLE_REUSE = 1.0  # scrapes closer together than this share one sample
+# Runtime schedules with a label of their own per replica; the rest are counted as @other.
+_RUNTIME_LABELS = 100
+_OTHER_RUNTIME = "@other"
 _BOUNDS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 
 
@@ -83,6 +86,7 @@ class Metrics(Observer):
         self.waiting_jobs: defaultdict[str, int] = defaultdict(int)
         self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.last_slot: dict[str, int] = {}
+        self._runtime_labels: set[str] = set()
         self.jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.started: defaultdict[str, int] = defaultdict(int)
         self.triggered: defaultdict[str, int] = defaultdict(int)
@@ -124,9 +128,20 @@ class Metrics(Observer):
         self.broker_errors[operation] += 1
 
     def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
+        job = self._label(job)
         self.ticks[job, outcome] += count
         if outcome in ("enqueued", "caught_up", "duplicate") and slot > self.last_slot.get(job, 0):
             self.last_slot[job] = slot
+
+    def _label(self, schedule: str) -> str:
+        """A schedule's label: runtime schedules (``@{id}``) keep their own for the
+        first 100 seen here, the others share ``@other``."""
+        if not schedule.startswith("@") or schedule in self._runtime_labels:
+            return schedule
+        if len(self._runtime_labels) >= _RUNTIME_LABELS:
+            return _OTHER_RUNTIME
+        self._runtime_labels.add(schedule)
+        return schedule
 
     def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
         now = time.time()

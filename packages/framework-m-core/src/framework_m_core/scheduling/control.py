@@ -30,6 +30,7 @@ from ..ports.messages import (
     validate_job_name,
 )
 from ..ports.protocols import BrokerProtocol
+from . import runtime
 from .schedules import Schedule
 
 log = logging.getLogger("framework_m.schedules")
@@ -137,6 +138,14 @@ async def change(
     raise BrokerError(f"the state of schedule {job_name!r} kept changing; try again")
 
 
+def check_name(name: object) -> str:
+    """``name`` if it names a schedule: a job's name, or ``@{id}`` for a runtime one."""
+    if isinstance(name, str) and name.startswith("@"):
+        runtime.validate_id(name[1:])
+        return name
+    return validate_job_name(name)
+
+
 def check_reason(reason: object) -> str | None:
     """``reason`` if it is None or a usable pause reason, else ConfigurationError."""
     if reason is None:
@@ -158,7 +167,7 @@ async def pause(
 ) -> ScheduleState:
     """Pause the schedule (until ``until``, unix seconds, or until resumed); every
     replica enqueues none of its slots from its next tick on."""
-    validate_job_name(job_name)
+    check_name(job_name)
     reason = check_reason(reason)
     now = clock()
     if until is not None and (not _is_time(until) or until <= now):
@@ -182,7 +191,7 @@ async def resume(
 ) -> ScheduleState:
     """Lift the pause: every replica enqueues the schedule's slots from its next tick on;
     the slots the pause held back are never caught up."""
-    validate_job_name(job_name)
+    check_name(job_name)
     now = clock()
     state = await change(
         broker,
@@ -219,13 +228,20 @@ async def trigger(
 
     The run's ``ctx.scheduled_at`` is the trigger's time; its deduplication id,
     ``trigger:{job}:{random}``, never equals a tick's. The job's overlap policy and
-    limits apply to it as to any run.
+    limits apply to it as to any run. For a runtime schedule (``@{id}``) the run is of
+    its job, with its kwargs updated by ``kwargs``.
     """
-    validate_job_name(job_name)
+    check_name(job_name)
     now = clock()
+    job, args = job_name, dict(kwargs or {})
+    if job_name.startswith("@"):
+        found = await runtime.get_schedule(broker, job_name[1:])
+        if found is None:
+            raise ConfigurationError(f"there is no runtime schedule {job_name[1:]!r}")
+        job, args = found.job, {**found.kwargs, **args}
     message = JobMessage(
-        job_name=job_name,
-        kwargs=dict(kwargs or {}),
+        job_name=job,
+        kwargs=args,
         deduplication_id=trigger_deduplication_id(job_name, uuid.uuid4().hex),
         enqueued_at=now,
         scheduled_at=math.floor(now),
@@ -254,7 +270,7 @@ class Backfilled:
 async def backfill(
     broker: BrokerProtocol,
     job_name: str,
-    schedule: Schedule,
+    schedule: Schedule | None,
     start: float,
     end: float,
     *,
@@ -265,10 +281,19 @@ async def backfill(
     enqueued, so that catch-up never enqueues them again. Whatever the pause.
 
     Refused (ConfigurationError) when ``end`` is in the future, ``start > end``, or
-    the range holds more than :data:`MAX_BACKFILL` slots.
+    the range holds more than :data:`MAX_BACKFILL` slots. A runtime schedule
+    (``@{id}``, ``schedule`` None) is read from the broker.
     """
-    validate_job_name(job_name)
+    check_name(job_name)
     now = clock()
+    job, kwargs = job_name, {}
+    if job_name.startswith("@"):
+        found = await runtime.get_schedule(broker, job_name[1:])
+        if found is None:
+            raise ConfigurationError(f"there is no runtime schedule {job_name[1:]!r}")
+        job, kwargs, schedule = found.job, dict(found.kwargs), found.schedule
+    if schedule is None:
+        raise ConfigurationError(f"backfill of {job_name!r} needs its schedule")
     if not (_is_time(start) and _is_time(end)):
         raise ConfigurationError("a backfill range is two unix times")
     if start > end:
@@ -287,7 +312,8 @@ async def backfill(
     for slot in slots:
         result = await broker.publish(
             JobMessage(
-                job_name=job_name,
+                job_name=job,
+                kwargs=kwargs,
                 deduplication_id=tick_deduplication_id(job_name, slot),
                 enqueued_at=clock(),
                 scheduled_at=slot,

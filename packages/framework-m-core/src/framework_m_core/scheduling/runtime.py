@@ -331,6 +331,13 @@ async def read_buckets(
     return out
 
 
+async def get_schedule(broker: BrokerProtocol, schedule_id: str) -> RuntimeSchedule | None:
+    """The runtime schedule ``schedule_id``, or None."""
+    validate_id(schedule_id)
+    n = bucket_of(schedule_id)
+    return (await read_buckets(broker, [n])).get(schedule_id)
+
+
 async def list_schedules(broker: BrokerProtocol) -> list[RuntimeSchedule]:
     """Every runtime schedule, by id."""
     catalog = await read_catalog(broker)
