@@ -8,7 +8,9 @@ and appends ``start|end time slot pid attempt`` lines; with $FM_LIMIT_LOG set,
 ``limited`` (``concurrency=2``) appends ``start|end time n pid attempt`` around 0.4 s.
 With $FM_STEER_LOG set, ``steered`` (every second) and ``hourly`` append
 ``name slot pid attempt dedup_id``; with $FM_CATCHUP_LOG set, ``caught`` runs every
-10 s with ``catchup_window=600`` and appends ``slot pid attempt``.
+10 s with ``catchup_window=600`` and appends ``slot pid attempt``; with
+$FM_RUNTIME_LOG set, ``tenant_report(tenant)``, for runtime schedules, appends
+``slot pid attempt tenant dedup_id``.
 """
 
 from __future__ import annotations
@@ -93,3 +95,14 @@ if os.environ.get("FM_CATCHUP_LOG"):
         assert ctx.scheduled_at is not None
         slot = int(ctx.scheduled_at.timestamp())
         _append("FM_CATCHUP_LOG", f"{slot} {os.getpid()} {ctx.attempt}\n")
+
+
+if os.environ.get("FM_RUNTIME_LOG"):
+
+    @app.job(overlap="allow")
+    async def tenant_report(ctx: JobContext, tenant: int) -> None:
+        """Run by runtime schedules only: it has no schedule of its own."""
+        assert ctx.scheduled_at is not None
+        slot = int(ctx.scheduled_at.timestamp())
+        line = f"{slot} {os.getpid()} {ctx.attempt} {tenant} {ctx.deduplication_id}\n"
+        _append("FM_RUNTIME_LOG", line)

@@ -20,7 +20,7 @@ from ...adapters.registry import open_broker
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message
 from ...ports.protocols import BrokerProtocol
-from ...scheduling import control
+from ...scheduling import control, runtime
 from ..helpers import connected, receive_all
 from ..namespaces import with_credentials, with_option
 from ..scenarios import (
@@ -283,6 +283,55 @@ class ProcessContract(ContractBase):
         assert not second.matches("enqueued missed slot")
         assert not third.matches("enqueued missed slot")
 
+    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    async def test_replicas_run_a_runtime_schedule_as_set_changed_and_deleted(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """Three ticking replicas: a runtime schedule runs each slot once from 5 s after
+        ``set``; set again (another interval and kwargs), only the new version runs from
+        5 s later, also once two replicas are SIGKILLed and a new one started; after
+        ``delete`` nothing runs from 5 s later."""
+        log = tmp_path / "runtime.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_RUNTIME_LOG": str(log)}
+        url = with_option(broker_url, "dedup_window", 30)
+        workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
+        async with connected(lambda: open_broker(url), sync=False) as steering:
+            first = runtime.runtime_schedule(
+                "tenant-1", "tenant_report", every_seconds=1, kwargs={"tenant": 1}
+            )
+            await runtime.set_schedule(steering, first)
+            set_at = time.time()
+            await asyncio.to_thread(_wait_for_runtime, log, math.ceil(set_at) + 8, 30)
+            second = runtime.runtime_schedule(
+                "tenant-1", "tenant_report", every_seconds=2, kwargs={"tenant": 2}
+            )
+            await runtime.set_schedule(steering, second)
+            changed_at = time.time()
+            await asyncio.to_thread(_wait_for_runtime, log, math.ceil(changed_at) + 8, 30)
+            for w in workers[:2]:
+                w.signal(signal.SIGKILL)
+            killed_at = time.time()
+            [new] = await asyncio.to_thread(procs.workers, url, 1, env=env)
+            await asyncio.to_thread(_wait_for_runtime, log, math.ceil(killed_at) + 8, 30)
+            assert await runtime.delete_schedule(steering, "tenant-1")
+            deleted_at = time.time()
+            await asyncio.sleep(max(0.0, deleted_at + 7 - time.time()))  # nothing may come
+            await asyncio.to_thread(stop_all, [workers[2], new])
+        runs = _runtime_runs(log)
+        dedups = [(dedup, attempt) for _, _, attempt, _, dedup in runs]
+        assert len(dedups) == len(set(dedups)), f"a slot was enqueued twice: {sorted(runs)}"
+        assert all(dedup == f"tick:@tenant-1:{slot}" for slot, _, _, _, dedup in runs)
+        old = [(s, pid, n) for s, pid, n, _, _ in runs if set_at + 5 <= s < changed_at]
+        assert_each_slot_once(old, math.ceil(set_at + 5), math.floor(changed_at) - 1)
+        assert all(t == 1 for s, _, _, t, _ in runs if s < changed_at)
+        late = [(s, t) for s, _, _, t, _ in runs if s >= changed_at + 5]
+        assert late, "the new version never ran"
+        assert all(t == 2 and s % 2 == 0 for s, t in late), f"the old version ran: {late}"
+        evens = range(math.ceil(changed_at + 5) + math.ceil(changed_at + 5) % 2, int(deleted_at), 2)
+        ran = {s for s, _ in late}
+        assert [s for s in evens if s not in ran] == [], "slots of the new version missing"
+        assert not [s for s in ran if s > deleted_at + 5], "ran after delete"
+
 
 def _steer_runs(path: Path) -> list[tuple[str, int, int, int, str]]:
     """``(job, slot, pid, attempt, dedup id)`` per line of the recorder's steer log."""
@@ -300,4 +349,24 @@ def _wait_for_steered(path: Path, slot: int, timeout: float) -> None:
     while not any(n == "steered" and s >= slot for n, s, *_ in _steer_runs(path)):
         if time.monotonic() > deadline:
             raise AssertionError(f"slot {slot} of steered not run within {timeout:g}s")
+        time.sleep(0.1)
+
+
+def _runtime_runs(path: Path) -> list[tuple[int, int, int, int, str]]:
+    """``(slot, pid, attempt, tenant, dedup id)`` per line of the recorder's runtime log."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        slot, pid, attempt, tenant, dedup = line.split()
+        out.append((int(slot), int(pid), int(attempt), int(tenant), dedup))
+    return out
+
+
+def _wait_for_runtime(path: Path, slot: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(s >= slot for s, *_ in _runtime_runs(path)):
+        if time.monotonic() > deadline:
+            newest = max((s for s, *_ in _runtime_runs(path)), default=None)
+            raise AssertionError(f"slot {slot} not run within {timeout:g}s (newest: {newest})")
         time.sleep(0.1)
