@@ -21,8 +21,10 @@ SUITES = {
     "redis": "packages/adapter-redis/tests/test_contract_redis.py",
     "sqlite": "examples/adapter-sqlite/tests/test_contract_sqlite.py",
     "rabbitmq": "packages/adapter-rabbitmq/tests/test_contract_rabbitmq.py",
-    # The ticker's own promises that no broker changes (catch-up's bounds), on memory://.
+    # The ticker's own promises that no broker changes (catch-up's bounds, following
+    # runtime schedules), on memory://.
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
+    "following": "packages/framework-m-core/tests/test_runtime_schedules.py",
 }
 
 
@@ -1034,5 +1036,59 @@ MUTANTS: tuple[Mutant, ...] = (
         "(version is None or _version(current) != version)",
         "(version is not None and _version(current) != version)",
         "test_a_write_with_another_version_changes_nothing",
+    ),
+    m(
+        "core-runtime-set-not-noted",
+        "memory",
+        "a runtime schedule set is counted in the catalog, where readers find it",
+        f"{CORE}/scheduling/runtime.py",
+        "    await _change_bucket(broker, n, put)\n    await _note_change(broker, n)\n",
+        "    await _change_bucket(broker, n, put)\n",
+        "test_runtime_schedules_set_on_one_connection_are_read_on_another",
+    ),
+    m(
+        "core-runtime-bucket-replaced",
+        "memory",
+        "a set keeps the other runtime schedules of its bucket",
+        f"{CORE}/scheduling/runtime.py",
+        "current = {} if entry is None else decode_bucket(entry.value, n)",
+        "current = {}",
+        "test_runtime_schedule_writers_on_many_connections_lose_none",
+    ),
+    m(
+        "core-runtime-bucket-blind-write",
+        "memory",
+        "runtime schedule writers at once lose none (a bucket written by compare-and-set)",
+        f"{CORE}/scheduling/runtime.py",
+        "if await broker.write_state(bucket_key(n), value, version=version) is not None:",
+        "if await broker.write_state(bucket_key(n), value, version=None) or True:",
+        "test_runtime_schedule_writers_on_many_connections_lose_none",
+    ),
+    m(
+        "core-runtime-unlisted-bucket",
+        "memory",
+        "the catalog lists the buckets that hold runtime schedules",
+        f"{CORE}/scheduling/runtime.py",
+        "in_use = bucket is not None and bool(decode_bucket(bucket.value, n))",
+        "in_use = False",
+        "test_runtime_schedules_set_on_one_connection_are_read_on_another",
+    ),
+    m(
+        "core-follow-no-changes",
+        "following",
+        "a ticking replica follows changes after it started",
+        f"{CORE}/scheduling/following.py",
+        "        if changed == set():\n            return\n",
+        "        return\n",
+        "test_tickers_follow_set_change_and_delete",
+    ),
+    m(
+        "core-follow-no-delete",
+        "following",
+        "a deleted runtime schedule is no longer ticked",
+        f"{CORE}/scheduling/following.py",
+        "            if schedule_id not in found:\n                self._drop(schedule_id)\n",
+        "            pass\n",
+        "test_tickers_follow_set_change_and_delete",
     ),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from ...errors import BrokerError, InvalidStateError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
 from ...ports.state import MAX_STATE_VALUE
+from ...scheduling import runtime
 from ..helpers import BrokerFactory, many
 from .base import ContractBase
 from .requirements import requires
@@ -183,3 +185,63 @@ class StateContract(ContractBase):
             await broker.read_state("k")
         with pytest.raises(BrokerError):
             await broker.write_state("k", b"v", version=None)
+
+    # -- runtime schedules: the records they are kept in (scheduling.runtime) ------------
+
+    @requires(Capability.STATE)
+    async def test_runtime_schedules_set_on_one_connection_are_read_on_another(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        async with many(broker_factory, 2) as (writer, reader):
+            one = _runtime("rt-one", every_seconds=5, kwargs={"tenant": "a"})
+            two = _runtime("rt-two", cron_expression="0 9 * * 1-5", tz="Europe/Berlin")
+            await runtime.set_schedule(writer, one)
+            await runtime.set_schedule(writer, two)
+            assert await runtime.list_schedules(reader) == [one, two]
+            catalog = await runtime.read_catalog(reader)
+            changed = _runtime("rt-one", every_seconds=7, kwargs={"tenant": "b"})
+            await runtime.set_schedule(writer, changed)
+            assert await runtime.get_schedule(reader, "rt-one") == changed
+            later = await runtime.read_catalog(reader)
+            assert later.changed_since(catalog.counter) == {runtime.bucket_of("rt-one")}
+            assert await runtime.delete_schedule(writer, "rt-one")
+            assert await runtime.list_schedules(reader) == [two]
+            assert await runtime.get_schedule(reader, "rt-one") is None
+
+    @requires(Capability.STATE)
+    async def test_runtime_schedule_writers_on_many_connections_lose_none(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        """Twelve sets and six deletes at once from four connections, half of them on
+        ids that share one bucket record."""
+        shared = _ids_in_one_bucket(6)
+        ids = shared + [f"rt-spread-{i}" for i in range(6)]
+        async with many(broker_factory, 4) as brokers:
+            await asyncio.gather(
+                *(
+                    runtime.set_schedule(brokers[i % 4], _runtime(schedule_id, every_seconds=60))
+                    for i, schedule_id in enumerate(ids)
+                )
+            )
+            assert [s.id for s in await runtime.list_schedules(brokers[0])] == sorted(ids)
+            gone = ids[::2]
+            await asyncio.gather(
+                *(runtime.delete_schedule(brokers[i % 4], sid) for i, sid in enumerate(gone))
+            )
+            left = [s.id for s in await runtime.list_schedules(brokers[1])]
+        assert left == sorted(set(ids) - set(gone))
+
+
+def _runtime(schedule_id: str, **options: Any) -> runtime.RuntimeSchedule:
+    return runtime.runtime_schedule(schedule_id, "report", **options)
+
+
+def _ids_in_one_bucket(count: int) -> list[str]:
+    ids: dict[int, list[str]] = {}
+    for i in range(100_000):
+        schedule_id = f"rt-shared-{i}"
+        found = ids.setdefault(runtime.bucket_of(schedule_id), [])
+        found.append(schedule_id)
+        if len(found) == count:
+            return found
+    raise AssertionError("no bucket took enough ids")
