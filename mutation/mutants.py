@@ -25,6 +25,7 @@ SUITES = {
     # runtime schedules), on memory://.
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
     "following": "packages/framework-m-core/tests/test_runtime_schedules.py",
+    "control": "packages/framework-m-core/tests/test_schedule_control.py",
 }
 
 
@@ -933,7 +934,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a paused schedule enqueues none of its slots",
         f"{CORE}/scheduling/ticker.py",
-        "if self._stateful and await self._paused(spec, slot):",
+        "if self._stateful and await self._paused(spec, slot, self._wakes):",
         "if False:",
         "test_tickers_enqueue_nothing_of_a_paused_schedule",
     ),
@@ -1090,5 +1091,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if schedule_id not in found:\n                self._drop(schedule_id)\n",
         "            pass\n",
         "test_tickers_follow_set_change_and_delete",
+    ),
+    m(
+        "core-ticker-steering-ignored",
+        "memory",
+        "a resume reaches every ticker at its next tick (the steering record moved)",
+        f"{CORE}/scheduling/ticker.py",
+        "        if version != self._steering:\n",
+        "        if False:\n",
+        "test_tickers_enqueue_nothing_of_a_paused_schedule",
+    ),
+    m(
+        "core-pause-not-steered",
+        "control",
+        "a pause reaches a running ticker at its next tick",
+        f"{CORE}/scheduling/control.py",
+        "reason=reason),\n    )\n    await _steered(broker)\n",
+        "reason=reason),\n    )\n",
+        "test_a_running_ticker_obeys_a_pause_at_its_next_tick",
     ),
 )

@@ -174,19 +174,30 @@ async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
     assert sum("paused (maintenance)" in line for line in lines) == 1, lines  # logged once
     assert any("not paused any more" in line for line in lines)
     state = await control.read(memory, "beat")
-    assert state.latest_slot == max(slots)
+    assert state.latest_slot == min(slots)  # the first after resume; the next in a minute
 
 
-async def test_the_ticker_records_each_slot_it_enqueues_as_the_latest(
+async def test_the_ticker_records_the_latest_slot_each_slot_with_catch_up_else_each_minute(
     memory: MemoryBroker,
 ) -> None:
-    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    app = _every_second()
+
+    @app.job(every=1, catchup_window=60)
+    async def kept(ctx: JobContext) -> None: ...
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
     task = asyncio.create_task(ticker.run())
-    await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
+    await wait_until(lambda: ticker.stats.published >= 6, timeout=10)
     ticker.stop()
     await task
-    slots = await received_slots(memory)
-    assert (await control.read(memory, "beat")).latest_slot == max(slots)
+    by_job: dict[str, list[int]] = {"beat": [], "kept": []}
+    for d in await receive_all(memory, quiet=0.2):
+        message = decode_message(d.body)
+        assert message.scheduled_at is not None
+        by_job[message.job_name].append(message.scheduled_at)
+    assert len(by_job["beat"]) >= 2
+    assert (await control.read(memory, "kept")).latest_slot == max(by_job["kept"])
+    assert (await control.read(memory, "beat")).latest_slot == min(by_job["beat"])
 
 
 # -- backfill ---------------------------------------------------------------------------
@@ -234,3 +245,16 @@ async def test_a_bad_backfill_range_is_refused_and_enqueues_nothing(
         await control.backfill(memory, "beat", every(1), start, end, clock=lambda: NOW)
     assert await received_slots(memory) == []
     assert await memory.read_state(state_key("beat")) is None
+
+
+async def test_a_running_ticker_obeys_a_pause_at_its_next_tick(memory: MemoryBroker) -> None:
+    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    task = asyncio.create_task(ticker.run())
+    await wait_until(lambda: ticker.stats.published >= 2, timeout=10)  # states read, kept
+    await control.pause(memory, "beat", reason="now")
+    paused = time.time()
+    await wait_until(lambda: ticker.stats.paused >= 2, timeout=10)
+    ticker.stop()
+    await task
+    late = [s for s in await received_slots(memory) if s > paused]
+    assert late == [], f"slots after the pause were enqueued: {late}"

@@ -36,6 +36,9 @@ from .schedules import Schedule
 log = logging.getLogger("framework_m.schedules")
 
 MAX_REASON = 200
+#: A record whose version moves on each pause and resume: tickers read it once a tick
+#: and read the schedules' own records again only when it moved.
+STEERING = "schedules:steering"
 _ROUNDS = 50  # compare-and-set rounds before a change gives up
 
 
@@ -138,6 +141,22 @@ async def change(
     raise BrokerError(f"the state of schedule {job_name!r} kept changing; try again")
 
 
+async def _steered(broker: BrokerProtocol) -> None:
+    """Move the steering record's version (after a pause or resume was written)."""
+    for _ in range(_ROUNDS):
+        entry = await broker.read_state(STEERING)
+        version = None if entry is None else entry.version
+        if await broker.write_state(STEERING, b"{}", version=version) is not None:
+            return
+    raise BrokerError("the schedules' steering record kept changing; try again")
+
+
+async def steering_version(broker: BrokerProtocol) -> int | None:
+    """The steering record's version now (None: nothing was ever paused or resumed)."""
+    entry = await broker.read_state(STEERING)
+    return None if entry is None else entry.version
+
+
 def check_name(name: object) -> str:
     """``name`` if it names a schedule: a job's name, or ``@{id}`` for a runtime one."""
     if isinstance(name, str) and name.startswith("@"):
@@ -177,6 +196,7 @@ async def pause(
         job_name,
         lambda s: replace(s, paused=True, paused_until=until, paused_at=now, reason=reason),
     )
+    await _steered(broker)
     log.info(
         "%s: paused%s%s",
         job_name,
@@ -202,6 +222,7 @@ async def resume(
             else None
         ),
     )
+    await _steered(broker)
     log.info("%s: resumed", job_name)
     return state
 

@@ -40,6 +40,7 @@ class RuntimeFollower:
         self._broker = broker
         self._clock = clock
         self._catalog = Catalog()
+        self._version: int | None = None  # of the catalog record last read
         self._known: dict[str, RuntimeSchedule] = {}  # by id: what the ticker has
         self._refused: set[str] = set()  # ids naming a job this app lacks (said once)
         self._resync_at = 0.0
@@ -77,7 +78,11 @@ class RuntimeFollower:
         self._failing = True
 
     async def _sync(self, *, full: bool) -> None:
-        catalog = await runtime.read_catalog(self._broker)
+        entry = await self._broker.read_state(runtime.CATALOG)
+        version = None if entry is None else entry.version
+        if not full and version == self._version:
+            return  # the catalog did not move: nothing to decode
+        catalog = Catalog() if entry is None else runtime.decode_catalog(entry.value)
         changed = None if full else catalog.changed_since(self._catalog.counter)
         if changed == set():
             return
@@ -90,7 +95,7 @@ class RuntimeFollower:
         for schedule_id, schedule in sorted(found.items()):
             if self._known.get(schedule_id) != schedule:
                 self._put(schedule)
-        self._catalog = catalog
+        self._catalog, self._version = catalog, version
         if changed is None:
             self._resync_at = time.monotonic() + runtime.RESYNC
 

@@ -44,7 +44,7 @@ log = logging.getLogger("framework_m.schedules")
 
 BUCKETS = 1024
 CATALOG = "runtime:catalog"
-POLL = 1.0  # seconds between two reads of the catalog by a ticking replica
+POLL = 2.0  # seconds between two reads of the catalog by a ticking replica
 RESYNC = 300.0  # seconds between two reads of every bucket in use
 MAX_KWARGS = 2048  # bytes of a runtime schedule's kwargs as JSON
 _CHANGES_KEPT = 200  # recent changes the catalog lists

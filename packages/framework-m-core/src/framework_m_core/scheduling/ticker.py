@@ -37,6 +37,8 @@ _COUNT_LIMIT = 100
 CATCHUP_LIMIT = 100
 _CATCHUP_SCAN = 100_000  # cron slots looked at in a window, at most
 _LATE_ATTEMPT = 5.0  # seconds one attempt at a missed slot may take
+_STATE_KEPT = 60.0  # seconds a schedule's state read is used while nothing is steered
+_RECORD_EVERY = 60.0  # seconds between records of a schedule without catch-up
 
 
 def check_grace(grace: float, clock_skew: float, dedup_window: float) -> None:
@@ -143,6 +145,12 @@ class InProcessTickerAdapter:
         # Brokers with shared state keep each schedule's pause and latest slot.
         self._stateful = Capability.STATE in broker.capabilities
         self._paused_jobs: set[str] = set()  # jobs whose last slot looked at was paused
+        # Schedule states read before, kept while the steering record does not move.
+        self._states: dict[str, tuple[control.ScheduleState, float]] = {}
+        self._steering: int | None = None
+        self._wakes = 0  # the ticks so far: one steering read serves one tick
+        self._steering_read: tuple[int, asyncio.Future[None]] | None = None
+        self._recorded: dict[str, float] = {}  # per schedule: when its slot was last recorded
         self._catching_up: set[str] = set()  # jobs with a catch-up in progress
         self.stats = TickerStats()
         self.observer = observer or Observer()
@@ -227,6 +235,7 @@ class InProcessTickerAdapter:
             if self._stop.is_set():
                 return
             now = self._clock()
+            self._wakes += 1
             self._tick(now, check.halted)
             if check.due():
                 self._start_clock_check(check, now)
@@ -534,7 +543,7 @@ class InProcessTickerAdapter:
     async def _publish(self, spec: Ticked, slot: int) -> None:
         """Publish ``slot`` until it is stored, each attempt bounded by the grace left;
         between attempts, a later slot of the job supersedes it."""
-        if self._stateful and await self._paused(spec, slot):
+        if self._stateful and await self._paused(spec, slot, self._wakes):
             return
         delay = 0.1
         while True:
@@ -569,12 +578,31 @@ class InProcessTickerAdapter:
                 return
             delay = min(delay * 2, _PUBLISH_RETRY_MAX)
 
-    async def _paused(self, spec: Ticked, slot: int) -> bool:
+    async def _state(self, spec: Ticked, wake: int) -> control.ScheduleState:
+        """``spec``'s state: read once, then again when the steering record moved (read
+        once per tick, after the tick began) or after :data:`_STATE_KEPT` seconds."""
+        if self._steering_read is None or self._steering_read[0] != wake:
+            self._steering_read = (wake, asyncio.ensure_future(self._read_steering()))
+        await asyncio.shield(self._steering_read[1])
+        kept = self._states.get(spec.name)
+        if kept is not None and time.monotonic() - kept[1] < _STATE_KEPT:
+            return kept[0]
+        state = await control.read(self._broker, spec.name)
+        self._states[spec.name] = (state, time.monotonic())
+        return state
+
+    async def _read_steering(self) -> None:
+        version = await control.steering_version(self._broker)
+        if version != self._steering:
+            self._states.clear()
+            self._steering = version
+
+    async def _paused(self, spec: Ticked, slot: int, wake: int) -> bool:
         """Whether ``spec``'s schedule is paused at ``slot`` (counted and logged); a state
         that cannot be read in time pauses nothing."""
         try:
             async with asyncio.timeout(max(0.0, self._grace_left(slot))):
-                state = await control.read(self._broker, spec.name)
+                state = await self._state(spec, wake)
         except Exception as exc:
             self.observer.broker_error("state")
             log.warning(
@@ -610,8 +638,14 @@ class InProcessTickerAdapter:
         return True
 
     async def _record(self, spec: Ticked, slot: int) -> None:
-        """Record ``slot`` as the schedule's latest enqueued one (for catch-up and for
-        ``m schedules``); a failure costs only the record, logged."""
+        """Record ``slot`` as the schedule's latest enqueued one: each slot of a schedule
+        with catch-up, else at most one a minute (for ``m schedules``); a failure costs
+        only the record, logged."""
+        if spec.catchup_window is None:
+            at = time.monotonic()
+            if at - self._recorded.get(spec.name, -math.inf) < _RECORD_EVERY:
+                return
+            self._recorded[spec.name] = at
         try:
             await control.advance(self._broker, spec.name, slot)
         except Exception as exc:

@@ -224,7 +224,9 @@ class _VirtualTicker(InProcessTickerAdapter):
         super().__init__(app.jobs.values(), broker, grace=30, clock=lambda: self.now)
 
     async def _sleep_until(self, wake_at: float) -> None:
-        await asyncio.sleep(0)  # the publishes started at this instant run at it
+        await asyncio.sleep(0)
+        if self._publishing:  # the publishes started at this instant end at it
+            await asyncio.wait(set(self._publishing))
         if wake_at > self.end:
             self.stop()
             return

@@ -296,7 +296,7 @@ class WorkerContract(ContractBase):
         assert slots[0] >= int(resumed) - grace - 1, (slots, resumed)
         state = await control.read(broker, "beat")
         assert not state.paused
-        assert state.latest_slot == slots[-1]
+        assert state.latest_slot in slots  # recorded once a minute without catch-up
 
     @requires(Capability.STATE, SHORT_DEDUP_WINDOW)
     async def test_a_slot_every_ticker_missed_is_caught_up_once_past_the_dedup_window(
