@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 
 from framework_m_core.ports import BrokerError
 
+from .buckets import open_bucket
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -79,15 +80,13 @@ class Leases:
         if self._kv is None:
             name = bucket_name(self.settings)
             with server_errors(f"opening the lease bucket {name}"):
-                try:
-                    self._kv = await js.key_value(name)
-                except BucketNotFoundError:
-                    self._kv = await js.create_key_value(
-                        bucket=name,
-                        history=1,
-                        ttl=_BUCKET_MAX_AGE,
-                        replicas=self.settings.replicas,
-                    )
+                self._kv = await open_bucket(
+                    js,
+                    name,
+                    history=1,
+                    ttl=_BUCKET_MAX_AGE,
+                    replicas=self.settings.replicas,
+                )
         return self._kv
 
     async def _read(self, kv: KeyValue, key: str) -> tuple[Places, int]:

@@ -19,6 +19,7 @@ from nats.js.kv import KeyValue
 
 from framework_m_core.ports import StateEntry
 
+from .buckets import open_bucket
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -45,14 +46,15 @@ class State:
         if self._kv is None:
             name = bucket_name(self.settings)
             with server_errors(f"opening the state bucket {name}"):
-                try:
-                    self._kv = await js.key_value(name)
-                except BucketNotFoundError:
-                    if not create:
-                        return None
-                    self._kv = await js.create_key_value(
-                        bucket=name, history=1, replicas=self.settings.replicas
+                if create:
+                    self._kv = await open_bucket(
+                        js, name, history=1, replicas=self.settings.replicas
                     )
+                else:
+                    try:
+                        self._kv = await js.key_value(name)
+                    except BucketNotFoundError:
+                        return None
         return self._kv
 
     async def read(self, js: JetStreamContext, key: str) -> StateEntry | None:

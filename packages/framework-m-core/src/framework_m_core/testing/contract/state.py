@@ -151,6 +151,24 @@ class StateContract(ContractBase):
                 assert (entry.value, entry.version) == (b"w%d" % won[0], results[won[0]])
 
     @requires(Capability.STATE)
+    async def test_first_writes_on_many_connections_at_once_all_land(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        """Whatever an adapter makes on first use (a bucket, a table), connections that
+        make it at once all get it."""
+        keys = [_key() for _ in range(8)]
+        async with many(broker_factory, 8) as brokers:
+            versions = await asyncio.gather(
+                *(
+                    b.write_state(k, b"first", version=None)
+                    for b, k in zip(brokers, keys, strict=True)
+                )
+            )
+            assert all(v is not None for v in versions), versions
+            entries = [await brokers[0].read_state(k) for k in keys]
+        assert [e.value if e else None for e in entries] == [b"first"] * 8
+
+    @requires(Capability.STATE)
     async def test_read_modify_write_loses_no_update_across_connections(
         self, broker_factory: BrokerFactory
     ) -> None:
