@@ -15,6 +15,9 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from ...adapters.registry import open_broker
 from ...ports.capabilities import Capability
@@ -44,7 +47,19 @@ from .requirements import (
     requires,
 )
 
+T = TypeVar("T")
 
+
+def _processes(cls: type[T]) -> type[T]:
+    """Mark each test the class defines ``processes`` (the mixin's own tests only: a
+    class-level mark would spread to every test of the hook-up class)."""
+    for name, test in list(vars(cls).items()):
+        if name.startswith("test_"):
+            setattr(cls, name, pytest.mark.processes(test))
+    return cls
+
+
+@_processes
 class ProcessContract(ContractBase):
     """Several processes on one broker URL: publishers racing, workers ticking and dying."""
 
