@@ -12,7 +12,7 @@ from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.errors import ConfigurationError, ScheduleError
 from framework_m_core.ports import decode_message
-from framework_m_core.scheduling import runtime
+from framework_m_core.scheduling import control, runtime
 from framework_m_core.scheduling.runtime import (
     BUCKETS,
     CATALOG,
@@ -181,3 +181,28 @@ async def test_a_schedule_of_a_job_the_app_lacks_is_not_ticked(
 def test_buckets_fit_the_state_port() -> None:
     assert BUCKETS % 8 == 0
     assert bucket_key(0) != CATALOG
+
+
+async def test_a_runtime_schedule_is_paused_resumed_and_triggered_by_its_name(
+    memory: MemoryBroker,
+) -> None:
+    await runtime.set_schedule(memory, report("t9", kwargs={"tenant": 9}))
+    await control.pause(memory, "@t9", reason="tenant on hold")
+    ticker = InProcessTickerAdapter(_app().jobs.values(), memory, grace=2)
+    task = asyncio.create_task(ticker.run())
+    await wait_until(lambda: ticker.stats.paused >= 2, timeout=10)
+    assert ticker.stats.published == 0
+    job_id = await control.trigger(memory, "@t9", {"extra": True})
+    [(dedup, _, kwargs)] = await _runs(memory)
+    assert dedup is not None
+    assert dedup.startswith("trigger:@t9:")
+    assert kwargs == {"tenant": 9, "extra": True}
+    assert job_id
+    await control.resume(memory, "@t9")
+    await wait_until(lambda: ticker.stats.published >= 1, timeout=10)
+    ticker.stop()
+    await task
+    runs = await _runs(memory)
+    assert runs
+    assert all(d is not None and d.startswith("tick:@t9:") for d, _, _ in runs)
+    assert all(k == {"tenant": 9} for _, _, k in runs)
