@@ -2,7 +2,7 @@
 
 Most tests run two at a time, file by file (a file's servers and fixtures stay in
 one process). The tests marked ``processes`` (real ``m worker`` processes, which
-mostly wait on brokers and slots, not the CPU) then run four at a time, test by
+mostly wait on brokers and slots, not the CPU) then run eight at a time, test by
 test, so that their waiting overlaps. Arguments go to both passes; with ``-m`` in
 them, one pass runs as asked. A pass that selects nothing is not a failure unless
 both select nothing (pytest's exit code 5).
@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 FIRST = ["-n", "2", "--dist", "loadfile", "-m", "not processes"]
-SECOND = ["-n", "4", "--dist", "load", "-m", "processes"]
+SECOND = ["-n", "8", "--dist", "load", "-m", "processes"]
 NO_TESTS = 5
 
 

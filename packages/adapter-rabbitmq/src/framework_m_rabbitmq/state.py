@@ -2,13 +2,16 @@
 
 Record ``key`` is the one persistent message of the durable queue
 ``{queue}.state.{digest}``, with its version in the header ``x-fm-version``. RabbitMQ
-has no compare-and-set, so each read and write holds the key's lock: the exclusive
-queue ``{queue}.state.{digest}.lock``, which one connection declares at a time
-(another connection's declare is refused with RESOURCE_LOCKED) and which goes with a
-killed holder's connection. Under the lock a read takes the message unacknowledged
-and puts it back; a write takes it, compares versions, publishes the new record with
-a publisher confirm and acknowledges the old one. A write that died between the two
-leaves both; the next one keeps the greater version and drops the other.
+has no compare-and-set, so each write holds the key's lock: the exclusive queue
+``{queue}.state.{digest}.lock``, which one connection declares at a time (another
+connection's declare is refused with RESOURCE_LOCKED) and which goes with a killed
+holder's connection. Under the lock a write takes the record unacknowledged,
+compares versions, publishes the new record with a publisher confirm and then
+acknowledges the old one, so the queue is never left empty. A read takes no lock: it
+takes the record unacknowledged and puts it back at once; a record queue found empty
+is held by another reader or a writer for a moment, and is read again. A write that
+died between its publish and its ack leaves both records; readers take the greater
+version, and the next write drops the other.
 
 When a record is created its queue's name and key go, once, to ``{queue}.state.index``,
 so that whatever drops (or lists) every record finds them.
@@ -36,6 +39,7 @@ from .settings import RabbitSettings
 VERSION = "x-fm-version"
 KEY = "x-fm-key"
 LOCK_WAIT = 10.0  # seconds a call waits for a key's lock before it gives up
+HELD_WAIT = 2.0  # seconds an empty record queue is read again before it counts as empty
 _LOCK_EXPIRES_MS = 60_000  # a lock queue its holder could not delete goes after this
 _MAX_RECORDS = 16  # messages a read looks at in one record queue (normally one)
 
@@ -59,19 +63,21 @@ class State:
 
     async def read(self, key: str) -> StateEntry | None:
         queue = record_queue(self.prefix, key)
-        async with self._locked(key, queue):
-            channel = await self.link.side_channel()
-            try:
-                current = await self._record(channel, queue)
-                if current is None:
-                    return None
-                entry = StateEntry(current.body, _version(current))
-                await current.reject(requeue=True)
-                return entry
-            except AMQP_ERRORS as exc:
-                raise BrokerError(f"reading state {key!r}: {exc}") from None
-            finally:
-                await _close(channel)
+        await self.link.ensure_open()
+        channel = await self.link.side_channel()
+        try:
+            held = await self._held(channel, queue)
+            if not held:
+                return None
+            current = held[-1]
+            entry = StateEntry(current.body, _version(current))
+            for message in held:
+                await message.reject(requeue=True)
+            return entry
+        except AMQP_ERRORS as exc:
+            raise BrokerError(f"reading state {key!r}: {exc}") from None
+        finally:
+            await _close(channel)
 
     async def write(self, key: str, value: bytes, version: int | None) -> int | None:
         queue = record_queue(self.prefix, key)
@@ -105,24 +111,36 @@ class State:
                 await _close(channel)
 
     async def _record(self, channel: AbstractChannel, queue: str) -> AbstractIncomingMessage | None:
-        """The record, held unacknowledged; None when there is none. Records of a lesser
-        version (left by a write that died) are dropped."""
+        """Under the lock: the record, held unacknowledged; None when there is none.
+        Records of a lesser version (left by a write that died) are dropped."""
+        held = await self._held(channel, queue)
+        if not held:
+            return None
+        for stale in held[:-1]:
+            await stale.ack()
+        return held[-1]
+
+    async def _held(self, channel: AbstractChannel, queue: str) -> list[AbstractIncomingMessage]:
+        """Every record in ``queue``, held unacknowledged, by version (greatest last);
+        none when the queue is missing, or stays empty for :data:`HELD_WAIT` seconds (a
+        record another reader or a writer holds comes back within a round trip)."""
         try:
             q = await channel.declare_queue(queue, passive=True)
         except aiormq.exceptions.ChannelNotFoundEntity:  # closes the channel
-            return None
-        seen: list[AbstractIncomingMessage] = []
-        while len(seen) < _MAX_RECORDS:
-            message = await q.get(no_ack=False, fail=False)
-            if message is None:
-                break
-            seen.append(message)
-        if not seen:
-            return None
-        seen.sort(key=_version)
-        for stale in seen[:-1]:
-            await stale.ack()
-        return seen[-1]
+            return []
+        deadline = time.monotonic() + HELD_WAIT
+        pause = 0.002
+        while True:
+            seen: list[AbstractIncomingMessage] = []
+            while len(seen) < _MAX_RECORDS:
+                message = await q.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                seen.append(message)
+            if seen or time.monotonic() + pause > deadline:
+                return sorted(seen, key=_version)
+            await asyncio.sleep(random.uniform(pause, 2 * pause))
+            pause = min(pause * 2, 0.05)
 
     async def _create(self, key: str, queue: str) -> None:
         """Declare the new record's queue and list it in the index (once: under the
