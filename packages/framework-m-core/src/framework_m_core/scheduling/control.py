@@ -31,6 +31,7 @@ from ..ports.messages import (
 )
 from ..ports.protocols import BrokerProtocol
 from . import runtime
+from .runtime import contention_pause
 from .schedules import Schedule
 
 log = logging.getLogger("framework_m.schedules")
@@ -129,7 +130,8 @@ async def change(
     """Apply ``step`` (None: nothing to write) by compare-and-set until it lands; return
     the state as written (or as found, when nothing was to be written)."""
     key = state_key(job_name)
-    for _ in range(_ROUNDS):
+    for attempt in range(_ROUNDS):
+        await contention_pause(attempt)
         entry = await broker.read_state(key)
         state = ScheduleState() if entry is None else decode_state(entry.value, job_name)
         new = step(state)
@@ -143,7 +145,8 @@ async def change(
 
 async def _steered(broker: BrokerProtocol) -> None:
     """Move the steering record's version (after a pause or resume was written)."""
-    for _ in range(_ROUNDS):
+    for attempt in range(_ROUNDS):
+        await contention_pause(attempt)
         entry = await broker.read_state(STEERING)
         version = None if entry is None else entry.version
         if await broker.write_state(STEERING, b"{}", version=version) is not None:

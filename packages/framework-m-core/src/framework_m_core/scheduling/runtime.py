@@ -25,9 +25,11 @@ parse is skipped with a warning naming it, never ticked.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+import random
 import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +50,7 @@ POLL = 2.0  # seconds between two reads of the catalog by a ticking replica
 RESYNC = 300.0  # seconds between two reads of every bucket in use
 MAX_KWARGS = 2048  # bytes of a runtime schedule's kwargs as JSON
 _CHANGES_KEPT = 200  # recent changes the catalog lists
-_ROUNDS = 50
+_ROUNDS = 200  # the catalog is one record every writer changes
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
@@ -74,6 +76,14 @@ class RuntimeSchedule:
             assert isinstance(self.schedule, Cron)
             out["cron"], out["tz"] = self.schedule.expression, self.schedule.tz
         return out
+
+
+async def contention_pause(attempt: int) -> None:
+    """Before compare-and-set round ``attempt`` (0: the first, no pause): a random pause
+    that doubles each round up to 50 ms, so that writers racing on one record spread
+    out instead of colliding again in step."""
+    if attempt:
+        await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
 def validate_id(schedule_id: object) -> str:
@@ -239,7 +249,8 @@ async def _change_bucket(
 ) -> dict[str, RuntimeSchedule] | None:
     """Apply ``step`` to bucket ``n`` by compare-and-set; the bucket as written (None:
     ``step`` had nothing to write)."""
-    for _ in range(_ROUNDS):
+    for attempt in range(_ROUNDS):
+        await contention_pause(attempt)
         entry = await broker.read_state(bucket_key(n))
         current = {} if entry is None else decode_bucket(entry.value, n)
         new = step(dict(current))
@@ -261,7 +272,8 @@ async def _note_change(broker: BrokerProtocol, n: int) -> Catalog:
     """Count a change of bucket ``n`` in the catalog. Whether the bucket is in use is
     read after the catalog in each round, so that of two writers racing on one bucket
     the later catalog write sees the later bucket."""
-    for _ in range(_ROUNDS):
+    for attempt in range(_ROUNDS):
+        await contention_pause(attempt)
         entry = await broker.read_state(CATALOG)
         catalog = Catalog() if entry is None else decode_catalog(entry.value)
         bucket = await broker.read_state(bucket_key(n))
