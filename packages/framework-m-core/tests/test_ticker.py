@@ -54,6 +54,17 @@ def shifted_clock(broker: MemoryBroker, target: float) -> Callable[[], float]:
     return broker.clock
 
 
+class Outage(MemoryBroker):
+    """memory:// whose publishes fail while ``down``, as a broker out of reach."""
+
+    down = False
+
+    async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+        if self.down:
+            raise BrokerError("connection refused")
+        return await super()._publish(message, body)
+
+
 class TestGraceCheck:
     def test_refuses_grace_plus_skew_not_below_window(self) -> None:
         check_grace(25, 5, 30.1)
@@ -255,19 +266,12 @@ class TestFaults:
     async def test_after_an_outage_only_the_latest_slot_is_enqueued(
         self, queue_name: str, caplog: pytest.LogCaptureFixture
     ) -> None:
-        down = True
-
-        class Outage(MemoryBroker):
-            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-                if down:
-                    raise BrokerError("connection refused")
-                return await super()._publish(message, body)
-
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        broker.down = True
         ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=10)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.skipped >= 3, timeout=10)  # slots missed
-        down = False
+        broker.down = False
         await wait_until(lambda: ticker.stats.published >= 1)
         back = time.time()
         ticker.stop()
@@ -496,15 +500,8 @@ class TestCatchUp:
     async def test_a_slot_the_broker_refused_past_grace_is_enqueued_when_it_is_back(
         self, queue_name: str
     ) -> None:
-        down = True
-
-        class Outage(MemoryBroker):
-            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-                if down:
-                    raise BrokerError("connection refused")
-                return await super()._publish(message, body)
-
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        broker.down = True
         b = self.boundary()
         ticker = InProcessTickerAdapter(
             app_catching_up(60, 600).jobs.values(),
@@ -515,7 +512,7 @@ class TestCatchUp:
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker._clock() > b + 1.5, timeout=5)  # slot b is past grace
         assert ticker.stats.failed == 0
-        down = False
+        broker.down = False
         await wait_until(lambda: ticker.stats.caught_up == 1, timeout=5)
         ticker.stop()
         await task
@@ -525,15 +522,8 @@ class TestCatchUp:
     async def test_a_missed_slot_another_replica_recorded_meanwhile_is_not_published(
         self, queue_name: str
     ) -> None:
-        down = True
-
-        class Outage(MemoryBroker):
-            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-                if down:
-                    raise BrokerError("connection refused")
-                return await super()._publish(message, body)
-
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
+        broker.down = True
         b = self.boundary()
         ticker = InProcessTickerAdapter(
             app_catching_up(60, 600).jobs.values(),
@@ -544,7 +534,7 @@ class TestCatchUp:
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker._clock() > b + 1.5, timeout=5)  # slot b is past grace
         await record(broker, latest_slot=b)  # as a replica that reached the broker would
-        down = False
+        broker.down = False
         await wait_until(lambda: ticker.stats.duplicates == 1, timeout=5)
         ticker.stop()
         await task

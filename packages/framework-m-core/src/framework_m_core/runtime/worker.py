@@ -23,6 +23,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
+from .events import first_of
 from .execution import Execution, WorkerStats
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
@@ -286,7 +287,7 @@ class Worker:
                 self._slot_free.clear()
                 free = self.concurrency - len(self._inflight) + min(self._waiting, self.concurrency)
                 if free <= 0:
-                    await _first_of(self._slot_free, self._stopping)
+                    await first_of(self._slot_free, self._stopping)
                     await asyncio.sleep(0)  # jobs ending in the same pass: one larger receive
                     continue
                 for delivery in await self._receive_or_wait(free):
@@ -423,13 +424,3 @@ def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
-
-
-async def _first_of(*events: asyncio.Event) -> None:
-    tasks = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

@@ -19,6 +19,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
+from ..runtime.events import first_of
 from . import control
 from .clocks import CHECK_EVERY, ClockCheck
 from .following import RuntimeFollower
@@ -365,7 +366,7 @@ class InProcessTickerAdapter:
                 return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(delay, _MAX_SLEEP)):
-                    await _first(self._stop, self._woken)
+                    await first_of(self._stop, self._woken)
 
     def _fire(self, spec: Ticked, slot: int) -> None:
         """Publish ``slot`` of ``spec``; it is now the job's latest slot, so an earlier
@@ -703,16 +704,6 @@ class InProcessTickerAdapter:
             self.grace,
             reason,
         )
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Return once any of ``events`` is set."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 def _latest_until(sched: Schedule, slot: int, now: float) -> int:
