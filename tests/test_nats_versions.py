@@ -125,7 +125,8 @@ def test_an_id_in_process_gets_the_original_once_it_is_stored(
             finally:
                 for node in followers:
                     node._signal(signal.SIGCONT)
-            return await original, await again, len(await receive_all(first))
+            # The followers just came back: the stream may take seconds to serve again.
+            return await original, await again, len(await receive_all(first, quiet=5))
         finally:
             await first.close()
             await second.close()
