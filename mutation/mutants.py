@@ -14,6 +14,7 @@ MEMORY = f"{CORE}/adapters/memory"
 REDIS = "packages/adapter-redis/src/framework_m_redis"
 SQLITE = "examples/adapter-sqlite/src/framework_m_sqlite"
 RABBIT = "packages/adapter-rabbitmq/src/framework_m_rabbitmq"
+NATS = "packages/adapter-nats/src/framework_m_nats"
 
 # The contract suite's hook-up of each adapter.
 SUITES = {
@@ -21,6 +22,7 @@ SUITES = {
     "redis": "packages/adapter-redis/tests/test_contract_redis.py",
     "sqlite": "examples/adapter-sqlite/tests/test_contract_sqlite.py",
     "rabbitmq": "packages/adapter-rabbitmq/tests/test_contract_rabbitmq.py",
+    "nats": "packages/adapter-nats/tests/test_contract_nats.py",
     # The ticker's own promises that no broker changes (catch-up's bounds, following
     # runtime schedules), on memory://.
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
@@ -1038,6 +1040,63 @@ MUTANTS: tuple[Mutant, ...] = (
         "(version is not None and _version(current) != version)",
         "test_a_write_with_another_version_changes_nothing",
     ),
+    # -- waiting for a state change (core, memory://, SQLite's poll, NATS's watch) ---------
+    m(
+        "core-state-wait-validation",
+        "memory",
+        "an invalid wait is refused before sending",
+        f"{CORE}/ports/base.py",
+        "        timeout = validate_wait(timeout)\n",
+        "",
+        "test_invalid_arguments_are_refused",
+    ),
+    m(
+        "core-state-poll-sleeps-first",
+        "sqlite",
+        "a wait returns at once when the record already differs",
+        f"{CORE}/ports/base.py",
+        "        entry = await self._read_state(key)\n        if version_of(entry) != version:\n"
+        "            return entry\n        await asyncio.sleep(timeout)\n",
+        "        await asyncio.sleep(timeout)\n",
+        "test_a_wait_returns_at_once_when_the_record_differs",
+    ),
+    m(
+        "memory-state-wait-early",
+        "memory",
+        "a wait returns before its timeout only with a changed record",
+        f"{MEMORY}/broker.py",
+        "                while version_of(q.state.get(key)) == version:\n",
+        "                while False:\n",
+        "test_a_wait_on_an_unchanged_record_lasts_its_timeout",
+    ),
+    m(
+        "memory-state-write-wakes-none",
+        "memory",
+        "a write ends the waits on its key at once (watched_state)",
+        f"{MEMORY}/broker.py",
+        "        self._q.wrote_state(key)\n",
+        "",
+        "test_a_wait_sees_writes_from_another_connection",
+        "test_waits_on_one_key_from_many_connections_all_end",
+    ),
+    m(
+        "nats-state-watch-deaf",
+        "nats",
+        "a write ends the waits on its key at once (watched_state, by the key's subject)",
+        f"{NATS}/state.py",
+        "        self.seen += 1\n",
+        "",
+        "test_a_wait_sees_writes_from_another_connection",
+    ),
+    m(
+        "core-follow-ignores-watch",
+        "following",
+        "a ticker applies a runtime schedule change at once where the broker watches",
+        f"{CORE}/scheduling/following.py",
+        "        if watch:\n",
+        "        if False:\n",
+        "test_a_watch_brings_a_change_at_once",
+    ),
     m(
         "core-runtime-set-not-noted",
         "memory",
@@ -1079,7 +1138,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "following",
         "a ticking replica follows changes after it started",
         f"{CORE}/scheduling/following.py",
-        "        if changed == set():\n            return\n",
+        "        if changed == set():\n"
+        "            self._catalog, self._version = catalog, version\n            return\n",
         "        return\n",
         "test_tickers_follow_set_change_and_delete",
     ),

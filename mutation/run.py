@@ -38,6 +38,7 @@ ROOTS = (
     "packages/adapter-redis/src",
     "examples/adapter-sqlite/src",
     "packages/adapter-rabbitmq/src",
+    "packages/adapter-nats/src",
 )
 TIMEOUT = 600
 
@@ -74,9 +75,13 @@ def run_tests(adapter: str, tests: tuple[str, ...], pythonpath: str) -> tuple[in
         "-k", " or ".join(tests), "-o", "log_level=WARNING",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT
+        )
+    except subprocess.TimeoutExpired as exc:  # a hang is no kill: the test must fail
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return 4, [], f"{out[-2500:]}\n(no result within {TIMEOUT}s)"
     failed = re.findall(r"^FAILED \S+::(\w+)", done.stdout, re.MULTILINE)
     if re.search(r"^ERROR \S+::", done.stdout, re.MULTILINE):  # set-up broke: not a kill
         return 3, failed, done.stdout[-3000:]

@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext
-from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.errors import ConfigurationError, ScheduleError
-from framework_m_core.ports import decode_message
+from framework_m_core.ports import Capability, decode_message
 from framework_m_core.scheduling import control, runtime
 from framework_m_core.scheduling.runtime import (
     BUCKETS,
@@ -21,7 +21,7 @@ from framework_m_core.scheduling.runtime import (
     decode_catalog,
     runtime_schedule,
 )
-from framework_m_core.testing import receive_all, wait_until
+from framework_m_core.testing import receive_all, synced, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -161,6 +161,36 @@ async def test_tickers_follow_set_change_and_delete_within_seconds(
     assert all(d is not None and d.startswith("tick:@t1:") for d in dedups)
     assert {k["tenant"] for _, _, k in before} <= {1, 2}
     assert all(k == {"tenant": 2} and s % 2 == 0 for _, s, k in after)
+
+
+class _PolledMemory(MemoryBroker):
+    """memory:// as a broker without a watch would be: waits on state poll."""
+
+    capabilities = MemoryBroker.capabilities - {Capability.WATCHED_STATE}
+
+
+@pytest.mark.parametrize("watched", [True, False])
+async def test_a_watch_brings_a_change_at_once_a_poll_at_the_next_read(
+    queue_name: str,
+    watched: bool,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = MemorySettings(queue_name, dedup_window=120.0, visibility_timeout=5.0)
+    broker = await synced((MemoryBroker if watched else _PolledMemory)(settings))
+    monkeypatch.setattr(runtime, "POLL", 30.0 if watched else 0.3)
+    ticker = InProcessTickerAdapter(_app().jobs.values(), broker, grace=2)
+    caplog.set_level(logging.INFO, logger="framework_m")
+    task = asyncio.create_task(ticker.run())
+    await wait_until(lambda: "ticker started" in caplog.text, timeout=5)
+    for every, said in ((5, "ticked"), (7, "changed")):
+        await runtime.set_schedule(broker, report("w", every_seconds=every))
+        line = f"runtime schedule w {said}: every {every}s"
+        await wait_until(lambda line=line: line in caplog.text, timeout=5)  # type: ignore[misc]
+    await runtime.delete_schedule(broker, "w")
+    await wait_until(lambda: "w deleted: no longer ticked" in caplog.text, timeout=5)
+    ticker.stop()
+    await task
 
 
 async def test_a_schedule_of_a_job_the_app_lacks_is_not_ticked(

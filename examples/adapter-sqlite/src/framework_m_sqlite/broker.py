@@ -55,7 +55,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
     # Every optional promise but REDELIVER_ON_DISCONNECT: a killed process's rows
     # stay reserved until their visibility timeout. STORE_DEADLINE: _store checks it.
-    capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT}
+    capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT, C.WATCHED_STATE}
     parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: SqliteSettings) -> None:

@@ -71,6 +71,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.STORED_DEDUP_WINDOW,
             C.LEASES,
             C.STATE,
+            C.WATCHED_STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -134,6 +135,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def close(self) -> None:
         await self._mover.stop()
+        self._state.reset()
         nc, psub, held = self._nc, self._psub, list(self._held.values())
         self._nc, self._js, self._psub, self._held = None, None, None, {}
         if nc is None or nc.is_closed:
@@ -343,3 +345,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
         await self._link()
         return await self._state.write(self.js, key, value, version)
+
+    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+        nc = await self._link()
+        return await self._state.wait(nc, self.js, key, version, timeout)

@@ -46,12 +46,21 @@ from .records import (
     StateEntry,
 )
 from .schema import SchemaChange, SchemaPlan, SchemaRaceError
-from .state import MAX_STATE_VALUE, validate_state_key, validate_state_value, validate_version
+from .state import (
+    MAX_STATE_VALUE,
+    MAX_STATE_WAIT,
+    validate_state_key,
+    validate_state_value,
+    validate_version,
+    validate_wait,
+    version_of,
+)
 from .urls import MASK, options_of, query_params, redact_url, scheme_of
 
 __all__ = [
     "MASK",
     "MAX_STATE_VALUE",
+    "MAX_STATE_WAIT",
     "BaseBroker",
     "BatchJob",
     "BrokerError",
@@ -99,4 +108,6 @@ __all__ = [
     "validate_state_value",
     "validate_ttl",
     "validate_version",
+    "validate_wait",
+    "version_of",
 ]

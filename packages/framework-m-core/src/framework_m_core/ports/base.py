@@ -20,7 +20,13 @@ from .messages import JobMessage, due_time, validate_deduplication_id, validate_
 from .protocols import BrokerProtocol
 from .records import BatchJob, BrokerStats, PublishResult, StateEntry
 from .schema import SchemaPlan, SchemaRaceError
-from .state import validate_state_key, validate_state_value, validate_version
+from .state import (
+    validate_state_key,
+    validate_state_value,
+    validate_version,
+    validate_wait,
+    version_of,
+)
 
 __all__ = ["BaseBroker", "BrokerSettings"]
 
@@ -288,6 +294,25 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         if Capability.STATE not in self.capabilities:
             return await super().write_state(key, value, version=version)
         return await self._write_state(key, value, version)
+
+    async def wait_state(
+        self, key: str, version: int | None, *, timeout: float
+    ) -> StateEntry | None:
+        key, version = validate_state_key(key), validate_version(version)
+        timeout = validate_wait(timeout)
+        if Capability.STATE not in self.capabilities:
+            return await super().wait_state(key, version, timeout=timeout)
+        return await self._wait_state(key, version, timeout)
+
+    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+        """:meth:`wait_state` with valid arguments (adapters with ``STATE``): a poll,
+        reading at the start and at the timeout; adapters with ``WATCHED_STATE``
+        override it."""
+        entry = await self._read_state(key)
+        if version_of(entry) != version:
+            return entry
+        await asyncio.sleep(timeout)
+        return await self._read_state(key)
 
     async def _read_state(self, key: str) -> StateEntry | None:
         """:meth:`read_state` with a valid key (adapters with ``STATE``)."""

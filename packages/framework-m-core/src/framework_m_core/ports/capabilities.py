@@ -53,6 +53,9 @@ class Capability(StrEnum):
     #: ``read_state()`` and ``write_state()`` keep versioned records in the broker,
     #: shared by every process: pausing schedules and catching up need them.
     STATE = "state"
+    #: ``wait_state()`` returns within a second of a write from any connection (a
+    #: watch), rather than at its timeout: runtime schedules reach tickers at once.
+    WATCHED_STATE = "watched_state"
 
     @property
     def promise(self) -> str:
@@ -78,6 +81,7 @@ _PROMISES = {
     ),
     Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
     Capability.STATE: "versioned records in the broker, written by compare-and-set",
+    Capability.WATCHED_STATE: "wait_state() returns within a second of a write anywhere",
 }
 
 

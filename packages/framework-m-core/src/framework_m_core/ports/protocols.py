@@ -342,9 +342,9 @@ class StateProtocol(Protocol):
     live in the broker: every promise holds between any number of connections and
     processes at once, and a record lasts as long as the broker keeps its queue
     (across broker restarts where the broker persists). Schedules keep their pause
-    and their latest slot here.
+    and their latest slot here; tickers wait on the runtime schedules' catalog.
 
-    *Optional* (:attr:`~.Capability.STATE`): without it both methods raise
+    *Optional* (:attr:`~.Capability.STATE`): without it every method raises
     :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
     broker could not be reached; a write may then have taken effect or not: read
     the key again before deciding.
@@ -368,6 +368,24 @@ class StateProtocol(Protocol):
         current version is another, nothing changes and None is returned: of
         several writes with the same ``version`` at once, exactly one succeeds.
         Read the key and decide again to retry.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} keeps no state")
+
+    async def wait_state(
+        self, key: str, version: int | None, *, timeout: float
+    ) -> StateEntry | None:
+        """The record under ``key`` once its version is other than ``version`` (None:
+        once the key has a record), or as it is when ``timeout`` seconds have passed.
+
+        Returns at once when the record already differs from ``version``. It returns
+        before the timeout only with a record that differs; at the timeout it
+        returns the record as then read, changed or not. An adapter with
+        :attr:`~.Capability.WATCHED_STATE` returns within a second of a write from
+        any connection; others may see the change only at the timeout (a poll).
+        ``timeout`` is a number of seconds above 0 and at most
+        ``MAX_STATE_WAIT`` (an hour).
         """
         from ..errors import BrokerError
 

@@ -3,15 +3,20 @@
 A *key* names one record (``schedule:report``); it is a printable string of at most
 :data:`~.leases.MAX_LEASE_TEXT` characters without leading or trailing whitespace,
 as lease keys are. A *value* is bytes, at most :data:`MAX_STATE_VALUE` of them. A
-*version* is a positive integer the broker gave, or None for "no record".
+*version* is a positive integer the broker gave, or None for "no record". A wait
+for a change lasts at most :data:`MAX_STATE_WAIT` seconds.
 """
 
 from __future__ import annotations
 
+import math
+
 from ..errors import InvalidLeaseError, InvalidStateError
 from .leases import validate_lease_text
+from .records import StateEntry
 
 MAX_STATE_VALUE = 16_384
+MAX_STATE_WAIT = 3600.0
 
 
 def validate_state_key(key: object) -> str:
@@ -42,3 +47,23 @@ def validate_version(version: object) -> int | None:
             f"a state version must be None or a positive integer, got {version!r}"
         )
     return version
+
+
+def validate_wait(timeout: object) -> float:
+    """``timeout`` if it is a usable wait in seconds, else :class:`InvalidStateError`."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_STATE_WAIT
+    ):
+        raise InvalidStateError(
+            f"a state wait must be a number of seconds above 0 and at most "
+            f"{MAX_STATE_WAIT:g}, got {timeout!r}"
+        )
+    return float(timeout)
+
+
+def version_of(entry: StateEntry | None) -> int | None:
+    """The version of ``entry``; None for no record."""
+    return None if entry is None else entry.version

@@ -1,4 +1,5 @@
-"""A ticker's view of the runtime schedules: loaded at start, then followed by polling."""
+"""A ticker's view of the runtime schedules: loaded at start, then followed by a watch
+where the broker has one, by polling elsewhere."""
 
 from __future__ import annotations
 
@@ -8,26 +9,33 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..ports.capabilities import Capability
 from . import runtime
 from .runtime import Catalog, RuntimeSchedule
 
 if TYPE_CHECKING:
     from ..ports.protocols import BrokerProtocol
+    from ..ports.records import StateEntry
     from .ticker import InProcessTickerAdapter
 
 log = logging.getLogger("framework_m.ticker")
 
 _READ_TIMEOUT = 10.0
+#: Seconds at least between two reads of the catalog: a burst of changes is read as
+#: a few, and no fault can make a watched wait spin.
+_MIN_GAP = 0.05
 
 
 class RuntimeFollower:
     """Keeps the ticker's runtime entries equal to the broker's runtime schedules.
 
-    Every :data:`~.runtime.POLL` seconds it reads the catalog; when its counter moved,
-    it reads the buckets the latest changes name (every bucket in use when this
-    replica is further behind, and every :data:`~.runtime.RESYNC` seconds anyway) and
-    puts what changed into the ticker. A broker that does not answer is tried again
-    at the next poll; the entries stay as they were meanwhile.
+    It waits on the catalog record for at most :data:`~.runtime.POLL` seconds (a broker
+    with :attr:`~.Capability.WATCHED_STATE` ends the wait as soon as the record changes;
+    others are read every :data:`~.runtime.POLL` seconds); when its counter moved, it
+    reads the buckets the latest changes name (every bucket in use when this replica is
+    further behind, and every :data:`~.runtime.RESYNC` seconds anyway) and puts what
+    changed into the ticker. A broker that does not answer is read again
+    :data:`~.runtime.POLL` seconds on; the entries stay as they were meanwhile.
     """
 
     def __init__(
@@ -50,22 +58,34 @@ class RuntimeFollower:
         """Read every runtime schedule (at start, before the first slots)."""
         try:
             async with asyncio.timeout(_READ_TIMEOUT):
-                await self._sync(full=True)
+                await self._sync(await self._broker.read_state(runtime.CATALOG), full=True)
         except Exception as exc:
             self._failed(exc)
 
     async def follow(self) -> None:
+        watched = Capability.WATCHED_STATE in self._broker.capabilities
         while True:
-            await asyncio.sleep(runtime.POLL)
+            await asyncio.sleep(_MIN_GAP)
             try:
-                async with asyncio.timeout(_READ_TIMEOUT):
-                    await self._sync(full=time.monotonic() >= self._resync_at)
+                async with asyncio.timeout(runtime.POLL + _READ_TIMEOUT):
+                    entry = await self._next_catalog(watched and not self._failing)
+                    await self._sync(entry, full=time.monotonic() >= self._resync_at)
             except Exception as exc:
                 self._failed(exc)
             else:
                 if self._failing:
                     log.info("runtime schedules: read again")
                     self._failing = False
+
+    async def _next_catalog(self, watch: bool) -> StateEntry | None:
+        """The catalog record once it moved from the one last applied (at most
+        :data:`~.runtime.POLL` seconds on), or read :data:`~.runtime.POLL` seconds on."""
+        if watch:
+            return await self._broker.wait_state(
+                runtime.CATALOG, self._version, timeout=runtime.POLL
+            )
+        await asyncio.sleep(runtime.POLL)
+        return await self._broker.read_state(runtime.CATALOG)
 
     def _failed(self, exc: BaseException) -> None:
         self._ticker.observer.broker_error("state")
@@ -77,14 +97,15 @@ class RuntimeFollower:
         )
         self._failing = True
 
-    async def _sync(self, *, full: bool) -> None:
-        entry = await self._broker.read_state(runtime.CATALOG)
+    async def _sync(self, entry: StateEntry | None, *, full: bool) -> None:
+        """Put what the catalog record ``entry`` says changed into the ticker."""
         version = None if entry is None else entry.version
         if not full and version == self._version:
             return  # the catalog did not move: nothing to decode
         catalog = Catalog() if entry is None else runtime.decode_catalog(entry.value)
         changed = None if full else catalog.changed_since(self._catalog.counter)
         if changed == set():
+            self._catalog, self._version = catalog, version
             return
         mine = {runtime.bucket_of(i) for i in self._known}
         buckets = catalog.used | mine if changed is None else changed

@@ -9,6 +9,7 @@ connections to one server. Nothing survives the process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,6 +24,7 @@ from ...ports import (
     QueueStats,
     SchemaPlan,
     StateEntry,
+    version_of,
 )
 from ...ports import Capability as C
 from . import schema, server
@@ -48,6 +50,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.DELAYED_ENQUEUE,
             C.LEASES,
             C.STATE,
+            C.WATCHED_STATE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -279,4 +282,22 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             return None
         new = 1 if current is None else current.version + 1
         state[key] = StateEntry(value, new)
+        self._q.wrote_state(key)
         return new
+
+    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+        q = self._q
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while version_of(q.state.get(key)) == version:
+                    fut = asyncio.get_running_loop().create_future()
+                    q.state_waiters.setdefault(key, set()).add(fut)
+                    try:
+                        await fut
+                    finally:
+                        waiting = q.state_waiters.get(key)
+                        if waiting is not None:
+                            waiting.discard(fut)
+                            if not waiting:
+                                del q.state_waiters[key]
+        return q.state.get(key)

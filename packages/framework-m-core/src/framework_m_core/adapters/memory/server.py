@@ -42,6 +42,7 @@ class Queue:
     # lease key -> holder -> (expires at, by the monotonic clock; ttl)
     leases: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     state: dict[str, StateEntry] = field(default_factory=dict)
+    state_waiters: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
 
     def holders(self, key: str, now: float) -> dict[str, tuple[float, float]]:
         """The unexpired places under lease ``key`` (expired ones are dropped)."""
@@ -53,6 +54,11 @@ class Queue:
         if not places:
             del self.leases[key]
         return places
+
+    def wrote_state(self, key: str) -> None:
+        for fut in self.state_waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
 
     def wake(self) -> None:
         for fut in self.waiters:

@@ -5,6 +5,7 @@ one test or more for each sentence of
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 from ...errors import BrokerError, InvalidStateError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
-from ...ports.state import MAX_STATE_VALUE
+from ...ports.records import StateEntry
+from ...ports.state import MAX_STATE_VALUE, MAX_STATE_WAIT
 from ...scheduling import runtime
 from ..helpers import BrokerFactory, many
 from .base import ContractBase
@@ -179,6 +181,76 @@ class StateContract(ContractBase):
         assert entry is not None, refused
         assert entry.value == b"24", (entry, refused)
 
+    # -- waiting for a change ------------------------------------------------------------
+
+    @requires(Capability.STATE)
+    async def test_a_wait_returns_at_once_when_the_record_differs(
+        self, broker: BrokerProtocol
+    ) -> None:
+        key = _key()
+        async with asyncio.timeout(10):  # far below the waits' own timeout
+            assert await broker.wait_state(key, 7, timeout=60) is None  # no record
+            one = await broker.write_state(key, b"one", version=None)
+            assert one is not None
+            assert await broker.wait_state(key, None, timeout=60) == StateEntry(b"one", one)
+            two = await broker.write_state(key, b"two", version=one)
+            assert two is not None
+            assert await broker.wait_state(key, one, timeout=60) == StateEntry(b"two", two)
+            assert await broker.wait_state(key, two + 5, timeout=60) == StateEntry(b"two", two)
+
+    @requires(Capability.STATE)
+    async def test_a_wait_on_an_unchanged_record_lasts_its_timeout(
+        self, broker: BrokerProtocol
+    ) -> None:
+        key = _key()
+        one = await broker.write_state(key, b"one", version=None)
+        assert one is not None
+        for waited, version, expect in (
+            (key, one, StateEntry(b"one", one)),
+            (_key(), None, None),
+        ):
+            started = time.monotonic()
+            assert await broker.wait_state(waited, version, timeout=0.5) == expect
+            assert time.monotonic() - started >= 0.45, "returned early with no change"
+
+    @requires(Capability.STATE)
+    async def test_a_wait_sees_writes_from_another_connection(
+        self, broker_factory: BrokerFactory, broker: BrokerProtocol
+    ) -> None:
+        """At its timeout at the latest; within a second with ``watched_state`` (this
+        test allows five on a loaded machine, of a thirty-second wait)."""
+        watched = Capability.WATCHED_STATE in broker.capabilities
+        timeout = 30.0 if watched else 1.0
+        key = _key()
+        async with many(broker_factory, 2) as (writer, waiter):
+            version: int | None = None
+            for i in range(3):  # the first wait is on a key without a record
+                waiting = asyncio.create_task(waiter.wait_state(key, version, timeout=timeout))
+                await asyncio.sleep(0.3)  # the wait is under way (or the check below fails)
+                assert not waiting.done(), "returned with no change"
+                version = await writer.write_state(key, b"w%d" % i, version=version)
+                assert version is not None
+                async with asyncio.timeout(5 if watched else timeout + 5):
+                    entry = await waiting
+                assert entry == StateEntry(b"w%d" % i, version)
+
+    @requires(Capability.STATE)
+    async def test_waits_on_one_key_from_many_connections_all_end(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        key = _key()
+        async with many(broker_factory, 4) as brokers:
+            first = await brokers[0].write_state(key, b"first", version=None)
+            assert first is not None
+            waits = [asyncio.create_task(b.wait_state(key, first, timeout=3)) for b in brokers[1:]]
+            waits.append(asyncio.create_task(brokers[1].wait_state(key, first, timeout=3)))
+            await asyncio.sleep(0.3)
+            second = await brokers[0].write_state(key, b"second", version=first)
+            assert second is not None
+            async with asyncio.timeout(10):
+                entries = await asyncio.gather(*waits)
+        assert entries == [StateEntry(b"second", second)] * 4
+
     async def test_invalid_arguments_are_refused_before_sending(
         self, broker: BrokerProtocol
     ) -> None:
@@ -193,6 +265,15 @@ class StateContract(ContractBase):
         for version in (0, -1, True, 1.0, "1"):
             with pytest.raises(InvalidStateError):
                 await broker.write_state("k", b"v", version=version)  # type: ignore[arg-type]
+            with pytest.raises(InvalidStateError):
+                await broker.wait_state("k", version, timeout=1)  # type: ignore[arg-type]
+        for key in ("", " k", None):
+            with pytest.raises(InvalidStateError):
+                await broker.wait_state(key, None, timeout=1)  # type: ignore[arg-type]
+        bad_waits = (0, -1, float("nan"), float("inf"), MAX_STATE_WAIT + 1, True, "1", None)
+        for timeout in bad_waits:
+            with pytest.raises(InvalidStateError):
+                await broker.wait_state("k", None, timeout=timeout)  # type: ignore[arg-type]
         if Capability.STATE in broker.capabilities:
             assert await broker.read_state("k") is None  # nothing was written
 
@@ -203,6 +284,8 @@ class StateContract(ContractBase):
             await broker.read_state("k")
         with pytest.raises(BrokerError):
             await broker.write_state("k", b"v", version=None)
+        with pytest.raises(BrokerError):
+            await broker.wait_state("k", None, timeout=0.1)
 
     # -- runtime schedules: the records they are kept in (scheduling.runtime) ------------
 
