@@ -15,7 +15,8 @@ Measured per broker:
   enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
   drain no-op jobs        the broker's own client consuming and acking one by one
                           (the consume ceiling), a worker at its defaults emptying
-                          a queue, with metrics on, with a fleet-wide limit on the
+                          a queue (keeping each job's status, the default), keeping
+                          none (keep_result=0), with metrics on, with a fleet-wide limit on the
                           job (concurrency=50: a lease per run, nobody waits), then
                           peers (50 tasks at once)
   latency, idle worker    enqueue -> handler start, one job at a time (--samples),
@@ -53,8 +54,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from framework_m_core import App, BatchJob, InProcessTickerAdapter, JobContext, Worker
+from framework_m_core import App, BaseBroker, BatchJob, InProcessTickerAdapter, JobContext, Worker
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.jobs import DEFAULT_KEEP
 from framework_m_core.observability.metrics import Metrics
 from framework_m_core.ports.protocols import BrokerProtocol
 from framework_m_core.ports.urls import redact_url
@@ -145,14 +147,17 @@ async def running(worker: Worker) -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
-def noop_app(n: int, limit: int | None = None) -> tuple[App, asyncio.Event]:
+def noop_app(
+    n: int, limit: int | None = None, keep: float = DEFAULT_KEEP
+) -> tuple[App, asyncio.Event]:
     """An app whose one job, ``noop(i)``, does nothing (with ``concurrency=limit`` when
-    given); the event is set once it ran ``n`` times."""
+    given, keeping its status for ``keep`` seconds); the event is set once it ran ``n``
+    times."""
     app = App()
     done = asyncio.Event()
     ran = 0
 
-    @app.job(concurrency=limit)
+    @app.job(concurrency=limit, keep_result=keep)
     async def noop(ctx: JobContext, i: int) -> None:
         nonlocal ran
         ran += 1
@@ -168,13 +173,19 @@ async def bench_drain(
     metrics: bool = False,
     concurrency: int | None = None,
     limit: int | None = None,
+    keep: float = DEFAULT_KEEP,
 ) -> float:
     """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
     ``concurrency`` is given; the job with ``concurrency=limit`` when given (a lease
-    taken and released by every run)."""
-    app, done = noop_app(n, limit)
+    taken and released by every run); ``keep=0``: enqueued keeping no status (as
+    through its handle), so that nothing is written."""
+    app, done = noop_app(n, limit, keep)
     async with fresh(url) as broker:
-        await in_batches(lambda i: broker.enqueue("noop", i=i), n)
+        if keep == 0:
+            assert isinstance(broker, BaseBroker)
+            await in_batches(lambda i: broker.enqueue_job("noop", None, {"i": i}, keep=0), n)
+        else:
+            await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         concurrency = concurrency or DEFAULT_CONCURRENCY
         observer = Metrics(concurrency) if metrics else None
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1, observer=observer)
@@ -423,6 +434,10 @@ def throughput_groups(
         "drain no-op jobs": [
             ("framework-m worker, defaults", partial(bench_drain, url, n)),
             ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
+            (
+                "framework-m worker, keep_result=0",
+                partial(bench_drain, url, n, False, None, None, 0.0),
+            ),
             (
                 "framework-m worker, job concurrency=50",
                 partial(bench_drain, url, n, False, None, DEFAULT_CONCURRENCY),

@@ -26,6 +26,7 @@ PAGES = [
     "overlap-and-limits",
     "steering-schedules",
     "runtime-schedules",
+    "job-status",
     "testing",
     "writing-an-adapter",
     "api/index",

@@ -25,6 +25,7 @@ ROWS = [
     "drain no-op",
     "drain no-op",
     "drain no-op",
+    "drain no-op",
     "latency, idle",
     "latency, idle",
     "ticker CPU,",

@@ -11,6 +11,18 @@ import importlib
 import pytest
 
 CORE = [
+    "InvalidMemoError",
+    "MemoProtocol",
+    "wait_result",
+    "job_status",
+    "job_of_slot",
+    "JobStatus",
+    "JobState",
+    "UnknownJobError",
+    "ResultTimeoutError",
+    "JobResultError",
+    "JobFailedError",
+    "JobCancelledError",
     "App",
     "AppLoadError",
     "BaseBroker",
@@ -79,6 +91,8 @@ TESTING = [
     "StatsContract",
     "LeaseContract",
     "StateContract",
+    "MemoContract",
+    "StatusContract",
     "ProcessContract",
     "AREAS",
     "namespace_fixture",

@@ -385,3 +385,32 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
                 return version + 1 if done else None
 
         return await self._run(write)
+
+    # -- memos: rows of fm_memos, expired by their time ------------------------------------
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        q = self.settings.queue
+
+        def put(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            with _transaction(db):
+                return bool(
+                    db.execute(
+                        "INSERT INTO fm_memos VALUES (?, ?, ?, ?) ON CONFLICT (queue, key) "
+                        "DO UPDATE SET value = excluded.value, expires = excluded.expires "
+                        "WHERE NOT ? OR fm_memos.expires <= ?",
+                        (q, key, value, now + ttl, create, now),
+                    ).rowcount
+                )
+
+        return await self._run(put)
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        q = self.settings.queue
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT value FROM fm_memos WHERE queue = ? AND key = ? AND expires > ?",
+                (q, key, time.time()),
+            ).fetchone()
+        )
+        return None if row is None else bytes(row[0])

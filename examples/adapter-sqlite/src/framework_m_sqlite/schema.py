@@ -25,6 +25,9 @@ TABLES = {
     # A row per state record; version counts its writes.
     "fm_state": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
     "version INTEGER NOT NULL, PRIMARY KEY (queue, key)",
+    # A row per memo; a row whose expires has passed is no memo.
+    "fm_memos": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
+    "expires REAL NOT NULL, PRIMARY KEY (queue, key)",
 }
 _SETTINGS = ("layout", "dedup_window", "visibility_timeout")
 

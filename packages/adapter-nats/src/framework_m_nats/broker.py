@@ -40,6 +40,7 @@ from . import (
     fetching,
     greeting,
     leases,
+    memos,
     publishing,
     schema,
     state,
@@ -72,6 +73,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.LEASES,
             C.STATE,
             C.WATCHED_STATE,
+            C.MEMOS,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -88,6 +90,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
         self._leases = leases.Leases(settings)
         self._state = state.State(settings)
+        self._memos = memos.Memos(settings)
 
     @property
     def dedup_window(self) -> float:
@@ -129,6 +132,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
         self._leases.reset()
         self._state.reset()
+        self._memos.reset()
         self._psub, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -349,3 +353,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
         nc = await self._link()
         return await self._state.wait(nc, self.js, key, version, timeout)
+
+    # -- memos (memos.py) ----------------------------------------------------------------
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        await self._link()
+        return await self._memos.put(self.js, key, value, ttl, create)
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        await self._link()
+        return await self._memos.get(self.js, key)

@@ -76,6 +76,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.DELAYED_ENQUEUE,
             C.LEASES,
             C.STATE,
+            C.MEMOS,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -340,6 +341,19 @@ class RedisBroker(BaseBroker[RedisSettings]):
         keys = [self.settings.state_key(key)]
         new = int(await self._run("STATE_WRITE", keys, [expected, value]))
         return new or None
+
+    # -- memos: keys with a PX expiry, made by SET ... NX when creating ----------------
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        ms = max(1, round(ttl * 1000))
+        with publishing.redis_errors("memo put", self.settings):
+            done = await self.client.set(self.settings.memo_key(key), value, px=ms, nx=create)
+        return bool(done)
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        with publishing.redis_errors("memo get", self.settings):
+            found = await self.client.get(self.settings.memo_key(key))
+        return None if found is None else bytes(found)
 
 
 def _entry(delivery: Delivery) -> _Entry:

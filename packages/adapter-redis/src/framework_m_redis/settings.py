@@ -74,6 +74,9 @@ class RedisSettings:
     def state_key(self, key: str) -> str:
         return self.key(f"state:{key}")
 
+    def memo_key(self, key: str) -> str:
+        return self.key(f"memo:{key}")
+
     def dedup_key(self, dedup_id: str) -> str:
         return self.key(f"dedup:{dedup_id}")
 

@@ -16,12 +16,18 @@ from .errors import (
     FrameworkMError,
     InvalidJobError,
     InvalidLeaseError,
+    InvalidMemoError,
     InvalidStateError,
+    JobCancelledError,
     JobDefinitionError,
+    JobFailedError,
+    JobResultError,
     MessageDecodeError,
+    ResultTimeoutError,
     ScheduleError,
     SchemaConflictError,
     UnknownBrokerError,
+    UnknownJobError,
     WorkerFailedError,
 )
 from .handles import JobHandle
@@ -34,6 +40,7 @@ from .ports.protocols import (
     ConsumerProtocol,
     JobQueueProtocol,
     LeaseProtocol,
+    MemoProtocol,
     SchemaSyncProtocol,
     StateProtocol,
     TickerProtocol,
@@ -49,9 +56,11 @@ from .ports.records import (
     StateEntry,
 )
 from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
+from .ports.statuses import JobState, JobStatus
 from .runtime.worker import Worker
 from .scheduling.schedules import Cron, Every, Schedule, cron, every
 from .scheduling.ticker import InProcessTickerAdapter
+from .tracking.queries import job_of_slot, job_status, wait_result
 
 __all__ = [
     "PROJECT",
@@ -74,18 +83,26 @@ __all__ = [
     "InProcessTickerAdapter",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidMemoError",
     "InvalidStateError",
     "Job",
+    "JobCancelledError",
     "JobContext",
     "JobDefinitionError",
+    "JobFailedError",
     "JobHandle",
     "JobMessage",
     "JobQueueProtocol",
+    "JobResultError",
     "JobSpec",
+    "JobState",
+    "JobStatus",
     "LeaseProtocol",
+    "MemoProtocol",
     "MessageDecodeError",
     "PublishResult",
     "QueueStats",
+    "ResultTimeoutError",
     "Schedule",
     "ScheduleError",
     "SchemaChange",
@@ -97,6 +114,7 @@ __all__ = [
     "StateProtocol",
     "TickerProtocol",
     "UnknownBrokerError",
+    "UnknownJobError",
     "Worker",
     "WorkerFailedError",
     "__version__",
@@ -104,7 +122,10 @@ __all__ = [
     "cron",
     "decode_message",
     "every",
+    "job_of_slot",
+    "job_status",
     "load_app",
     "open_broker",
     "tick_deduplication_id",
+    "wait_result",
 ]

@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .handles import JobHandle
-from .jobs import Catchup, Handler, JobContext, JobSpec, Overlap, State
+from .jobs import DEFAULT_KEEP, Catchup, Handler, JobContext, JobSpec, Overlap, State
 from .ports.messages import validate_job_name
 from .scheduling.schedules import Schedule, to_schedule
 
@@ -87,6 +87,7 @@ class App:
         concurrency_key: str | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
+        keep_result: float | timedelta = DEFAULT_KEEP,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], JobHandle[P, R]]: ...
 
     def job(
@@ -107,6 +108,7 @@ class App:
         concurrency_key: str | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
+        keep_result: float | timedelta = DEFAULT_KEEP,
     ) -> JobHandle[Any, Any] | Callable[[Handler], JobHandle[Any, Any]]:
         """Register ``async def handler(ctx, **kwargs)`` as a job; a plain ``def`` handler
         runs in the worker's thread pool (``threads``), so it may block.
@@ -144,6 +146,10 @@ class App:
         :param catchup: which missed slots of the window run late: ``"latest"`` (one run,
             and none when a slot is due anyway) or ``"all"`` (each, oldest first, at most
             :data:`~.scheduling.ticker.CATCHUP_LIMIT`).
+        :param keep_result: seconds (or a timedelta) a finished run's status and return
+            value are kept in the broker for ``job_status`` and ``wait_result`` (default
+            an hour, at most seven days); 0 keeps nothing and writes nothing. Needs a
+            broker with memos.
         """
         sched = to_schedule(schedule, tz=tz, interval=every)
 
@@ -172,6 +178,11 @@ class App:
                     else catchup_window
                 ),
                 catchup=catchup,
+                keep_result=(
+                    keep_result.total_seconds()
+                    if isinstance(keep_result, timedelta)
+                    else keep_result
+                ),
             )
             return JobHandle(spec, fn)
 

@@ -39,6 +39,10 @@ class InvalidStateError(FrameworkMError):
     """A state call was refused before anything was sent (bad key, value or version)."""
 
 
+class InvalidMemoError(FrameworkMError):
+    """A memo call was refused before anything was sent (bad key, value or ttl)."""
+
+
 class MessageDecodeError(FrameworkMError):
     """Bytes taken from a broker are not a framework-m job message."""
 
@@ -60,3 +64,36 @@ class DeliveryLostError(BrokerError):
 
 class WorkerFailedError(FrameworkMError):
     """A part of the worker (the ticker, the consumer) died; the worker stopped because of it."""
+
+
+class JobResultError(FrameworkMError):
+    """``wait_result`` found no value to return: the job failed, was cancelled, or is
+    unknown. ``status`` is the job's status as read (None when unknown)."""
+
+    def __init__(self, message: str, status: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JobFailedError(JobResultError):
+    """The job failed: out of attempts, or not runnable; ``error`` says why."""
+
+    def __init__(self, message: str, status: object = None, error: str | None = None) -> None:
+        super().__init__(message, status)
+        self.error = error
+
+
+class JobCancelledError(JobResultError):
+    """The job will not run (cancelled, skipped or expired)."""
+
+
+class UnknownJobError(JobResultError):
+    """No status of the job is kept: never enqueued, kept none, or its status expired."""
+
+
+class ResultTimeoutError(FrameworkMError, TimeoutError):
+    """``wait_result`` timed out with the job not finished; ``status`` is the last read."""
+
+    def __init__(self, message: str, status: object = None) -> None:
+        super().__init__(message)
+        self.status = status

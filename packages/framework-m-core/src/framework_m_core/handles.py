@@ -11,12 +11,15 @@ unit test). Enqueueing by name (``broker.enqueue("add", a=1, b=2)``) works as be
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from .errors import InvalidJobError
+from .ports.base import BaseBroker
+from .ports.messages import delay_seconds
 
 if TYPE_CHECKING:
     from .jobs import JobContext, JobSpec
@@ -87,6 +90,17 @@ class JobHandle(Generic[P, R]):
         """
         job_kwargs = self._kwargs(args, kwargs)
         o = self._options
+        if isinstance(broker, BaseBroker):  # the message carries how long its status lasts
+            at = o.at
+            if at is None and o.delay is not None:
+                at = time.time() + delay_seconds(o.delay)
+            return await broker.enqueue_job(
+                self.spec.name,
+                o.deduplication_id,
+                job_kwargs,
+                at=at,
+                keep=self.spec.keep_result,
+            )
         if o.at is not None:
             return await broker.enqueue_at(o.at, self.spec.name, o.deduplication_id, **job_kwargs)
         if o.delay is not None:

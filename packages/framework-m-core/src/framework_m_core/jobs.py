@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .errors import JobDefinitionError
+from .ports.messages import MAX_KEEP
 from .scheduling.schedules import Schedule
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ Catchup = Literal["latest", "all"]
 CATCHUP_POLICIES: tuple[str, ...] = get_args(Catchup)
 MAX_CONCURRENCY = 1000
 MAX_CATCHUP_WINDOW = 366 * 86400.0
+#: Seconds a finished run's status and result are kept unless the job says otherwise.
+DEFAULT_KEEP = 3600.0
 
 # ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
 Handler = Callable[..., Any]
@@ -111,6 +114,7 @@ class JobSpec:
     concurrency_key: str | None = None  # the kwarg whose every value has that limit
     catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
     catchup: Catchup = "latest"
+    keep_result: float = DEFAULT_KEEP  # seconds a finished run's status and result are kept
     # Read once here: every delivery's kwargs are checked against the handler's signature.
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
@@ -155,6 +159,16 @@ class JobSpec:
                 f"got {self.overlap!r}"
             )
         self._check_catchup()
+        keep = self.keep_result
+        if (
+            isinstance(keep, bool)
+            or not isinstance(keep, int | float)
+            or not (math.isfinite(keep) and 0 <= keep <= MAX_KEEP)
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: keep_result must be 0 (keep nothing) to {MAX_KEEP:g} "
+                f"seconds; got {keep!r}"
+            )
         n = self.concurrency
         if n is not None and (
             isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY

@@ -39,7 +39,8 @@ from ..runtime.worker import (
 from ..scheduling import control, runtime
 from ..scheduling.schedules import Cron, Schedule
 from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
-from . import inspection
+from ..tracking import queries
+from . import inspection, jobs
 
 log = logging.getLogger("framework_m.cli")
 
@@ -295,6 +296,24 @@ def _parser() -> argparse.ArgumentParser:
         help="also show, per job with an overlap policy or a limit, the runs going on "
         "now and where (env M_APP)",
     )
+    j = sub.add_parser("jobs", help="a job's status and result, by its id")
+    j_sub = j.add_subparsers(dest="action", required=True, metavar="ACTION")
+    j_actions = [
+        j_sub.add_parser("status", help="the job's state, attempts, times, error and result"),
+        j_sub.add_parser("result", help="print the job's return value as JSON"),
+    ]
+    for action in j_actions:
+        broker_arg(action, shared=True)
+        action.add_argument("id", help="the job id enqueue printed (or, with --slot, a schedule)")
+        action.add_argument(
+            "--slot", type=_slot, default=None, metavar="UNIX_SECONDS",
+            help="the job ticked for this slot of the schedule ID (a job's name or @id)",
+        )  # fmt: skip
+    j_actions[0].add_argument("--json", action="store_true", help="print JSON")
+    j_actions[1].add_argument(
+        "--wait", type=_wait, default=0.0, metavar="SECONDS",
+        help="wait this long for the job to finish (default 0: ask once)",
+    )  # fmt: skip
     d = sub.add_parser("dead-letters", help="inspect dead letters")
     d_sub = d.add_subparsers(dest="action", required=True, metavar="ACTION")
     d_actions = [
@@ -312,7 +331,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         if action is not d_actions[0]:
             action.add_argument("--yes", action="store_true", help="do not ask")
-    for command in (w, s, e, g, st, *d_actions):
+    for command in (w, s, e, g, st, *d_actions, *j_actions):
         _logging_args(command, top=False)
     return parser
 
@@ -381,6 +400,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    _configure_logging(args)
+    broker = _shared_broker(args.broker, f"m jobs {args.action}")
+    run = jobs.status if args.action == "status" else jobs.result
+    return asyncio.run(run(args, broker))
+
+
+def _slot(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a slot is whole unix seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a slot is whole unix seconds, got {text!r}")
+    return value
+
+
+def _wait(text: str) -> float:
+    value = _seconds(text)
+    if value > queries.MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"wait at most {queries.MAX_WAIT:g} seconds")
+    return value
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
@@ -806,6 +849,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schedules": _schedules,
     "enqueue": lambda args: asyncio.run(_enqueue(args)),
     "dead-letters": _dead_letters,
+    "jobs": _jobs,
     "status": _status,
     "sync-schema": _sync_schema_command,
     "migrate": _sync_schema_command,

@@ -12,7 +12,7 @@ TickOutcome = Literal[
     "enqueued", "caught_up", "duplicate", "skipped", "failed", "clock_held", "paused"
 ]
 JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired", "skipped"]
-BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state"]
+BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state", "memo"]
 UNKNOWN_JOB = "unknown"
 
 

@@ -17,6 +17,7 @@ from ..errors import (
     FrameworkMError,
     InvalidJobError,
     InvalidLeaseError,
+    InvalidMemoError,
     InvalidStateError,
     MessageDecodeError,
     SchemaConflictError,
@@ -26,12 +27,20 @@ from .batching import Calls, PassBatch, answer
 from .capabilities import Capability, as_capabilities
 from .greeting import first_bytes
 from .leases import validate_lease_text, validate_limit, validate_ttl
+from .memos import (
+    MAX_MEMO_TTL,
+    MAX_MEMO_VALUE,
+    validate_memo_key,
+    validate_memo_ttl,
+    validate_memo_value,
+)
 from .messages import JobMessage, decode_message, tick_deduplication_id
 from .protocols import (
     BrokerProtocol,
     ConsumerProtocol,
     JobQueueProtocol,
     LeaseProtocol,
+    MemoProtocol,
     SchemaSyncProtocol,
     StateProtocol,
     TickerProtocol,
@@ -59,6 +68,8 @@ from .urls import MASK, options_of, query_params, redact_url, scheme_of
 
 __all__ = [
     "MASK",
+    "MAX_MEMO_TTL",
+    "MAX_MEMO_VALUE",
     "MAX_STATE_VALUE",
     "MAX_STATE_WAIT",
     "BaseBroker",
@@ -77,10 +88,12 @@ __all__ = [
     "FrameworkMError",
     "InvalidJobError",
     "InvalidLeaseError",
+    "InvalidMemoError",
     "InvalidStateError",
     "JobMessage",
     "JobQueueProtocol",
     "LeaseProtocol",
+    "MemoProtocol",
     "MessageDecodeError",
     "PassBatch",
     "PublishResult",
@@ -104,6 +117,9 @@ __all__ = [
     "tick_deduplication_id",
     "validate_lease_text",
     "validate_limit",
+    "validate_memo_key",
+    "validate_memo_ttl",
+    "validate_memo_value",
     "validate_state_key",
     "validate_state_value",
     "validate_ttl",

@@ -4,6 +4,7 @@ the schema-sync template and the connected guard."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from abc import abstractmethod
@@ -14,8 +15,10 @@ from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
+from . import statuses
 from .capabilities import Capability, as_capabilities
 from .leases import validate_lease_text, validate_limit, validate_ttl
+from .memos import validate_memo_key, validate_memo_ttl, validate_memo_value
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
 from .records import BatchJob, BrokerStats, PublishResult, StateEntry
@@ -127,6 +130,26 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         message = _message(job_name, deduplication_id, kwargs, not_before=due)
         return (await self._send(message)).job_id
 
+    async def enqueue_job(
+        self,
+        job_name: str,
+        deduplication_id: str | None,
+        kwargs: dict[str, Any],
+        *,
+        at: datetime | float | None = None,
+        keep: float | None = None,
+    ) -> str:
+        """:meth:`enqueue` (or :meth:`enqueue_at` with ``at``) of a job whose status is
+        kept for ``keep`` seconds after it finished (0: none, not even while it waits);
+        what job handles call."""
+        if at is not None and Capability.DELAYED_ENQUEUE not in self.capabilities:
+            return await super().enqueue_at(at, job_name, deduplication_id, **kwargs)
+        due = None if at is None else due_time(at)
+        message = _message(job_name, deduplication_id, kwargs, not_before=due)
+        if keep is not None:
+            message = dataclasses.replace(message, keep=keep)
+        return (await self._send(message)).job_id
+
     async def publish(self, message: JobMessage) -> PublishResult:
         validate_job_name(message.job_name)
         validate_deduplication_id(message.deduplication_id)
@@ -158,7 +181,32 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
         result = await self._publish(message, self._body(message))
         self._count(message, result)
+        if not result.duplicate:
+            await self._note_enqueued(message, result.job_id)
         return result
+
+    async def _note_enqueued(self, message: JobMessage, job_id: str) -> None:
+        """Keep the status of a job just stored (brokers with memos, unless its ``keep``
+        is 0); a tick's slot names its job too. A failure is logged: the job is stored,
+        and its worker keeps its status from its start on."""
+        if Capability.MEMOS not in self.capabilities or message.keep == 0:
+            return
+        now = time.time()
+        keep = message.keep if message.keep is not None else statuses.PENDING_KEEP
+        ttl = statuses.pending_ttl(keep, message.not_before, now)
+        record = statuses.encode_status(statuses.enqueued_status(message, job_id))
+        try:
+            await self._put_memo(statuses.status_key(job_id), record, ttl, True)
+            dedup = message.deduplication_id
+            if message.scheduled_at is not None and dedup is not None:
+                await self._put_memo(statuses.slot_key(dedup), job_id.encode(), ttl, True)
+        except Exception as exc:
+            log.warning(
+                "%s[%s] is enqueued but its status is not kept yet (%s)",
+                message.job_name,
+                job_id,
+                exc,
+            )
 
     def _body(self, message: JobMessage) -> bytes:
         body = message.encode()
@@ -193,6 +241,14 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         results = await self._publish_many(messages, bodies)
         for message, result in zip(messages, results, strict=True):
             self._count(message, result)
+        new = [(m, r.job_id) for m, r in zip(messages, results, strict=True) if not r.duplicate]
+        for start in range(0, len(new), _BATCH_IN_FLIGHT):
+            await asyncio.gather(
+                *(
+                    self._note_enqueued(m, job_id)
+                    for m, job_id in new[start : start + _BATCH_IN_FLIGHT]
+                )
+            )
         return [result.job_id for result in results]
 
     async def _publish_many(
@@ -320,6 +376,29 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
         """:meth:`write_state` with valid arguments (adapters with ``STATE``)."""
+        raise NotImplementedError
+
+    # -- memos ---------------------------------------------------------------------------
+
+    async def put_memo(self, key: str, value: bytes, *, ttl: float, create: bool = False) -> bool:
+        key, value = validate_memo_key(key), validate_memo_value(value)
+        ttl = validate_memo_ttl(ttl)
+        if Capability.MEMOS not in self.capabilities:
+            return await super().put_memo(key, value, ttl=ttl, create=create)
+        return await self._put_memo(key, value, ttl, bool(create))
+
+    async def get_memo(self, key: str) -> bytes | None:
+        key = validate_memo_key(key)
+        if Capability.MEMOS not in self.capabilities:
+            return await super().get_memo(key)
+        return await self._get_memo(key)
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        """:meth:`put_memo` with valid arguments (adapters with ``MEMOS``)."""
+        raise NotImplementedError
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        """:meth:`get_memo` with a valid key (adapters with ``MEMOS``)."""
         raise NotImplementedError
 
     # -- schema sync ---------------------------------------------------------------------

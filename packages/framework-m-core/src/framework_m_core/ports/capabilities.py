@@ -56,6 +56,9 @@ class Capability(StrEnum):
     #: ``wait_state()`` returns within a second of a write from any connection (a
     #: watch), rather than at its timeout: runtime schedules reach tickers at once.
     WATCHED_STATE = "watched_state"
+    #: ``put_memo()`` and ``get_memo()`` keep expiring values in the broker, shared by
+    #: every process: job statuses, results and cancellation need them.
+    MEMOS = "memos"
 
     @property
     def promise(self) -> str:
@@ -82,6 +85,7 @@ _PROMISES = {
     Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
     Capability.STATE: "versioned records in the broker, written by compare-and-set",
     Capability.WATCHED_STATE: "wait_state() returns within a second of a write anywhere",
+    Capability.MEMOS: "expiring values in the broker, created at most once while they last",
 }
 
 

@@ -18,6 +18,10 @@ delivery whose broker says it was stored later.
 :data:`MAX_META_ENTRIES` short strings that travel with the job without reaching
 its handler: the trace context (``traceparent``, ``tracestate``) when tracing is on.
 
+``keep`` (optional, absent when the enqueuer does not say) is how many seconds the
+job's status and result are kept after it finished; 0 keeps none. Without it the
+worker keeps them as the job's ``keep_result`` says.
+
 ``kwargs`` nest arrays and objects at most :data:`MAX_NESTING` levels deep:
 enqueue refuses deeper ones and the worker dead-letters them.
 
@@ -52,6 +56,7 @@ MAX_NESTING = 64
 MAX_META_ENTRIES = 16
 _META_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _META_VALUE_MAX = 1024
+MAX_KEEP = 7 * 86_400.0  # the longest a memo lasts
 _VALID_NAMES: set[str] = set()
 
 
@@ -178,6 +183,7 @@ class JobMessage:
     not_after: float | None = None  # latest unix time it may be stored (ticks: slot + grace)
     meta: dict[str, str] = field(default_factory=dict)  # e.g. the trace context
     not_before: float | None = None  # a delayed job: unix time it becomes due
+    keep: float | None = None  # seconds its status and result are kept; None: the job's
 
     @property
     def due_ms(self) -> int | None:
@@ -204,11 +210,7 @@ class JobMessage:
             raise InvalidJobError(f"enqueued_at of job {self.job_name!r} must be finite")
         dedup = "null" if self.deduplication_id is None else _quote(self.deduplication_id)
         scheduled = "null" if self.scheduled_at is None else str(int(self.scheduled_at))
-        deadline = "" if self.not_after is None else f',"not_after":{float(self.not_after)!r}'
-        if self.not_before is not None:
-            if not _is_time(self.not_before):
-                raise InvalidJobError(f"not_before of job {self.job_name!r} is not a unix time")
-            deadline += f',"not_before":{float(self.not_before)!r}'
+        deadline = self._optional_fields()
         meta = ""
         if self.meta:
             if (problem := meta_problem(self.meta)) is not None:
@@ -219,6 +221,21 @@ class JobMessage:
             f'"enqueued_at":{float(self.enqueued_at)!r},"scheduled_at":{scheduled},'
             f'"dedup_id":{dedup}{deadline}{meta},"kwargs":{kwargs}}}'
         ).encode()
+
+    def _optional_fields(self) -> str:
+        """``not_after``, ``not_before`` and ``keep`` as wire fields, those that are set."""
+        out = "" if self.not_after is None else f',"not_after":{float(self.not_after)!r}'
+        if self.not_before is not None:
+            if not _is_time(self.not_before):
+                raise InvalidJobError(f"not_before of job {self.job_name!r} is not a unix time")
+            out += f',"not_before":{float(self.not_before)!r}'
+        if self.keep is not None:
+            if not _is_keep(self.keep):
+                raise InvalidJobError(
+                    f"keep of job {self.job_name!r} must be 0 to {MAX_KEEP:g} seconds"
+                )
+            out += f',"keep":{float(self.keep)!r}'
+        return out
 
 
 def decode_message(body: bytes) -> JobMessage:
@@ -249,6 +266,9 @@ def decode_message(body: bytes) -> JobMessage:
     meta = data.get("meta", {})
     if (problem := meta_problem(meta)) is not None:
         raise MessageDecodeError(f"field 'meta' {problem}")
+    keep = data.get("keep")
+    if keep is not None and not _is_keep(keep):
+        raise MessageDecodeError(f"field 'keep' must be 0 to {MAX_KEEP:g} seconds or absent")
     return JobMessage(
         job_name=job_name,
         kwargs=kwargs,
@@ -259,6 +279,7 @@ def decode_message(body: bytes) -> JobMessage:
         not_after=not_after,
         meta=meta,
         not_before=not_before,
+        keep=None if keep is None else float(keep),
     )
 
 
@@ -326,6 +347,13 @@ def _is_time(value: object) -> bool:
     if not isinstance(value, int | float) or isinstance(value, bool):
         return False
     return 0 <= value < _LATEST  # false for NaN; no float() of a huge int
+
+
+def _is_keep(value: object) -> bool:
+    """Seconds to keep a status: 0 (none) to :data:`MAX_KEEP`."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return 0 <= value <= MAX_KEEP
 
 
 def _short(exc: BaseException) -> str:

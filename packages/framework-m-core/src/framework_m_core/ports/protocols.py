@@ -393,12 +393,54 @@ class StateProtocol(Protocol):
 
 
 @runtime_checkable
+class MemoProtocol(Protocol):
+    """Memos: small values under keys that the broker forgets after their ttl.
+
+    What the fleet says about a job lives here: its status, its result, a cancel
+    mark. A *key* holds at most one memo, a value of at most 128 KiB of bytes kept for
+    a ttl of at most seven days; keys are as state keys. An invalid key, value or ttl
+    raises :class:`~.errors.InvalidMemoError` and sends nothing. Memos live in the
+    broker: every promise holds between any number of connections and processes at
+    once. Expiry is measured by the broker's clock where it has one, else by the
+    writer's and the reader's wall clocks, which then must agree within the ticker's
+    clock skew.
+
+    *Optional* (:attr:`~.Capability.MEMOS`): without it both methods raise
+    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
+    broker could not be reached; a put may then have taken effect or not.
+    """
+
+    async def put_memo(self, key: str, value: bytes, *, ttl: float, create: bool = False) -> bool:
+        """Keep ``value`` under ``key`` for ``ttl`` seconds; True when it was stored.
+
+        Replaces the key's memo and its ttl. With ``create`` it stores only when the
+        key holds no unexpired memo, and returns False otherwise, changing nothing:
+        of several creates at once exactly one stores. From ``ttl`` seconds after the
+        put on, the memo is gone.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} keeps no memos")
+
+    async def get_memo(self, key: str) -> bytes | None:
+        """The memo under ``key`` as last put, or None when there is none or it expired.
+
+        Reading changes nothing. A get that starts after a put returned sees that put
+        or a later one, from any connection.
+        """
+        from ..errors import BrokerError
+
+        raise BrokerError(f"{type(self).__name__} keeps no memos")
+
+
+@runtime_checkable
 class BrokerProtocol(
     JobQueueProtocol,
     ConsumerProtocol,
     SchemaSyncProtocol,
     LeaseProtocol,
     StateProtocol,
+    MemoProtocol,
     Protocol,
 ):
     """Everything an adapter provides.

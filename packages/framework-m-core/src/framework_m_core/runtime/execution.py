@@ -29,7 +29,9 @@ from ..ports.capabilities import Capability
 from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message, schedule_of
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
+from ..ports.statuses import JobState, ResultError, encode_result
 from . import leases
+from .statuses import StatusNotes
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -116,6 +118,7 @@ class Execution:
         self.leases = Capability.LEASES in broker.capabilities
         #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
         self.on_waiting: Callable[[int], None] = lambda delta: None
+        self.notes = StatusNotes(broker, self.observer)
 
     def _job_name(self, name: str | None) -> str:
         """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
@@ -286,6 +289,9 @@ class Execution:
             running = ", ".join(await self.broker.lease_holders(key)) or "a run just ending"
         except BrokerError as exc:
             running = f"unknown ({exc})"
+        why = f"skipped: the previous run of the schedule was still running ({running})"
+        spec = self.app.jobs.get(message.job_name)
+        await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             self.stats.skipped += 1
             self.observer.job_finished(message.job_name, "skipped", None)
@@ -315,23 +321,38 @@ class Execution:
         span: object,
         held: Sequence[str] = (),
     ) -> None:
-        """Run the handler, then settle the delivery by its result."""
-        started = time.perf_counter()
-        failure = await self._run_handler(spec, message, delivery, held)
+        """Run the handler, then keep its status and settle the delivery by its result."""
+        started, started_at = time.perf_counter(), time.time()
+        noting = asyncio.create_task(self.notes.running(spec, message, delivery.attempt))
+        try:
+            failure, result_json = await self._run_handler(spec, message, delivery, held)
+        finally:
+            await asyncio.shield(noting)  # the running status lands before the final one
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is None:
             tracing.finished(span, "succeeded", None, None)
+            await self.notes.finished(
+                spec,
+                message,
+                JobState.SUCCEEDED,
+                delivery.attempt,
+                result_json=result_json,
+                started_at=started_at,
+            )
             if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
                 self.stats.succeeded += 1
                 self.observer.job_finished(spec.name, "succeeded", duration)
         elif delivery.attempt >= spec.max_attempts:
             reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
             tracing.finished(span, "dead_lettered", failure.error, reason)
-            await self._dead_letter(delivery, reason, message, failure.error, duration)
+            await self._dead_letter(
+                delivery, reason, message, failure.error, duration, spec, started_at
+            )
         else:
             tracing.finished(span, "retried", failure.error, failure.reason)
             delay = spec.retry_delay(delivery.attempt)
+            await self.notes.retrying(spec, message, delivery.attempt, failure.reason, delay)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
                 self.observer.job_finished(spec.name, "retried", duration)
@@ -347,6 +368,9 @@ class Execution:
 
     async def _expire(self, delivery: Delivery, message: JobMessage) -> None:
         label = f"{message.job_name}[{message.id}]"
+        why = "expired: the tick was stored after its slot's grace"
+        spec = self.app.jobs.get(message.job_name)
+        await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             self.stats.expired += 1
             self.observer.job_finished(self._job_name(message.job_name), "expired", None)
@@ -387,8 +411,9 @@ class Execution:
 
     async def _run_handler(
         self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str] = ()
-    ) -> _Failure | None:
-        """Run the handler; return None on success, else what went wrong."""
+    ) -> tuple[_Failure | None, str | None]:
+        """Run the handler; return what went wrong (None on success) and its return value
+        as JSON when it is kept (a value that cannot be kept fails the attempt)."""
         holder = leases.holder_of(message.id) if held else ""
         heartbeat = _Heartbeat(self.broker, delivery, held, holder)
         started = time.perf_counter()
@@ -421,15 +446,20 @@ class Execution:
                 if spec.blocking:  # in the thread pool, with this task's context (a span)
                     call = functools.partial(spec.handler, ctx, **message.kwargs)
                     run = contextvars.copy_context().run
-                    await asyncio.get_running_loop().run_in_executor(self.threads, run, call)
+                    returned = await asyncio.get_running_loop().run_in_executor(
+                        self.threads, run, call
+                    )
                 else:
-                    await spec.handler(ctx, **message.kwargs)
+                    returned = await spec.handler(ctx, **message.kwargs)
+            result_json = encode_result(returned) if self.notes.keep(spec, message)[1] else None
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
-                return _Failure(f"timed out after {spec.timeout:g}s")
-            return _Failure("TimeoutError raised by the handler", exc)
+                return _Failure(f"timed out after {spec.timeout:g}s"), None
+            return _Failure("TimeoutError raised by the handler", exc), None
+        except ResultError as exc:
+            return _Failure(f"ResultError: {exc}"), None
         except Exception as exc:
-            return _Failure(f"{type(exc).__name__}: {exc}", exc)
+            return _Failure(f"{type(exc).__name__}: {exc}", exc), None
         finally:
             heartbeat.cancel()
             self.observer.running(-1)
@@ -440,7 +470,7 @@ class Execution:
             time.perf_counter() - started,
             delivery.attempt,
         )
-        return None
+        return None, result_json
 
     async def _dead_letter(
         self,
@@ -449,9 +479,21 @@ class Execution:
         message: JobMessage | None,
         error: BaseException | None = None,
         duration: float | None = None,
+        spec: JobSpec | None = None,
+        started_at: float | None = None,
     ) -> None:
         label = f"{message.job_name}[{message.id}]" if message else "message"
         reason = bounded(reason)
+        if message is not None:
+            spec = spec if spec is not None else self.app.jobs.get(message.job_name)
+            await self.notes.finished(
+                spec,
+                message,
+                JobState.FAILED,
+                delivery.attempt,
+                error=reason,
+                started_at=started_at,
+            )
         if await self._settle(
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):

@@ -24,6 +24,8 @@ marked xfail on its own:
 - :class:`StatsContract`: ``queue_stats``;
 - :class:`LeaseContract`: leases, in one process and across processes;
 - :class:`StateContract`: shared state, written by compare-and-set;
+- :class:`MemoContract`: memos, expiring values created at most once;
+- :class:`StatusContract`: a job id leads to its status and its result;
 - :class:`ProcessContract`: the promises that show only across processes.
 
 :class:`BrokerContract` is their union. Tests state what they need with
@@ -53,6 +55,8 @@ _LAZY = {
     "StatsContract": ".contract.stats",
     "LeaseContract": ".contract.lease",
     "StateContract": ".contract.state",
+    "MemoContract": ".contract.memo",
+    "StatusContract": ".contract.status",
     "ProcessContract": ".contract.process",
     "AREAS": ".contract.broker",
     "namespace_fixture": ".contract.base",

@@ -88,7 +88,17 @@ class Process:
             self.proc.send_signal(signum)
 
     def wait(self, timeout: float = 30.0) -> int:
-        code = self.proc.wait(timeout)
+        """The exit code; a process still running after ``timeout`` fails the test with
+        its latest output (and is killed)."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self._reader.join(5)
+            raise AssertionError(
+                f"still running {timeout:g}s after it was told to stop: "
+                f"{' '.join(self.args[-6:])}:\n" + "\n".join(self.lines[-80:])
+            ) from None
         self._reader.join(5)
         return code
 

@@ -51,6 +51,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.LEASES,
             C.STATE,
             C.WATCHED_STATE,
+            C.MEMOS,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -301,3 +302,15 @@ class MemoryBroker(BaseBroker[MemorySettings]):
                             if not waiting:
                                 del q.state_waiters[key]
         return q.state.get(key)
+
+    # -- memos -------------------------------------------------------------------------
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        now = time.monotonic()
+        if create and self._q.memo(key, now) is not None:
+            return False
+        self._q.keep_memo(key, value, now + ttl)
+        return True
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        return self._q.memo(key, time.monotonic())

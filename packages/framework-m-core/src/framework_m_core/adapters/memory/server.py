@@ -43,6 +43,23 @@ class Queue:
     leases: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     state: dict[str, StateEntry] = field(default_factory=dict)
     state_waiters: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
+    # memo key -> (value, expires at by the monotonic clock); a heap of expiries
+    memos: dict[str, tuple[bytes, float]] = field(default_factory=dict)
+    memo_expiry: list[tuple[float, str]] = field(default_factory=list)
+
+    def memo(self, key: str, now: float) -> bytes | None:
+        """The unexpired memo under ``key`` (expired ones are dropped on the way)."""
+        while self.memo_expiry and self.memo_expiry[0][0] <= now:
+            _, gone = heapq.heappop(self.memo_expiry)
+            held = self.memos.get(gone)
+            if held is not None and held[1] <= now:
+                del self.memos[gone]
+        held = self.memos.get(key)
+        return held[0] if held is not None and held[1] > now else None
+
+    def keep_memo(self, key: str, value: bytes, until: float) -> None:
+        self.memos[key] = (value, until)
+        heapq.heappush(self.memo_expiry, (until, key))
 
     def holders(self, key: str, now: float) -> dict[str, tuple[float, float]]:
         """The unexpired places under lease ``key`` (expired ones are dropped)."""

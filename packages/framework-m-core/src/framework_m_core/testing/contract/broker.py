@@ -9,10 +9,12 @@ from .delayed import DelayedContract
 from .enqueue import EnqueueContract
 from .hostile_input import HostileInputContract
 from .lease import LeaseContract
+from .memo import MemoContract
 from .process import ProcessContract
 from .schema import SchemaContract
 from .state import StateContract
 from .stats import StatsContract
+from .status import StatusContract
 from .worker import WorkerContract
 
 
@@ -28,6 +30,8 @@ class BrokerContract(
     StatsContract,
     LeaseContract,
     StateContract,
+    MemoContract,
+    StatusContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""

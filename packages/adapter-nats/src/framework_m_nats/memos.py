@@ -1,0 +1,111 @@
+"""Memos in a JetStream key-value bucket, ``{stream}_memos``.
+
+One key per memo key (in URL-safe base64), history 1. A memo's value is stored
+behind its expiry (eight bytes, unix milliseconds by the writer's clock): a get
+that finds it expired answers None, and a create over an expired memo replaces it
+by compare-and-set on its revision. The bucket's ``max_age`` is the longest ttl
+(seven days), so the server drops every memo at the latest then. The bucket is made
+by the first put; getting before that finds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+import time
+
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from framework_m_core.ports import MAX_MEMO_TTL
+
+from .buckets import open_bucket
+from .errors import server_errors
+from .settings import NatsSettings
+
+_EXPIRY = struct.Struct(">Q")
+
+
+def bucket_name(s: NatsSettings) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_memos")
+
+
+def _kv_key(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Memos:
+    """The memo calls of one broker, on the bucket of its stream."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        self.settings = settings
+        self._kv: KeyValue | None = None
+
+    def reset(self) -> None:
+        self._kv = None
+
+    async def _bucket(self, js: JetStreamContext, *, create: bool) -> KeyValue | None:
+        if self._kv is None:
+            name = bucket_name(self.settings)
+            with server_errors(f"opening the memo bucket {name}"):
+                if create:
+                    self._kv = await open_bucket(
+                        js, name, history=1, ttl=MAX_MEMO_TTL, replicas=self.settings.replicas
+                    )
+                else:
+                    try:
+                        self._kv = await js.key_value(name)
+                    except BucketNotFoundError:
+                        return None
+        return self._kv
+
+    async def _entry(self, kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
+        """The unexpired value under ``key`` and the key's revision (None: no entry)."""
+        try:
+            entry = await kv.get(_kv_key(key))
+        except KeyNotFoundError:
+            return None, None
+        raw = entry.value or b""
+        revision = int(entry.revision or 0) or None
+        if len(raw) < _EXPIRY.size or _EXPIRY.unpack_from(raw)[0] <= _now_ms():
+            return None, revision
+        return raw[_EXPIRY.size :], revision
+
+    async def put(
+        self, js: JetStreamContext, key: str, value: bytes, ttl: float, create: bool
+    ) -> bool:
+        kv = await self._bucket(js, create=True)
+        assert kv is not None
+        stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
+        k = _kv_key(key)
+        with server_errors(f"putting memo {key!r}"):
+            if not create:
+                await kv.put(k, stored)
+                return True
+            try:
+                await kv.create(k, stored)
+                return True
+            except KeyWrongLastSequenceError:
+                pass
+            held, revision = await self._entry(kv, key)
+            if held is not None or revision is None:
+                return False  # an unexpired memo (or one deleted meanwhile: a race lost)
+            try:
+                await kv.update(k, stored, last=revision)
+                return True
+            except KeyWrongLastSequenceError:
+                return False
+
+    async def get(self, js: JetStreamContext, key: str) -> bytes | None:
+        kv = await self._bucket(js, create=False)
+        if kv is None:
+            return None
+        with server_errors(f"getting memo {key!r}"):
+            value, _ = await self._entry(kv, key)
+        return value

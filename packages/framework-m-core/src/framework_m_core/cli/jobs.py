@@ -1,0 +1,94 @@
+"""``m jobs status|result``: what became of a job, by its id (or a tick, by its slot)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from ..adapters.registry import connected
+from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, UnknownJobError
+from ..ports.protocols import BrokerProtocol
+from ..ports.statuses import JobState, JobStatus
+from ..tracking import queries
+
+#: Exit codes of ``m jobs``: 1 the job failed, was cancelled or is unknown; 4 not
+#: finished within ``--wait``.
+EXIT_NOT_DONE = 1
+EXIT_WAITED = 4
+
+
+async def status(args: argparse.Namespace, broker: BrokerProtocol) -> int:
+    async with connected(broker):
+        job_id = await _job_id(args, broker)
+        if job_id is None:
+            return EXIT_NOT_DONE
+        found = await queries.job_status(broker, job_id)
+    if args.json:
+        print(json.dumps(found.as_dict()))
+    else:
+        print(describe(found))
+    return 0 if found.state is not JobState.UNKNOWN else EXIT_NOT_DONE
+
+
+async def result(args: argparse.Namespace, broker: BrokerProtocol) -> int:
+    async with connected(broker):
+        job_id = await _job_id(args, broker)
+        if job_id is None:
+            return EXIT_NOT_DONE
+        try:
+            value = await queries.wait_result(broker, job_id, timeout=args.wait)
+        except (JobFailedError, JobCancelledError, UnknownJobError) as exc:
+            print(f"m: {exc}", file=sys.stderr)
+            return EXIT_NOT_DONE
+        except ResultTimeoutError as exc:
+            print(f"m: {exc}", file=sys.stderr)
+            return EXIT_WAITED
+    print(json.dumps(value))
+    return 0
+
+
+async def _job_id(args: argparse.Namespace, broker: BrokerProtocol) -> str | None:
+    if args.slot is None:
+        return str(queries.validate_job_id(args.id))
+    job_id = await queries.job_of_slot(broker, args.id, args.slot)
+    if job_id is None:
+        print(f"m: no job is kept for {args.id}'s slot {args.slot}", file=sys.stderr)
+    return job_id
+
+
+def describe(s: JobStatus) -> str:
+    """``s`` for a terminal: the state first, then what is known."""
+    if s.state is JobState.UNKNOWN:
+        return (
+            f"job {s.job_id}: unknown (never enqueued on this broker, kept no status, or "
+            "its status expired)"
+        )
+    lines = [f"job {s.job_id} ({s.job_name}): {s.state}, attempt {s.attempts}"]
+    times: list[tuple[str, float | None]] = [
+        ("enqueued", s.enqueued_at),
+        ("due", s.due_at),
+        ("started", s.started_at),
+        ("finished", s.finished_at),
+    ]
+    for label, at in times:
+        if at is not None:
+            lines.append(f"  {label + ':':10} {_when(at)}")
+    if s.slot is not None:
+        lines.append(f"  {'slot:':10} {_when(s.slot)}")
+    if s.error:
+        lines.append(f"  {'error:':10} {s.error}")
+    if s.has_result:
+        lines.append(f"  {'result:':10} {_short(s.result)}")
+    return "\n".join(lines)
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 500 else text[:500] + f"... ({len(text):,} characters)"

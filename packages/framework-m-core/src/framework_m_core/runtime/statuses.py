@@ -1,0 +1,141 @@
+"""The statuses a worker keeps of the jobs it runs: running, then how each attempt ended.
+
+Written as memos (brokers with :attr:`~.Capability.MEMOS`) before the delivery is
+settled, so a job whose status says it finished has finished; a write that fails is
+logged and never fails the job. A job keeps its status for its ``keep`` (the
+message's, else the job's ``keep_result``); 0 writes nothing, unless the job was
+enqueued by name without one, whose enqueue made a record this closes (without the
+result).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..jobs import DEFAULT_KEEP, JobSpec
+from ..observability.observer import Observer
+from ..ports.capabilities import Capability
+from ..ports.messages import JobMessage
+from ..ports.protocols import BrokerProtocol
+from ..ports.statuses import (
+    JobState,
+    JobStatus,
+    encode_status,
+    pending_ttl,
+    status_key,
+)
+
+log = logging.getLogger("framework_m.worker")
+
+_QUIET = 60.0  # seconds between two warnings of failing status writes
+
+
+class StatusNotes:
+    """Writes the status memos of one worker's jobs."""
+
+    def __init__(self, broker: BrokerProtocol, observer: Observer) -> None:
+        self.broker = broker
+        self.observer = observer
+        self.on = Capability.MEMOS in broker.capabilities
+        self._warned_at = -_QUIET
+
+    def keep(self, spec: JobSpec, message: JobMessage) -> tuple[float, bool]:
+        """Seconds to keep ``message``'s finished status (0: none), and whether with
+        its result."""
+        if not self.on:
+            return 0.0, False
+        if message.keep is not None:
+            return message.keep, message.keep > 0
+        if spec.keep_result > 0:
+            return spec.keep_result, True
+        return DEFAULT_KEEP, False  # enqueued by name: close the enqueue's record
+
+    async def running(self, spec: JobSpec, message: JobMessage, attempt: int) -> None:
+        keep, _ = self.keep(spec, message)
+        if keep > 0:
+            now = time.time()
+            status = _status(message, JobState.RUNNING, attempt, started_at=now)
+            await self._put(status, pending_ttl(keep, None, now))
+
+    async def retrying(
+        self, spec: JobSpec, message: JobMessage, attempt: int, error: str, delay: float
+    ) -> None:
+        keep, _ = self.keep(spec, message)
+        if keep > 0:
+            now = time.time()
+            status = _status(message, JobState.SCHEDULED, attempt, due_at=now + delay, error=error)
+            await self._put(status, pending_ttl(keep, now + delay, now))
+
+    async def finished(
+        self,
+        spec: JobSpec | None,
+        message: JobMessage,
+        state: JobState,
+        attempt: int,
+        *,
+        error: str | None = None,
+        result_json: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """Keep how ``message`` ended; ``spec`` None for a job this app does not have
+        (kept as the message says, else for the default)."""
+        if spec is None:
+            keep, with_result = (
+                (0.0, False)
+                if not self.on
+                else ((message.keep, False) if message.keep is not None else (DEFAULT_KEEP, False))
+            )
+        else:
+            keep, with_result = self.keep(spec, message)
+        if keep <= 0:
+            return
+        status = _status(
+            message,
+            state,
+            attempt,
+            started_at=started_at,
+            finished_at=time.time(),
+            error=error,
+            has_result=with_result and result_json is not None,
+        )
+        await self._put(status, keep, result_json if status.has_result else None)
+
+    async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
+        try:
+            await self.broker.put_memo(
+                status_key(status.job_id), encode_status(status, result_json), ttl=ttl
+            )
+        except Exception as exc:
+            self.observer.broker_error("memo")
+            now = time.monotonic()
+            level = logging.WARNING if now - self._warned_at >= _QUIET else logging.DEBUG
+            if level == logging.WARNING:
+                self._warned_at = now
+            log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
+
+
+def _status(
+    message: JobMessage,
+    state: JobState,
+    attempt: int,
+    *,
+    due_at: float | None = None,
+    started_at: float | None = None,
+    finished_at: float | None = None,
+    error: str | None = None,
+    has_result: bool = False,
+) -> JobStatus:
+    return JobStatus(
+        message.id,
+        state,
+        message.job_name,
+        attempt,
+        enqueued_at=message.enqueued_at,
+        due_at=due_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        slot=message.scheduled_at,
+        error=error,
+        has_result=has_result,
+    )

@@ -1,0 +1,156 @@
+"""Contract tests of job statuses and results: what ``job_status`` and ``wait_result``
+promise, asked on another connection than the worker's, on this adapter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ...app import App
+from ...errors import JobFailedError, ResultTimeoutError, UnknownJobError
+from ...jobs import JobContext
+from ...ports.capabilities import Capability
+from ...ports.messages import new_job_id
+from ...ports.statuses import MAX_RESULT, JobState
+from ...tracking.queries import job_status, wait_result
+from ..helpers import BrokerFactory, many, running_worker, wait_until
+from .base import ContractBase
+from .requirements import requires
+
+
+def _app() -> App:
+    app = App()
+
+    @app.job
+    async def add(ctx: JobContext, a: int, b: int) -> int:
+        return a + b
+
+    @app.job(max_attempts=1)
+    async def breaks(ctx: JobContext) -> None:
+        raise ValueError("broken on purpose")
+
+    @app.job(max_attempts=1)
+    async def too_big(ctx: JobContext) -> str:
+        return "x" * (MAX_RESULT + 1)
+
+    @app.job(keep_result=0)
+    async def quiet(ctx: JobContext) -> int:
+        return 1
+
+    @app.job
+    async def slow(ctx: JobContext) -> str:
+        await asyncio.sleep(2)
+        return "slept"
+
+    return app
+
+
+class StatusContract(ContractBase):
+    """A job id leads to its status and its result, from any connection."""
+
+    @requires(Capability.MEMOS)
+    async def test_a_result_and_its_status_are_read_on_another_connection(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        app = _app()
+        async with many(broker_factory, 2) as (worker_side, asker):
+            job_id = await asker.enqueue("add", a=2, b=3)
+            queued = await job_status(asker, job_id)
+            assert (queued.state, queued.job_name, queued.attempts) == (JobState.QUEUED, "add", 0)
+            async with running_worker(app, worker_side):
+                assert await wait_result(asker, job_id, timeout=20) == 5
+            status = await job_status(asker, job_id)
+        assert status.state is JobState.SUCCEEDED
+        assert (status.result, status.has_result, status.attempts) == (5, True, 1)
+        assert status.enqueued_at is not None
+        assert status.started_at is not None
+        assert status.finished_at is not None
+        assert status.enqueued_at <= status.started_at <= status.finished_at
+
+    @requires(Capability.MEMOS)
+    async def test_a_failed_job_raises_its_error_and_says_failed(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        app = _app()
+        async with many(broker_factory, 2) as (worker_side, asker):
+            failing = await asker.enqueue("breaks")
+            oversized = await asker.enqueue("too_big")
+            async with running_worker(app, worker_side):
+                with pytest.raises(JobFailedError) as failed:
+                    await wait_result(asker, failing, timeout=20)
+                with pytest.raises(JobFailedError) as refused:
+                    await wait_result(asker, oversized, timeout=20)
+            status = await job_status(asker, failing)
+        assert "ValueError: broken on purpose" in (failed.value.error or "")
+        assert status.state is JobState.FAILED
+        assert status.attempts == 1
+        assert "broken on purpose" in (status.error or "")
+        assert f"more than the {MAX_RESULT:,} kept" in (refused.value.error or "")
+
+    @requires(Capability.MEMOS)
+    async def test_a_running_job_says_so_and_a_wait_times_out_apart(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        app = _app()
+        async with many(broker_factory, 2) as (worker_side, asker):
+            job_id = await asker.enqueue("slow")
+            async with running_worker(app, worker_side):
+                await wait_until(
+                    lambda: _state_is(asker, job_id, JobState.RUNNING),
+                    timeout=20,
+                    what="the running status",
+                )
+                with pytest.raises(ResultTimeoutError) as late:
+                    await wait_result(asker, job_id, timeout=0.2)
+                assert isinstance(late.value, TimeoutError)
+                assert await wait_result(asker, job_id, timeout=20) == "slept"
+
+    @requires(Capability.MEMOS, Capability.DELAYED_ENQUEUE)
+    async def test_a_delayed_job_says_scheduled_with_its_due_time(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        async with many(broker_factory, 2) as (enqueuer, asker):
+            job_id = await enqueuer.enqueue_in(60, "add", a=1, b=1)
+            status = await job_status(asker, job_id)
+        assert status.state is JobState.SCHEDULED
+        assert status.due_at is not None
+        assert status.enqueued_at is not None
+        assert 59 <= status.due_at - status.enqueued_at <= 61
+
+    @requires(Capability.MEMOS)
+    async def test_an_id_never_enqueued_is_unknown(self, broker_factory: BrokerFactory) -> None:
+        async with many(broker_factory, 1) as (asker,):
+            job_id = new_job_id()
+            assert (await job_status(asker, job_id)).state is JobState.UNKNOWN
+            with pytest.raises(UnknownJobError):
+                await wait_result(asker, job_id, timeout=5)
+
+    @requires(Capability.MEMOS)
+    async def test_a_job_keeping_nothing_writes_no_status(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        app = _app()
+        handle = app.jobs["quiet"]
+        async with many(broker_factory, 2) as (worker_side, asker):
+            by_handle = await _handle_of(app, "quiet").enqueue(asker)
+            by_name = await asker.enqueue("quiet")
+            assert (await job_status(asker, by_handle)).state is JobState.UNKNOWN
+            async with running_worker(app, worker_side) as worker:
+                await wait_until(lambda: worker.stats.succeeded >= 2, timeout=20)
+            assert (await job_status(asker, by_handle)).state is JobState.UNKNOWN
+            closed = await job_status(asker, by_name)  # its enqueue made a record: closed
+        assert handle.keep_result == 0
+        assert closed.state is JobState.SUCCEEDED
+        assert not closed.has_result
+
+
+def _handle_of(app: App, name: str):  # type: ignore[no-untyped-def]
+    from ...handles import JobHandle
+
+    spec = app.jobs[name]
+    return JobHandle(spec, spec.handler)
+
+
+async def _state_is(broker, job_id: str, state: JobState) -> bool:  # type: ignore[no-untyped-def]
+    return (await job_status(broker, job_id)).state is state

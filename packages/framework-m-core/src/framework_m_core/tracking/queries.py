@@ -1,0 +1,122 @@
+"""Asking what became of a job: its status, its result (waiting for it), the job of a slot.
+
+Every function takes a connected broker with :attr:`~.Capability.MEMOS` and raises
+:class:`~.errors.BrokerError` when it has none or cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from ..errors import (
+    BrokerError,
+    InvalidJobError,
+    JobCancelledError,
+    JobFailedError,
+    ResultTimeoutError,
+    UnknownJobError,
+)
+from ..ports.capabilities import Capability
+from ..ports.messages import MAX_ID_LENGTH, tick_deduplication_id
+from ..ports.protocols import BrokerProtocol
+from ..ports.statuses import JobState, JobStatus, decode_status, slot_key, status_key
+
+#: The longest ``wait_result`` waits, in seconds.
+MAX_WAIT = 86_400.0
+_POLL = (0.05, 1.0)  # first and longest pause between two reads while waiting
+
+
+def validate_job_id(job_id: object) -> str:
+    """``job_id`` if it can be a job id (printable, no spaces), else InvalidJobError."""
+    if (
+        not isinstance(job_id, str)
+        or not 0 < len(job_id) <= MAX_ID_LENGTH
+        or not all("!" <= c <= "~" for c in job_id)
+    ):
+        raise InvalidJobError(
+            f"a job id is 1-{MAX_ID_LENGTH} printable characters without spaces, got {job_id!r}"
+        )
+    return job_id
+
+
+def _need_memos(broker: BrokerProtocol) -> None:
+    if Capability.MEMOS not in broker.capabilities:
+        raise BrokerError(
+            f"{broker.display_url} keeps no job statuses (it lacks the 'memos' capability)"
+        )
+
+
+async def job_status(broker: BrokerProtocol, job_id: str) -> JobStatus:
+    """The status of ``job_id`` as the fleet last kept it; state ``unknown`` when none is
+    kept (never enqueued, enqueued with ``keep_result=0``, or expired)."""
+    job_id = validate_job_id(job_id)
+    _need_memos(broker)
+    found = await broker.get_memo(status_key(job_id))
+    if found is None:
+        return JobStatus(job_id, JobState.UNKNOWN)
+    return decode_status(job_id, found)
+
+
+async def wait_result(broker: BrokerProtocol, job_id: str, *, timeout: float) -> Any:
+    """The return value of ``job_id`` once it succeeded, waiting up to ``timeout`` seconds.
+
+    Raises :class:`~.errors.JobFailedError` (its ``error`` says why) when the job
+    failed, :class:`~.errors.JobCancelledError` when it will not run,
+    :class:`~.errors.UnknownJobError` when no status is kept, or succeeded without
+    keeping its value (``keep_result=0``), and :class:`~.errors.ResultTimeoutError`
+    when it has not finished in time.
+    """
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 <= timeout <= MAX_WAIT
+    ):
+        raise InvalidJobError(f"timeout must be 0 to {MAX_WAIT:g} seconds, got {timeout!r}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pause = _POLL[0]
+    while True:
+        status = await job_status(broker, job_id)
+        if status.state.finished or status.state is JobState.UNKNOWN:
+            return _outcome(status)
+        left = deadline - loop.time()
+        if left <= 0:
+            raise ResultTimeoutError(
+                f"job {job_id} has not finished within {timeout:g}s (it is {status.state})",
+                status,
+            )
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 1.5, _POLL[1])
+
+
+def _outcome(status: JobStatus) -> Any:
+    job = f"job {status.job_id}" + (f" ({status.job_name})" if status.job_name else "")
+    if status.state is JobState.SUCCEEDED:
+        if not status.has_result:
+            raise UnknownJobError(f"{job} succeeded but kept no result (keep_result=0)", status)
+        return status.result
+    if status.state is JobState.FAILED:
+        raise JobFailedError(f"{job} failed: {status.error}", status, status.error)
+    if status.state is JobState.CANCELLED:
+        raise JobCancelledError(f"{job} was cancelled: {status.error or 'by request'}", status)
+    raise UnknownJobError(
+        f"{job} is unknown: never enqueued here, kept no status, or its status expired"
+    )
+
+
+async def job_of_slot(broker: BrokerProtocol, schedule: str, slot: int) -> str | None:
+    """The id of the job enqueued for ``schedule``'s slot at ``slot`` (unix seconds; a
+    job's name, or ``@{id}`` for a runtime schedule), or None when none is kept."""
+    _need_memos(broker)
+    if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
+        raise InvalidJobError(f"a slot is a whole unix time in seconds, got {slot!r}")
+    found = await broker.get_memo(slot_key(tick_deduplication_id(schedule, slot)))
+    if found is None:
+        return None
+    try:
+        return validate_job_id(found.decode())
+    except (UnicodeDecodeError, InvalidJobError):
+        raise BrokerError(f"the slot record of {schedule} at {slot} is malformed") from None
