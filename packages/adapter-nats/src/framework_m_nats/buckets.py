@@ -8,6 +8,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from .errors import server_errors
+
 
 async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValue:
     """Bucket ``name``, made with ``config`` when it does not exist. Connections that
@@ -25,3 +27,28 @@ async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValu
         except BucketNotFoundError:
             pass
         raise
+
+
+class LazyBucket:
+    """One connection's handle on bucket ``name``: looked up on first use, made by the
+    first call that may make it (``create``), forgotten with the connection."""
+
+    def __init__(self, name: str, what: str, **config: Any) -> None:
+        self.name, self._what, self._config = name, what, config
+        self._kv: KeyValue | None = None
+
+    def reset(self) -> None:
+        self._kv = None
+
+    async def get(self, js: JetStreamContext, *, create: bool) -> KeyValue | None:
+        """The bucket; None when it does not exist and ``create`` is False."""
+        if self._kv is None:
+            with server_errors(f"opening the {self._what} bucket {self.name}"):
+                if create:
+                    self._kv = await open_bucket(js, self.name, **self._config)
+                else:
+                    try:
+                        self._kv = await js.key_value(self.name)
+                    except BucketNotFoundError:
+                        return None
+        return self._kv

@@ -16,12 +16,12 @@ import struct
 import time
 
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from framework_m_core.ports import MAX_MEMO_TTL
 
-from .buckets import open_bucket
+from .buckets import LazyBucket
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -45,25 +45,12 @@ class Memos:
 
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
-        self._kv: KeyValue | None = None
+        self._bucket = LazyBucket(
+            bucket_name(settings), "memo", history=1, ttl=MAX_MEMO_TTL, replicas=settings.replicas
+        )
 
     def reset(self) -> None:
-        self._kv = None
-
-    async def _bucket(self, js: JetStreamContext, *, create: bool) -> KeyValue | None:
-        if self._kv is None:
-            name = bucket_name(self.settings)
-            with server_errors(f"opening the memo bucket {name}"):
-                if create:
-                    self._kv = await open_bucket(
-                        js, name, history=1, ttl=MAX_MEMO_TTL, replicas=self.settings.replicas
-                    )
-                else:
-                    try:
-                        self._kv = await js.key_value(name)
-                    except BucketNotFoundError:
-                        return None
-        return self._kv
+        self._bucket.reset()
 
     async def _entry(self, kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
         """The unexpired value under ``key`` and the key's revision (None: no entry)."""
@@ -80,7 +67,7 @@ class Memos:
     async def put(
         self, js: JetStreamContext, key: str, value: bytes, ttl: float, create: bool
     ) -> bool:
-        kv = await self._bucket(js, create=True)
+        kv = await self._bucket.get(js, create=True)
         assert kv is not None
         stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
         k = _kv_key(key)
@@ -103,7 +90,7 @@ class Memos:
                 return False
 
     async def get(self, js: JetStreamContext, key: str) -> bytes | None:
-        kv = await self._bucket(js, create=False)
+        kv = await self._bucket.get(js, create=False)
         if kv is None:
             return None
         with server_errors(f"getting memo {key!r}"):

@@ -29,12 +29,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from framework_m_core.ports import StateEntry, version_of
 
-from .buckets import open_bucket
+from .buckets import LazyBucket
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -77,31 +76,18 @@ class State:
 
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
-        self._kv: KeyValue | None = None
+        self._bucket = LazyBucket(
+            bucket_name(settings), "state", history=1, replicas=settings.replicas
+        )
         self._watches: dict[str, _Watch] = {}
 
     def reset(self) -> None:
         """Forget the bucket and the watches (the connection that had them is gone)."""
-        self._kv = None
+        self._bucket.reset()
         self._watches = {}
 
-    async def _bucket(self, js: JetStreamContext, *, create: bool) -> KeyValue | None:
-        if self._kv is None:
-            name = bucket_name(self.settings)
-            with server_errors(f"opening the state bucket {name}"):
-                if create:
-                    self._kv = await open_bucket(
-                        js, name, history=1, replicas=self.settings.replicas
-                    )
-                else:
-                    try:
-                        self._kv = await js.key_value(name)
-                    except BucketNotFoundError:
-                        return None
-        return self._kv
-
     async def read(self, js: JetStreamContext, key: str) -> StateEntry | None:
-        kv = await self._bucket(js, create=False)
+        kv = await self._bucket.get(js, create=False)
         if kv is None:
             return None
         with server_errors(f"reading state {key!r}"):
@@ -114,7 +100,7 @@ class State:
     async def write(
         self, js: JetStreamContext, key: str, value: bytes, version: int | None
     ) -> int | None:
-        kv = await self._bucket(js, create=True)
+        kv = await self._bucket.get(js, create=True)
         assert kv is not None
         with server_errors(f"writing state {key!r}"):
             try:
