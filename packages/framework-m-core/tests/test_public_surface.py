@@ -11,6 +11,7 @@ import importlib
 import pytest
 
 CORE = [
+    "cancel_job",
     "InvalidMemoError",
     "MemoProtocol",
     "wait_result",
@@ -93,6 +94,7 @@ TESTING = [
     "StateContract",
     "MemoContract",
     "StatusContract",
+    "CancelContract",
     "ProcessContract",
     "AREAS",
     "namespace_fixture",

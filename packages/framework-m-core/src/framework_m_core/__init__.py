@@ -60,7 +60,7 @@ from .ports.statuses import JobState, JobStatus
 from .runtime.worker import Worker
 from .scheduling.schedules import Cron, Every, Schedule, cron, every
 from .scheduling.ticker import InProcessTickerAdapter
-from .tracking.queries import job_of_slot, job_status, wait_result
+from .tracking.queries import cancel_job, job_of_slot, job_status, wait_result
 
 __all__ = [
     "PROJECT",
@@ -118,6 +118,7 @@ __all__ = [
     "Worker",
     "WorkerFailedError",
     "__version__",
+    "cancel_job",
     "connect",
     "cron",
     "decode_message",

@@ -53,6 +53,13 @@ class JobContext:
     # Its records carry job, job_id, attempt and (ticked jobs) slot (see observability.logs).
     log: logging.LoggerAdapter[logging.Logger]
     state: State = field(default_factory=State)  # the app's, as its startup hooks left it
+    cancel_flag: Callable[[], bool] = field(default=lambda: False, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled while it runs (``cancel()``): a ``def`` handler
+        checks it and returns early; an ``async def`` one is cancelled anyway."""
+        return self.cancel_flag()
 
     @property
     def queue(self) -> JobQueueProtocol:

@@ -1,4 +1,5 @@
-"""``m jobs status|result``: what became of a job, by its id (or a tick, by its slot)."""
+"""``m jobs status|result|cancel``: what became of a job, by its id (or a tick, by its
+slot), and stopping it."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ async def result(args: argparse.Namespace, broker: BrokerProtocol) -> int:
             return EXIT_WAITED
     print(json.dumps(value))
     return 0
+
+
+async def cancel(args: argparse.Namespace, broker: BrokerProtocol) -> int:
+    async with connected(broker):
+        job_id = await _job_id(args, broker)
+        if job_id is None:
+            return EXIT_NOT_DONE
+        if await queries.cancel_job(broker, job_id):
+            print(f"job {job_id}: cancelled (it will not run, or stops within seconds)")
+            return 0
+        found = await queries.job_status(broker, job_id)
+    print(f"m: job {job_id} is not cancelled: it is {found.state}", file=sys.stderr)
+    return EXIT_NOT_DONE
 
 
 async def _job_id(args: argparse.Namespace, broker: BrokerProtocol) -> str | None:

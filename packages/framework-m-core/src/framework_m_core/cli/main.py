@@ -301,6 +301,7 @@ def _parser() -> argparse.ArgumentParser:
     j_actions = [
         j_sub.add_parser("status", help="the job's state, attempts, times, error and result"),
         j_sub.add_parser("result", help="print the job's return value as JSON"),
+        j_sub.add_parser("cancel", help="the job never runs, or stops where it runs"),
     ]
     for action in j_actions:
         broker_arg(action, shared=True)
@@ -405,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _jobs(args: argparse.Namespace) -> int:
     _configure_logging(args)
     broker = _shared_broker(args.broker, f"m jobs {args.action}")
-    run = jobs.status if args.action == "status" else jobs.result
+    run = {"status": jobs.status, "result": jobs.result, "cancel": jobs.cancel}[args.action]
     return asyncio.run(run(args, broker))
 
 

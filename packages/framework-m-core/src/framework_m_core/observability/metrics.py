@@ -194,7 +194,7 @@ class _Collector:
         jobs = CounterMetricFamily(
             "framework_m_jobs",
             "Deliveries settled, by outcome (skipped: the schedule's previous run was "
-            "still running, overlap='skip')",
+            "still running, overlap='skip'; cancelled: by request, before or while it ran)",
             labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.jobs.items()):

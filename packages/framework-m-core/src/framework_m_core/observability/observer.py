@@ -11,7 +11,9 @@ from typing import Literal
 TickOutcome = Literal[
     "enqueued", "caught_up", "duplicate", "skipped", "failed", "clock_held", "paused"
 ]
-JobOutcome = Literal["succeeded", "retried", "dead_lettered", "released", "expired", "skipped"]
+JobOutcome = Literal[
+    "succeeded", "retried", "dead_lettered", "released", "expired", "skipped", "cancelled"
+]
 BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state", "memo"]
 UNKNOWN_JOB = "unknown"
 

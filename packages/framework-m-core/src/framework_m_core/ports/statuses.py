@@ -91,9 +91,18 @@ class ResultError(FrameworkMError):
     """A return value cannot be kept: not JSON, or larger than :data:`MAX_RESULT`."""
 
 
+#: The state record whose version moves with every cancel: workers wait on it.
+CANCELS = "jobs:cancels"
+
+
 def status_key(job_id: str) -> str:
     """The memo key of ``job_id``'s status."""
     return f"job:{job_id}"
+
+
+def cancel_key(job_id: str) -> str:
+    """The memo key of ``job_id``'s cancel mark."""
+    return f"cancel:{job_id}"
 
 
 def encode_result(value: Any) -> str:

@@ -31,6 +31,7 @@ from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, ResultError, encode_result
 from . import leases
+from .cancels import Cancellation, CancelWatch
 from .statuses import StatusNotes
 
 log = logging.getLogger("framework_m.worker")
@@ -51,6 +52,7 @@ class WorkerStats:
     released: int = 0
     expired: int = 0  # ticks stored after their not_after (past grace): acked, not run
     skipped: int = 0  # slots whose schedule's previous run was still running: acked, not run
+    cancelled: int = 0  # jobs cancelled by request, before or while they ran: acked
     waiting: int = 0  # runs waiting now for their schedule's run or a limit's place
 
 
@@ -63,6 +65,9 @@ _WAIT_POLL = (0.02, 0.2)
 class _Failure:
     reason: str
     error: BaseException | None = None  # the handler's exception, for its traceback
+
+
+_CANCELLED = _Failure("cancelled by request")  # not a failure: acked, never retried
 
 
 def _schedule_of(spec: JobSpec, message: JobMessage) -> str | None:
@@ -119,6 +124,8 @@ class Execution:
         #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
         self.on_waiting: Callable[[int], None] = lambda delta: None
         self.notes = StatusNotes(broker, self.observer)
+        self.cancels = CancelWatch(broker, self.observer)
+        self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
 
     def _job_name(self, name: str | None) -> str:
         """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
@@ -177,6 +184,22 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
             await self._dead_letter(delivery, reason, message)
             return
+        if self.cancels.on and self.notes.keep(spec, message)[0] > 0:
+            cancellation = Cancellation()
+            if not await self.cancels.start(message.id, cancellation):
+                await self._cancel(delivery, message, spec)
+                return
+            self._cancellations[message.id] = cancellation
+            try:
+                await self._admitted(spec, message, delivery)
+            finally:
+                self._cancellations.pop(message.id, None)
+                self.cancels.end(message.id)
+        else:
+            await self._admitted(spec, message, delivery)
+
+    async def _admitted(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
+        """Run ``delivery`` once its overlap policy and limits let it."""
         schedule = _schedule_of(spec, message)
         kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
         if not (kept and self.leases):
@@ -330,7 +353,10 @@ class Execution:
             await asyncio.shield(noting)  # the running status lands before the final one
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
-        if failure is None:
+        if failure is _CANCELLED:
+            tracing.finished(span, "cancelled", None, None)
+            await self._cancel(delivery, message, spec, duration, started_at)
+        elif failure is None:
             tracing.finished(span, "succeeded", None, None)
             await self.notes.finished(
                 spec,
@@ -365,6 +391,31 @@ class Execution:
                     delay,
                     _traceback(failure.error),
                 )
+
+    async def _cancel(
+        self,
+        delivery: Delivery,
+        message: JobMessage,
+        spec: JobSpec,
+        duration: float | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """Settle a delivery of a cancelled job: its status says so, it is acked."""
+        label = f"{spec.name}[{message.id}]"
+        await self.notes.finished(
+            spec,
+            message,
+            JobState.CANCELLED,
+            delivery.attempt,
+            error="cancelled by request",
+            started_at=started_at,
+        )
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.stats.cancelled += 1
+            self.observer.job_finished(spec.name, "cancelled", duration)
+            _job_log(message, delivery).info(
+                "%s cancelled by request %s", label, "while it ran" if duration else "before it ran"
+            )
 
     async def _expire(self, delivery: Delivery, message: JobMessage) -> None:
         label = f"{message.job_name}[{message.id}]"
@@ -416,6 +467,7 @@ class Execution:
         as JSON when it is kept (a value that cannot be kept fails the attempt)."""
         holder = leases.holder_of(message.id) if held else ""
         heartbeat = _Heartbeat(self.broker, delivery, held, holder)
+        cancellation = self._cancellations.get(message.id)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
         dedup = message.deduplication_id
@@ -441,16 +493,14 @@ class Execution:
                 broker=self.broker,
                 log=logger,
                 state=self.app.state,
+                cancel_flag=(lambda: False)
+                if cancellation is None
+                else lambda: cancellation.requested,
             )
             async with asyncio.timeout(spec.timeout) as deadline:
-                if spec.blocking:  # in the thread pool, with this task's context (a span)
-                    call = functools.partial(spec.handler, ctx, **message.kwargs)
-                    run = contextvars.copy_context().run
-                    returned = await asyncio.get_running_loop().run_in_executor(
-                        self.threads, run, call
-                    )
-                else:
-                    returned = await spec.handler(ctx, **message.kwargs)
+                returned = await self._call(spec, ctx, message, cancellation)
+            if returned is _CANCELLED:
+                return _CANCELLED, None
             result_json = encode_result(returned) if self.notes.keep(spec, message)[1] else None
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
@@ -471,6 +521,31 @@ class Execution:
             delivery.attempt,
         )
         return None, result_json
+
+    async def _call(
+        self,
+        spec: JobSpec,
+        ctx: JobContext,
+        message: JobMessage,
+        cancellation: Cancellation | None,
+    ) -> object:
+        """The handler's return value, or :data:`_CANCELLED` when a cancel stopped it."""
+        if spec.blocking:  # in the thread pool, with this task's context (a span)
+            call = functools.partial(spec.handler, ctx, **message.kwargs)
+            run = contextvars.copy_context().run
+            returned = await asyncio.get_running_loop().run_in_executor(self.threads, run, call)
+            return _CANCELLED if cancellation is not None and cancellation.requested else returned
+        if cancellation is None:
+            return await spec.handler(ctx, **message.kwargs)
+        running = asyncio.ensure_future(spec.handler(ctx, **message.kwargs))
+        cancellation.on_cancel(running.cancel)  # a task of its own, which a cancel cancels
+        try:
+            return await running
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if cancellation.requested and task is not None and not task.cancelling():
+                return _CANCELLED
+            raise
 
     async def _dead_letter(
         self,

@@ -252,11 +252,15 @@ class Worker:
                 if self.ticker is not None:
                     tree.create_task(self._supervised("ticker", self.ticker.run()), name="ticker")
                 progress = tree.create_task(self._report_progress(), name="progress")
+                helpers = [progress]
+                if self._execution.cancels.on:
+                    helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
                 try:
                     await self._supervised("consumer", self._consume())
                 finally:
                     self.stop()
-                    progress.cancel()
+                    for helper in helpers:
+                        helper.cancel()
         finally:
             if self._threads is not None:  # a blocking handler past the deadline runs on
                 self._threads.shutdown(wait=False, cancel_futures=True)
@@ -264,8 +268,8 @@ class Worker:
             s = self.stats
             log.info(
                 "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released, "
-                "%d skipped (overlap)",
-                *(s.succeeded, s.retried, s.dead_lettered, s.released, s.skipped),
+                "%d skipped (overlap), %d cancelled",
+                *(s.succeeded, s.retried, s.dead_lettered, s.released, s.skipped, s.cancelled),
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)

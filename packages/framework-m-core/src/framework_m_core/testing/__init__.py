@@ -26,6 +26,7 @@ marked xfail on its own:
 - :class:`StateContract`: shared state, written by compare-and-set;
 - :class:`MemoContract`: memos, expiring values created at most once;
 - :class:`StatusContract`: a job id leads to its status and its result;
+- :class:`CancelContract`: a cancelled job never runs, or stops where it runs;
 - :class:`ProcessContract`: the promises that show only across processes.
 
 :class:`BrokerContract` is their union. Tests state what they need with
@@ -57,6 +58,7 @@ _LAZY = {
     "StateContract": ".contract.state",
     "MemoContract": ".contract.memo",
     "StatusContract": ".contract.status",
+    "CancelContract": ".contract.cancel",
     "ProcessContract": ".contract.process",
     "AREAS": ".contract.broker",
     "namespace_fixture": ".contract.base",

@@ -10,7 +10,9 @@ With $FM_STEER_LOG set, ``steered`` (every second) and ``hourly`` append
 ``name slot pid attempt dedup_id``; with $FM_CATCHUP_LOG set, ``caught`` runs every
 10 s with ``catchup_window=600`` and appends ``slot pid attempt``; with
 $FM_RUNTIME_LOG set, ``tenant_report(tenant)``, for runtime schedules, appends
-``slot pid attempt tenant dedup_id``.
+``slot pid attempt tenant dedup_id``; with $FM_STATUS_LOG set, ``add(a, b)`` returns
+the sum, ``always_fails`` (one attempt) raises, and ``marked`` and ``sleeps_30``
+append ``name job_id pid attempt [start|stopped]``.
 """
 
 from __future__ import annotations
@@ -106,3 +108,28 @@ if os.environ.get("FM_RUNTIME_LOG"):
         slot = int(ctx.scheduled_at.timestamp())
         line = f"{slot} {os.getpid()} {ctx.attempt} {tenant} {ctx.deduplication_id}\n"
         _append("FM_RUNTIME_LOG", line)
+
+
+if os.environ.get("FM_STATUS_LOG"):
+
+    @app.job
+    async def add(ctx: JobContext, a: int, b: int) -> int:
+        return a + b
+
+    @app.job(max_attempts=1)
+    async def always_fails(ctx: JobContext) -> None:
+        raise RuntimeError("failing on purpose")
+
+    @app.job
+    async def marked(ctx: JobContext) -> None:
+        _append("FM_STATUS_LOG", f"marked {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
+
+    @app.job(max_attempts=3)
+    async def sleeps_30(ctx: JobContext) -> None:
+        line = f"sleeps_30 {ctx.job_id} {os.getpid()} {ctx.attempt}"
+        _append("FM_STATUS_LOG", f"{line} start\n")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            _append("FM_STATUS_LOG", f"{line} stopped\n")
+            raise

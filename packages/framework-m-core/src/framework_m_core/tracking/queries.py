@@ -7,7 +7,9 @@ Every function takes a connected broker with :attr:`~.Capability.MEMOS` and rais
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import time
 from typing import Any
 
 from ..errors import (
@@ -21,7 +23,17 @@ from ..errors import (
 from ..ports.capabilities import Capability
 from ..ports.messages import MAX_ID_LENGTH, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
-from ..ports.statuses import JobState, JobStatus, decode_status, slot_key, status_key
+from ..ports.statuses import (
+    CANCELS,
+    JobState,
+    JobStatus,
+    cancel_key,
+    decode_status,
+    encode_status,
+    pending_ttl,
+    slot_key,
+    status_key,
+)
 
 #: The longest ``wait_result`` waits, in seconds.
 MAX_WAIT = 86_400.0
@@ -120,3 +132,42 @@ async def job_of_slot(broker: BrokerProtocol, schedule: str, slot: int) -> str |
         return validate_job_id(found.decode())
     except (UnicodeDecodeError, InvalidJobError):
         raise BrokerError(f"the slot record of {schedule} at {slot} is malformed") from None
+
+
+async def cancel_job(broker: BrokerProtocol, job_id: str) -> bool:
+    """Cancel ``job_id``; True when it will not run or is being stopped.
+
+    A job still waiting (queued, delayed, waiting to retry) never runs and its status
+    says cancelled at once. A running one is stopped within about two seconds on
+    whichever replica runs it (an ``async def`` handler is cancelled, a ``def`` one
+    sees ``ctx.cancelled``), is not retried, and its status then says cancelled.
+    False when the job finished already or no status of it is kept (a job that keeps
+    none cannot be cancelled). The mark expires a day after the job's due time.
+    """
+    status = await job_status(broker, job_id)
+    if status.state.finished or status.state is JobState.UNKNOWN:
+        return False
+    now = time.time()
+    ttl = pending_ttl(0.0, status.due_at, now)
+    await broker.put_memo(cancel_key(job_id), b"cancelled by request", ttl=ttl)
+    if status.state in (JobState.QUEUED, JobState.SCHEDULED):
+        done = dataclasses.replace(
+            status, state=JobState.CANCELLED, finished_at=now, error="cancelled by request"
+        )
+        await broker.put_memo(status_key(job_id), encode_status(done), ttl=ttl)
+    await _announce(broker)
+    return True
+
+
+async def _announce(broker: BrokerProtocol) -> None:
+    """Move the cancels record on, so that workers look at their running jobs' marks."""
+    if Capability.STATE not in broker.capabilities:
+        return
+    for _ in range(50):
+        entry = await broker.read_state(CANCELS)
+        count = int(entry.value) if entry is not None and entry.value.isdigit() else 0
+        version = None if entry is None else entry.version
+        if await broker.write_state(CANCELS, b"%d" % (count + 1), version=version) is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise BrokerError("cancel: the cancels record kept changing; the mark is set, try again")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .batch import BatchContract
+from .cancel import CancelContract
 from .connection import ConnectionContract
 from .consume import ConsumeContract
 from .delayed import DelayedContract
@@ -32,6 +33,7 @@ class BrokerContract(
     StateContract,
     MemoContract,
     StatusContract,
+    CancelContract,
     ProcessContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""

@@ -20,11 +20,14 @@ from typing import TypeVar
 import pytest
 
 from ...adapters.registry import open_broker
+from ...errors import JobFailedError
 from ...ports.capabilities import Capability
-from ...ports.messages import decode_message
+from ...ports.messages import decode_message, new_job_id
 from ...ports.protocols import BrokerProtocol
+from ...ports.statuses import JobState
 from ...scheduling import control, runtime
-from ..helpers import connected, receive_all
+from ...tracking.queries import cancel_job, job_status, wait_result
+from ..helpers import connected, receive_all, wait_until
 from ..namespaces import with_credentials, with_option
 from ..scenarios import (
     RECORDER_APP,
@@ -297,6 +300,60 @@ class ProcessContract(ContractBase):
         assert first.matches("enqueued missed slot")
         assert not second.matches("enqueued missed slot")
         assert not third.matches("enqueued missed slot")
+
+    @requires(
+        Capability.CROSS_PROCESS,
+        Capability.MEMOS,
+        Capability.STATE,
+        Capability.DELAYED_ENQUEUE,
+    )
+    async def test_statuses_results_and_cancels_reach_across_processes(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """Two worker-only replicas run the jobs; this process asks: a sum comes back, a
+        failure raises with its error, a job delayed 8 s says scheduled and once
+        cancelled never runs, a running 30 s job is stopped within 2 s and not retried,
+        and an id never enqueued is unknown."""
+        log = tmp_path / "status.log"
+        log.touch()
+        env = {"FM_STATUS_LOG": str(log)}
+        workers = await asyncio.to_thread(procs.workers, broker_url, 2, "--no-scheduler", env=env)
+        async with connected(lambda: open_broker(broker_url), sync=False) as asker:
+            summed = await asker.enqueue("add", a=2, b=40)
+            failing = await asker.enqueue("always_fails")
+            delayed = await asker.enqueue_in(8, "marked")
+            sleeping = await asker.enqueue("sleeps_30")
+            assert await wait_result(asker, summed, timeout=30) == 42
+            assert (await job_status(asker, summed)).state is JobState.SUCCEEDED
+            with pytest.raises(JobFailedError) as failed:
+                await wait_result(asker, failing, timeout=30)
+            assert "RuntimeError: failing on purpose" in (failed.value.error or "")
+            assert (await job_status(asker, failing)).state is JobState.FAILED
+            waiting = await job_status(asker, delayed)
+            assert waiting.state is JobState.SCHEDULED, waiting
+            assert await cancel_job(asker, delayed) is True
+            await wait_until(lambda: " start" in log.read_text(), timeout=30)
+            asked = time.monotonic()
+            assert await cancel_job(asker, sleeping) is True
+            await wait_until(lambda: " stopped" in log.read_text(), timeout=10)
+            took = time.monotonic() - asked
+            assert (await job_status(asker, new_job_id())).state is JobState.UNKNOWN
+            assert waiting.due_at is not None
+            await asyncio.sleep(max(0.0, waiting.due_at + 2 - time.time()))  # its time passes
+            ended = [await job_status(asker, j) for j in (delayed, sleeping)]
+        await asyncio.to_thread(stop_all, workers)
+        lines = log.read_text().splitlines()
+        assert took < 4, f"stopped {took:.1f}s after the cancel (2 s promised)"
+        assert [s.state for s in ended] == [JobState.CANCELLED] * 2, ended
+        assert not [line for line in lines if line.startswith("marked")], lines
+        assert [line.split()[-1] for line in lines if line.startswith("sleeps_30")] == [
+            "start",
+            "stopped",
+        ], lines  # one attempt, stopped, never retried
+        said = r"worker stopped: .* (\d+) cancelled"
+        cancelled = [int(m.group(1)) for w in workers for m in w.matches(said)]
+        assert len(cancelled) == 2, [w.output[-500:] for w in workers]
+        assert sum(cancelled) >= 1, cancelled  # the stopped run (the delayed one if delivered)
 
     @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_run_a_runtime_schedule_as_set_changed_and_deleted(

@@ -4,6 +4,7 @@ promise, asked on another connection than the worker's, on this adapter."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -19,8 +20,10 @@ from .base import ContractBase
 from .requirements import requires
 
 
-def _app() -> App:
+def jobs_app() -> App:
     app = App()
+    ran: list[str] = []
+    app.state.ran = ran
 
     @app.job
     async def add(ctx: JobContext, a: int, b: int) -> int:
@@ -43,7 +46,31 @@ def _app() -> App:
         await asyncio.sleep(2)
         return "slept"
 
+    _cancellable(app, ran)
     return app
+
+
+def _cancellable(app: App, ran: list[str]) -> None:
+    """Jobs to cancel: one that sleeps, one that polls ``ctx.cancelled``, one that counts."""
+
+    @app.job(max_attempts=3)
+    async def long(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ran.append("stopped")
+            raise
+
+    @app.job(max_attempts=3)
+    def plain_long(ctx: JobContext) -> None:
+        deadline = time.monotonic() + 30
+        while not ctx.cancelled and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ran.append("saw the flag" if ctx.cancelled else "ran out")
+
+    @app.job
+    async def counted(ctx: JobContext) -> None:
+        ran.append("counted")
 
 
 class StatusContract(ContractBase):
@@ -53,7 +80,7 @@ class StatusContract(ContractBase):
     async def test_a_result_and_its_status_are_read_on_another_connection(
         self, broker_factory: BrokerFactory
     ) -> None:
-        app = _app()
+        app = jobs_app()
         async with many(broker_factory, 2) as (worker_side, asker):
             job_id = await asker.enqueue("add", a=2, b=3)
             queued = await job_status(asker, job_id)
@@ -72,7 +99,7 @@ class StatusContract(ContractBase):
     async def test_a_failed_job_raises_its_error_and_says_failed(
         self, broker_factory: BrokerFactory
     ) -> None:
-        app = _app()
+        app = jobs_app()
         async with many(broker_factory, 2) as (worker_side, asker):
             failing = await asker.enqueue("breaks")
             oversized = await asker.enqueue("too_big")
@@ -92,12 +119,12 @@ class StatusContract(ContractBase):
     async def test_a_running_job_says_so_and_a_wait_times_out_apart(
         self, broker_factory: BrokerFactory
     ) -> None:
-        app = _app()
+        app = jobs_app()
         async with many(broker_factory, 2) as (worker_side, asker):
             job_id = await asker.enqueue("slow")
             async with running_worker(app, worker_side):
                 await wait_until(
-                    lambda: _state_is(asker, job_id, JobState.RUNNING),
+                    lambda: state_is(asker, job_id, JobState.RUNNING),
                     timeout=20,
                     what="the running status",
                 )
@@ -130,7 +157,7 @@ class StatusContract(ContractBase):
     async def test_a_job_keeping_nothing_writes_no_status(
         self, broker_factory: BrokerFactory
     ) -> None:
-        app = _app()
+        app = jobs_app()
         handle = app.jobs["quiet"]
         async with many(broker_factory, 2) as (worker_side, asker):
             by_handle = await _handle_of(app, "quiet").enqueue(asker)
@@ -152,5 +179,5 @@ def _handle_of(app: App, name: str):  # type: ignore[no-untyped-def]
     return JobHandle(spec, spec.handler)
 
 
-async def _state_is(broker, job_id: str, state: JobState) -> bool:  # type: ignore[no-untyped-def]
+async def state_is(broker, job_id: str, state: JobState) -> bool:  # type: ignore[no-untyped-def]
     return (await job_status(broker, job_id)).state is state

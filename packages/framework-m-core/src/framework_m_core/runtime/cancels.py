@@ -1,0 +1,105 @@
+"""Cancel marks, seen by the worker: before a run starts, and while it runs.
+
+A run registers before it checks its job's mark, so a cancel is never lost between
+the two: either the check sees the mark, or the cancel moves the cancels record on
+later, and :class:`CancelWatch` (waiting on that record while runs are registered)
+reads the marks of the runs it has and stops the cancelled ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+
+from ..observability.observer import Observer
+from ..ports.capabilities import Capability
+from ..ports.protocols import BrokerProtocol
+from ..ports.statuses import CANCELS, cancel_key
+
+log = logging.getLogger("framework_m.worker")
+
+#: Seconds at most between two reads of the cancels record while runs are registered.
+POLL = 1.0
+
+
+class Cancellation:
+    """One run's cancel flag: set from the watch, read by the handler (any thread)."""
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+        self._on_cancel: Callable[[], object] | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self._flag.is_set()
+
+    def on_cancel(self, stop: Callable[[], object]) -> None:
+        """Call ``stop`` when the run is cancelled (at once if it is already)."""
+        self._on_cancel = stop
+        if self._flag.is_set():
+            stop()
+
+    def request(self) -> None:
+        if not self._flag.is_set():
+            self._flag.set()
+            if self._on_cancel is not None:
+                self._on_cancel()
+
+
+class CancelWatch:
+    """The cancel marks of one worker's runs (brokers with memos and state)."""
+
+    def __init__(self, broker: BrokerProtocol, observer: Observer) -> None:
+        self.broker = broker
+        self.observer = observer
+        self.on = {Capability.MEMOS, Capability.STATE} <= broker.capabilities
+        self._runs: dict[str, Cancellation] = {}
+        self._registered = asyncio.Event()
+
+    async def start(self, job_id: str, cancellation: Cancellation) -> bool:
+        """Register a run of ``job_id``; False (and not registered) when it is cancelled."""
+        self._runs[job_id] = cancellation
+        self._registered.set()
+        try:
+            marked = await self.broker.get_memo(cancel_key(job_id)) is not None
+        except Exception as exc:  # a mark not read is a run not stopped: say so, go on
+            self.observer.broker_error("memo")
+            log.warning("%s: its cancel mark could not be read (%s); running it", job_id, exc)
+            marked = False
+        if marked:
+            self.end(job_id)
+        return not marked
+
+    def end(self, job_id: str) -> None:
+        self._runs.pop(job_id, None)
+        if not self._runs:
+            self._registered.clear()
+
+    async def run(self) -> None:
+        """Watch the cancels record while runs are registered; never returns."""
+        version: int | None = None
+        known = False
+        while True:
+            await self._registered.wait()
+            try:
+                if not known:
+                    entry = await self.broker.read_state(CANCELS)
+                    known = True
+                else:
+                    entry = await self.broker.wait_state(CANCELS, version, timeout=POLL)
+                moved = entry is not None and entry.version != version
+                version = None if entry is None else entry.version
+                if moved:
+                    await self._check_runs()
+            except Exception as exc:
+                self.observer.broker_error("state")
+                log.debug("cancels: not read (%s); trying again", exc)
+                await asyncio.sleep(POLL)
+
+    async def _check_runs(self) -> None:
+        for job_id, cancellation in list(self._runs.items()):
+            if await self.broker.get_memo(cancel_key(job_id)) is not None:
+                log.info("%s: cancelled by request; stopping it", job_id)
+                cancellation.request()
