@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from framework_m_core import App, InvalidJobError, JobContext, JobHandle, decode_message
+from framework_m_core import (
+    App,
+    InvalidJobError,
+    JobContext,
+    JobHandle,
+    JobState,
+    decode_message,
+)
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.testing import receive_all, run_job
+from framework_m_core.handles import EnqueuedJob
+from framework_m_core.testing import receive_all, run_job, running_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -112,3 +120,21 @@ def test_mypy_checks_the_arguments_of_an_enqueue(tmp_path: Path) -> None:
     assert [e.split(":")[1] for e in errors] == ["12", "13"], done.stdout
     assert 'Unexpected keyword argument "c"' in errors[0]
     assert 'incompatible type "int"; expected "str"' in errors[1]
+
+
+async def test_what_enqueue_returns_is_the_id_and_leads_to_status_result_and_cancel(
+    memory: MemoryBroker,
+) -> None:
+    job = await add.enqueue(memory, a=2, b=3)
+    assert isinstance(job, str)
+    assert isinstance(job, EnqueuedJob)
+    assert decode_message((await receive_all(memory))[0].body).id == job
+    assert (await job.status()).state is JobState.QUEUED
+    held = await add.enqueue_in(memory, 60, a=1)
+    assert (await held.status()).state is JobState.SCHEDULED
+    assert await held.cancel() is True
+    assert (await held.status()).state is JobState.CANCELLED
+    again = await add.enqueue(memory, a=4, b=5)
+    async with running_worker(app, memory):
+        assert await again.result(timeout=10) == 9
+    assert await again.cancel() is False  # finished already

@@ -11,6 +11,7 @@ import importlib
 import pytest
 
 CORE = [
+    "EnqueuedJob",
     "cancel_job",
     "InvalidMemoError",
     "MemoProtocol",

@@ -30,7 +30,7 @@ from .errors import (
     UnknownJobError,
     WorkerFailedError,
 )
-from .handles import JobHandle
+from .handles import EnqueuedJob, JobHandle
 from .jobs import JobContext, JobSpec
 from .ports.base import BaseBroker
 from .ports.capabilities import Capability
@@ -78,6 +78,7 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "DeliveryLostError",
+    "EnqueuedJob",
     "Every",
     "FrameworkMError",
     "InProcessTickerAdapter",

@@ -6,6 +6,8 @@ a type checker reads the handler's parameters after its context (a ``ParamSpec``
 :class:`~.errors.InvalidJobError` naming the parameter before anything is sent.
 Called directly, the handle is the handler itself (``await add(ctx, a=1, b=2)`` in a
 unit test). Enqueueing by name (``broker.enqueue("add", a=1, b=2)``) works as before.
+A handle's enqueue returns an :class:`EnqueuedJob`: the job id (a ``str``), with
+``status()``, ``result(timeout=)`` and ``cancel()`` on the broker it went to.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from .errors import InvalidJobError
+from .errors import BrokerError, InvalidJobError
 from .ports.base import BaseBroker
 from .ports.messages import delay_seconds
+from .ports.protocols import BrokerProtocol
+from .ports.statuses import JobStatus
+from .tracking import queries
 
 if TYPE_CHECKING:
     from .jobs import JobContext, JobSpec
@@ -36,6 +41,36 @@ class EnqueueOptions:
     deduplication_id: str | None = None
     delay: timedelta | float | None = None  # seconds, or a timedelta
     at: datetime | float | None = None  # an aware datetime, or unix seconds
+
+
+class EnqueuedJob(str):
+    """A job id as a handle's enqueue returns it: the ``str`` itself, and what to ask
+    about the job on the broker it was enqueued on."""
+
+    broker: JobQueueProtocol
+
+    def __new__(cls, job_id: str, broker: JobQueueProtocol) -> EnqueuedJob:
+        job = super().__new__(cls, job_id)
+        job.broker = broker
+        return job
+
+    async def status(self) -> JobStatus:
+        """The job's status (:func:`~framework_m_core.job_status`)."""
+        return await queries.job_status(self._kept(), str(self))
+
+    async def result(self, *, timeout: float) -> Any:
+        """The job's return value, waiting up to ``timeout`` seconds
+        (:func:`~framework_m_core.wait_result`)."""
+        return await queries.wait_result(self._kept(), str(self), timeout=timeout)
+
+    async def cancel(self) -> bool:
+        """Cancel the job (:func:`~framework_m_core.cancel_job`)."""
+        return await queries.cancel_job(self._kept(), str(self))
+
+    def _kept(self) -> BrokerProtocol:
+        if not isinstance(self.broker, BrokerProtocol):
+            raise BrokerError(f"{self.broker!r} is not a broker: it keeps no job statuses")
+        return self.broker
 
 
 class JobHandle(Generic[P, R]):
@@ -82,13 +117,17 @@ class JobHandle(Generic[P, R]):
             raise InvalidJobError(f"job {self.spec.name!r}: give delay or at, not both")
         return JobHandle(self.spec, self._handler, EnqueueOptions(deduplication_id, delay, at))
 
-    async def enqueue(self, broker: JobQueueProtocol, /, *args: P.args, **kwargs: P.kwargs) -> str:
+    async def enqueue(
+        self, broker: JobQueueProtocol, /, *args: P.args, **kwargs: P.kwargs
+    ) -> EnqueuedJob:
         """Enqueue this job on ``broker`` with these arguments; return its job id.
 
         As :meth:`~.protocols.JobQueueProtocol.enqueue`, after the arguments are checked
         against the handler (:class:`~.errors.InvalidJobError` names what does not fit).
         """
-        job_kwargs = self._kwargs(args, kwargs)
+        return EnqueuedJob(await self._send(broker, self._kwargs(args, kwargs)), broker)
+
+    async def _send(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
         o = self._options
         if isinstance(broker, BaseBroker):  # the message carries how long its status lasts
             at = o.at
@@ -116,7 +155,7 @@ class JobHandle(Generic[P, R]):
         /,
         *args: P.args,
         **kwargs: P.kwargs,
-    ) -> str:
+    ) -> EnqueuedJob:
         """Enqueue this job to run ``delay`` (seconds or a timedelta) from now."""
         held = self.with_options(deduplication_id=self._options.deduplication_id, delay=delay)
         return await held.enqueue(broker, *args, **kwargs)
@@ -128,7 +167,7 @@ class JobHandle(Generic[P, R]):
         /,
         *args: P.args,
         **kwargs: P.kwargs,
-    ) -> str:
+    ) -> EnqueuedJob:
         """Enqueue this job to run no sooner than ``when`` (an aware datetime or unix
         seconds)."""
         held = self.with_options(deduplication_id=self._options.deduplication_id, at=when)
