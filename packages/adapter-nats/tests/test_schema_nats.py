@@ -160,7 +160,7 @@ async def test_two_queues_on_one_server_keep_their_jobs_apart() -> None:
     finally:
         nc = await nats.connect(NATS_URL)
         for name in names:
-            for stream in (f"{name}_jobs", f"{name}_jobs_dead"):
+            for stream in (f"{name}_jobs", f"{name}_jobs_dead", f"KV_{name}_jobs_memos"):
                 with contextlib.suppress(nats.js.errors.NotFoundError):
                     await nc.jetstream().delete_stream(stream)
         await nc.close()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -553,6 +554,12 @@ def _signals_stop(worker: Worker) -> Iterator[None]:
             restore[signum] = signal.signal(
                 signum, lambda n, _: loop.call_soon_threadsafe(on_signal, n)
             )
+    dumps = hasattr(signal, "SIGUSR1")
+    if dumps:
+        try:
+            loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+        except (NotImplementedError, RuntimeError):
+            dumps = False
     try:
         yield
     finally:
@@ -561,6 +568,28 @@ def _signals_stop(worker: Worker) -> Iterator[None]:
                 signal.signal(signum, restore[signum])
             else:
                 loop.remove_signal_handler(signum)
+        if dumps:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log where every task of the worker waits (what a stuck stop waits on)."""
+    tasks = asyncio.all_tasks()
+    lines = [f"SIGUSR1: {len(tasks)} task(s)"]
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        chain: list[str] = []
+        awaited: Any = task.get_coro()
+        while awaited is not None and len(chain) < 20:  # the await chain, outermost first
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                chain.append(type(awaited).__name__)
+                break
+            chain.append(
+                f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})"
+            )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        lines.append(f"  {task.get_name()}: {' -> '.join(chain) or 'not started'}")
+    log.warning("\n".join(lines))
 
 
 def _schedules(args: argparse.Namespace) -> int:

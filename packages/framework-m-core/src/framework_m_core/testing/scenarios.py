@@ -8,6 +8,7 @@ in the interpreter that runs the tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -93,6 +94,9 @@ class Process:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.signal(signal.SIGUSR1)  # m worker logs where its tasks wait
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2)
             self.kill()
             self._reader.join(5)
             raise AssertionError(

@@ -64,8 +64,10 @@ class ConsumeContract(ContractBase):
     ) -> None:
         await broker.enqueue("job")
         started = time.monotonic()
-        assert len(await broker.receive(10, 30)) == 1
+        first = await broker.receive(10, 30)
+        assert len(first) == 1
         assert time.monotonic() - started < 10
+        await broker.ack(first[0])  # else it comes back after the visibility timeout
         waits = []
         async with connected(broker_factory) as producer:
             for _ in range(5):  # the median: one slow moment on a busy machine does not count

@@ -259,7 +259,9 @@ class ProcessContract(ContractBase):
         assert not during, f"slots ran while paused ({paused:.2f} to {resuming:.2f}): {during}"
         assert_each_slot_once([r for r in steered if r[0] <= paused], first, math.floor(paused))
         assert_each_slot_once([r for r in steered if r[0] > resumed], math.ceil(resumed), last)
+        # A run of hourly's own slot (the workers up at the top of an hour) is no trigger.
         triggered = [r for r in _steer_runs(log) if r[0] == "hourly" and r[4] != "None"]
+        triggered = [r for r in triggered if not r[4].startswith("tick:hourly:")]
         assert [(r[3], r[4].startswith("trigger:hourly:")) for r in triggered] == [(1, True)]
         assert abs(triggered[0][1] - paused) < 20  # ctx.scheduled_at: the trigger's time
         assert not [m for m in left if m.job_name == "hourly"], "a trigger is left to run"
