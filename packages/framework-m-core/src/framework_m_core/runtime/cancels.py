@@ -17,6 +17,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import CANCELS, cancel_key
+from .events import reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
 
@@ -65,6 +66,7 @@ class CancelWatch:
         try:
             marked = await self.broker.get_memo(cancel_key(job_id)) is not None
         except Exception as exc:  # a mark not read is a run not stopped: say so, go on
+            reraise_if_cancelled()
             self.observer.broker_error("memo")
             log.warning("%s: its cancel mark could not be read (%s); running it", job_id, exc)
             marked = False
@@ -94,6 +96,7 @@ class CancelWatch:
                 if moved:
                     await self._check_runs()
             except Exception as exc:
+                reraise_if_cancelled()
                 self.observer.broker_error("state")
                 log.debug("cancels: not read (%s); trying again", exc)
                 await asyncio.sleep(POLL)

@@ -14,3 +14,15 @@ async def first_of(*events: asyncio.Event) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def reraise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the running task was asked to stop.
+
+    A client library that turns a cancellation into an error of its own (some do,
+    on a request cut short) would make a loop that catches ``Exception`` go on
+    forever after its owner cancelled it; such loops call this in their handler.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

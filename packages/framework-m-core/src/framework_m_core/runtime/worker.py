@@ -23,7 +23,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
-from .events import first_of
+from .events import first_of, reraise_if_cancelled
 from .execution import Execution, WorkerStats
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
@@ -304,6 +304,7 @@ class Worker:
         try:
             deliveries = await self._receive(free)
         except Exception as exc:  # broker down: keep trying, say so
+            reraise_if_cancelled()
             self._observer.broker_error("receive")
             backoff = self._health.failed(exc)
             log.error("receive failed: %s; retrying in %.1fs", exc, backoff)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..ports.capabilities import Capability
+from ..runtime.events import reraise_if_cancelled
 from . import runtime
 from .runtime import Catalog, RuntimeSchedule
 
@@ -71,6 +72,7 @@ class RuntimeFollower:
                     entry = await self._next_catalog(watched and not self._failing)
                     await self._sync(entry, full=time.monotonic() >= self._resync_at)
             except Exception as exc:
+                reraise_if_cancelled()
                 self._failed(exc)
             else:
                 if self._failing:

@@ -19,7 +19,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
-from ..runtime.events import first_of
+from ..runtime.events import first_of, reraise_if_cancelled
 from . import control
 from .clocks import CHECK_EVERY, ClockCheck
 from .following import RuntimeFollower
@@ -417,6 +417,7 @@ class InProcessTickerAdapter:
                 async with asyncio.timeout(_LATE_ATTEMPT):
                     return await control.read(self._broker, spec.name)
             except Exception as exc:
+                reraise_if_cancelled()
                 self.observer.broker_error("state")
                 if self._clock() - now + delay > spec.catchup_window:
                     log.error(
@@ -510,6 +511,7 @@ class InProcessTickerAdapter:
                 self._failed(spec, slot, exc)
                 return
             except Exception as exc:
+                reraise_if_cancelled()
                 self.observer.broker_error("publish")
                 log.warning(
                     "%s: late enqueue of %s failed (%s); retrying",
@@ -666,6 +668,7 @@ class InProcessTickerAdapter:
             log.error("%s: slot %s not enqueued: %s", spec.name, slot, exc)
             return None
         except Exception as exc:  # whatever the adapter raises: retried within grace
+            reraise_if_cancelled()
             self.observer.broker_error("publish")
             return exc
         if result.duplicate:
