@@ -41,3 +41,31 @@ async def test_a_watch_stops_when_cancelled_though_its_broker_swallows_it(
     async with asyncio.timeout(5):
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+class _Deaf(MemoryBroker):
+    """A broker whose client swallows a cancellation whole (and uncancels the task)."""
+
+    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+        try:
+            return await super()._wait_state(key, version, timeout)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return None
+
+
+async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Deaf(MemorySettings(queue_name, 120.0, 5.0)))
+    watch = CancelWatch(broker, Observer())
+    assert await watch.start("job-1", Cancellation())
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(0.2)  # inside its first wait
+    watch.close()
+    task.cancel()
+    async with asyncio.timeout(5):
+        await asyncio.gather(task, return_exceptions=True)
+    assert task.done()

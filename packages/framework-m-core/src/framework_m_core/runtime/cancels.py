@@ -17,7 +17,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import CANCELS, cancel_key
-from .events import reraise_if_cancelled
+from .events import first_of, reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
 
@@ -58,6 +58,12 @@ class CancelWatch:
         self.on = {Capability.MEMOS, Capability.STATE} <= broker.capabilities
         self._runs: dict[str, Cancellation] = {}
         self._registered = asyncio.Event()
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """End :meth:`run` at its next turn (within :data:`POLL` seconds): a broker
+        client may swallow the cancellation of a call it was in."""
+        self._closed.set()
 
     async def start(self, job_id: str, cancellation: Cancellation) -> bool:
         """Register a run of ``job_id``; False (and not registered) when it is cancelled."""
@@ -80,11 +86,13 @@ class CancelWatch:
             self._registered.clear()
 
     async def run(self) -> None:
-        """Watch the cancels record while runs are registered; never returns."""
+        """Watch the cancels record while runs are registered, until :meth:`close`."""
         version: int | None = None
         known = False
         while True:
-            await self._registered.wait()
+            await first_of(self._registered, self._closed)
+            if self._closed.is_set():
+                return
             try:
                 if not known:
                     entry = await self.broker.read_state(CANCELS)

@@ -259,6 +259,7 @@ class Worker:
                     await self._supervised("consumer", self._consume())
                 finally:
                     self.stop()
+                    self._execution.cancels.close()
                     for helper in helpers:
                         helper.cancel()
         finally:
