@@ -1208,7 +1208,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job enqueued through its handle with keep_result=0 writes no status",
         f"{CORE}/runtime/statuses.py",
-        "        if message.keep is not None:\n            return message.keep, message.keep > 0\n",
+        "        if message.keep is not None:\n"
+        "            return message.keep, message.keep > 0 and spec is not None\n",
         "",
         "test_a_job_keeping_nothing_writes_no_status",
     ),

@@ -40,14 +40,14 @@ class StatusNotes:
         self.on = Capability.MEMOS in broker.capabilities
         self._warned_at = -_QUIET
 
-    def keep(self, spec: JobSpec, message: JobMessage) -> tuple[float, bool]:
+    def keep(self, spec: JobSpec | None, message: JobMessage) -> tuple[float, bool]:
         """Seconds to keep ``message``'s finished status (0: none), and whether with
-        its result."""
+        its result; ``spec`` None for a job this app does not have (never a result)."""
         if not self.on:
             return 0.0, False
         if message.keep is not None:
-            return message.keep, message.keep > 0
-        if spec.keep_result > 0:
+            return message.keep, message.keep > 0 and spec is not None
+        if spec is not None and spec.keep_result > 0:
             return spec.keep_result, True
         return DEFAULT_KEEP, False  # enqueued by name: close the enqueue's record
 
@@ -80,14 +80,7 @@ class StatusNotes:
     ) -> None:
         """Keep how ``message`` ended; ``spec`` None for a job this app does not have
         (kept as the message says, else for the default)."""
-        if spec is None:
-            keep, with_result = (
-                (0.0, False)
-                if not self.on
-                else ((message.keep, False) if message.keep is not None else (DEFAULT_KEEP, False))
-            )
-        else:
-            keep, with_result = self.keep(spec, message)
+        keep, with_result = self.keep(spec, message)
         if keep <= 0:
             return
         status = _status(

@@ -34,6 +34,7 @@ from ..ports.statuses import (
     slot_key,
     status_key,
 )
+from ..scheduling.runtime import contention_pause
 
 #: The longest ``wait_result`` waits, in seconds.
 MAX_WAIT = 86_400.0
@@ -163,11 +164,11 @@ async def _announce(broker: BrokerProtocol) -> None:
     """Move the cancels record on, so that workers look at their running jobs' marks."""
     if Capability.STATE not in broker.capabilities:
         return
-    for _ in range(50):
+    for attempt in range(50):
+        await contention_pause(attempt)
         entry = await broker.read_state(CANCELS)
         count = int(entry.value) if entry is not None and entry.value.isdigit() else 0
         version = None if entry is None else entry.version
         if await broker.write_state(CANCELS, b"%d" % (count + 1), version=version) is not None:
             return
-        await asyncio.sleep(0.01)
     raise BrokerError("cancel: the cancels record kept changing; the mark is set, try again")
