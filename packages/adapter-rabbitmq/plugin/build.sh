@@ -19,11 +19,12 @@ build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 mkdir -p "$build/ebin"
 ERL_LIBS="$plugins_dir" erlc -o "$build/ebin" "$here"/src/*.erl
+modules=$(cd "$build/ebin" && ls *.beam | sed 's/\.beam$//' | paste -sd, -)
 cat > "$build/ebin/$name.app" <<APP
 {application, '$name', [
-  {description, "framework-m: x-message-deduplication exchange"},
+  {description, "framework-m: x-message-deduplication and x-fm-memos exchanges"},
   {vsn, "$version"},
-  {modules, ['rabbit_exchange_type_fm_dedup']},
+  {modules, [$modules]},
   {registered, []},
   {applications, [kernel, stdlib, mnesia, rabbit_common, rabbit]},
   {env, []},
@@ -35,8 +36,12 @@ mkdir -p "$target"
 cp -r "$build/ebin" "$target/"
 echo "installed $target"
 rabbitmq-plugins enable --quiet "$name"
-# When the plugin was enabled already, the node still runs the old code: load the new.
-# and create the tables a newer version added.
-rabbitmqctl --quiet eval \
-  'c:l(rabbit_exchange_type_fm_dedup), rabbit_exchange_type_fm_dedup:setup_schema().' >/dev/null
+# When the plugin was enabled already, the node still runs the old code: load the new,
+# register the exchange types a newer version added and create their tables.
+rabbitmqctl --quiet eval '
+  [{module, _} = c:l(M) || M <- [rabbit_fm_tables, rabbit_exchange_type_fm_dedup,
+                                 rabbit_exchange_type_fm_memos]],
+  ok = rabbit_exchange_type_fm_memos:register_type(),
+  rabbit_exchange_type_fm_dedup:setup_schema(),
+  rabbit_exchange_type_fm_memos:setup_schema().' >/dev/null
 echo "enabled $name"

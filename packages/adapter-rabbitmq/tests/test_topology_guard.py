@@ -8,6 +8,7 @@ import aio_pika
 import pytest
 
 from framework_m_core.errors import BrokerError, SchemaConflictError
+from framework_m_core.ports import Capability
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -50,6 +51,33 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
         with pytest.raises(BrokerError, match=r"m sync-schema"):
             await broker.enqueue("lost", deduplication_id="tick:lost:1")
         assert broker.stats.duplicates == 0
+
+
+async def test_memos_off_keeps_no_memo_exchange_and_says_so(url: str) -> None:
+    async with RabbitBroker.from_url(url + "&memos=off") as broker:
+        assert Capability.MEMOS not in broker.capabilities
+        assert Capability.MEMOS in RabbitBroker.capabilities  # the class keeps it
+        targets = [c.target for c in (await broker.plan_schema()).changes]
+        assert f"exchange {broker.settings.memo_exchange}" not in targets
+        with pytest.raises(BrokerError, match="keeps no memos"):
+            await broker.get_memo("k")
+
+
+async def test_a_missing_memo_exchange_fails_memo_calls_naming_the_fix(url: str) -> None:
+    broker = RabbitBroker.from_url(url)
+    memos = broker.settings.memo_exchange
+    connection = await aio_pika.connect(AMQP_URL)
+    channel = await connection.channel()
+    await channel.exchange_delete(memos)
+    await connection.close()
+    async with broker:
+        with pytest.raises(BrokerError, match=r"m sync-schema"):
+            await broker.put_memo("k", b"v", ttl=1)
+        [change] = (await broker.plan_schema()).changes
+        assert (change.action, change.target) == ("create", f"exchange {memos}")
+        await broker.sync_schema()
+        assert await broker.put_memo("k", b"v", ttl=60)
+        assert await broker.get_memo("k") == b"v"
 
 
 async def test_a_new_dedup_window_is_refused_not_ignored(url: str) -> None:

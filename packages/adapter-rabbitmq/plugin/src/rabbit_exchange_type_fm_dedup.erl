@@ -260,39 +260,18 @@ info(_X, _) -> [].
 
 %% Idempotent: build.sh also calls it after loading new code into a running node.
 setup_schema() ->
-    Tables = [{Copies, Name, Record, Type}
-              || {Copies, Names} <- [{ram_copies, [?CACHE, ?ORDER, ?COUNT]},
-                                     {disc_copies, [?DISK_CACHE, ?DISK_ORDER, ?DISK_COUNT]}],
-                 {Name, {Record, Type}} <- lists:zip(Names, [{fm_dedup_entry, set},
-                                                             {fm_dedup_order, ordered_set},
-                                                             {fm_dedup_size, set}])],
-    [ensure_table(Name, Record, fields(Record), Type, Copies)
-     || {Copies, Name, Record, Type} <- Tables],
-    case mnesia:wait_for_tables([Name || {_, Name, _, _} <- Tables], 30000) of
-        ok -> ok;
-        Other -> rabbit_log:warning("x-message-deduplication tables not ready: ~p", [Other])
-    end.
+    rabbit_fm_tables:ensure(
+      "x-message-deduplication",
+      [{Name, Record, fields(Record), Type, Copies}
+       || {Copies, Names} <- [{ram_copies, [?CACHE, ?ORDER, ?COUNT]},
+                              {disc_copies, [?DISK_CACHE, ?DISK_ORDER, ?DISK_COUNT]}],
+          {Name, {Record, Type}} <- lists:zip(Names, [{fm_dedup_entry, set},
+                                                      {fm_dedup_order, ordered_set},
+                                                      {fm_dedup_size, set}])]).
 
 fields(fm_dedup_entry) -> record_info(fields, fm_dedup_entry);
 fields(fm_dedup_order) -> record_info(fields, fm_dedup_order);
 fields(fm_dedup_size) -> record_info(fields, fm_dedup_size).
-
-ensure_table(Name, Record, Fields, Type, Copies) ->
-    case mnesia:create_table(Name, [{attributes, Fields}, {record_name, Record},
-                                    {type, Type}, {Copies, [node()]}]) of
-        {atomic, ok} -> ok;
-        {aborted, {already_exists, Name}} ->
-            case mnesia:add_table_copy(Name, node(), Copies) of
-                {atomic, ok} -> ok;
-                {aborted, {already_exists, Name, _Node}} -> ok;
-                %% e.g. disc_copies on a RAM node: the table is used from the other nodes.
-                {aborted, Reason} ->
-                    rabbit_log:warning("x-message-deduplication: no local copy of ~p: ~p",
-                                       [Name, Reason])
-            end;
-        {aborted, Reason} ->
-            rabbit_log:warning("x-message-deduplication: cannot create ~p: ~p", [Name, Reason])
-    end.
 
 disable_plugin() ->
     rabbit_registry:unregister(exchange, ?TYPE),

@@ -38,7 +38,7 @@ from framework_m_core.ports import (
 )
 from framework_m_core.ports import Capability as C
 
-from . import deadletters, delays, leases, publishing, state, stats, wire
+from . import deadletters, delays, leases, memos, publishing, state, stats, wire
 from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
 from .schema import RabbitSchema
@@ -66,16 +66,20 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.UNCOUNTED_RELEASE,
             C.LEASES,
             C.STATE,
+            C.MEMOS,  # framework-m's plugin: the x-fm-memos exchange
         }
     )
     parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: RabbitSettings) -> None:
         super().__init__(settings)
+        if not settings.memos:
+            self.capabilities = type(self).capabilities - {C.MEMOS}
         self.link = Link(settings, self._forget_connection)
         self.schema = RabbitSchema(self.link)
         self._leases = leases.Leases(settings, self.link)
         self._state = state.State(settings, self.link)
+        self._memos = memos.Memos(settings, self.link)
         self._exchange: AbstractExchange | None = None
         self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._consuming: AbstractQueue | None = None
@@ -101,6 +105,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._buffer = asyncio.Queue()
         self._handed_out = {}  # the channel they arrived on is gone
         self._leases.reset()
+        self._memos.reset()
 
     async def connect(self) -> None:
         await self.link.open()
@@ -353,6 +358,14 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
 
     async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
         return await self._state.write(key, value, version)
+
+    # -- memos (memos.py) ----------------------------------------------------------------
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        return await self._memos.put(key, value, ttl, create)
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        return await self._memos.get(key)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

@@ -19,7 +19,7 @@ from aio_pika.exceptions import ChannelInvalidStateError
 from framework_m_core.ports import BrokerError, ConfigurationError
 
 from . import greeting
-from .settings import EXCHANGE_TYPE, RabbitSettings
+from .settings import RabbitSettings
 
 log = logging.getLogger("framework_m.rabbitmq")
 
@@ -176,16 +176,17 @@ class Link:
                 await channel.close()
         return out
 
-    async def exchange_type_known(self) -> bool:
-        """Declare and delete a probe exchange of the dedup type on a connection of its own:
-        RabbitMQ answers an unknown type by closing the whole connection."""
+    async def exchange_type_known(self, kind: str, arguments: dict[str, Any]) -> bool:
+        """Declare and delete a probe exchange of type ``kind`` (with the ``arguments`` it
+        needs) on a connection of its own: RabbitMQ answers an unknown type by closing the
+        whole connection."""
         probe = f"{self.settings.exchange}.probe-{uuid.uuid4().hex[:8]}"
         connection = await self._connect()
         try:
             with _quiet("aiormq.connection"):  # it logs the expected close as an error
                 channel = await connection.channel()
                 exchange = await channel.declare_exchange(
-                    probe, EXCHANGE_TYPE, auto_delete=True, arguments={"x-cache-size": 1}
+                    probe, kind, auto_delete=True, arguments=arguments
                 )
                 await exchange.delete()
             return True
@@ -194,7 +195,7 @@ class Link:
         except AMQP_ERRORS as exc:
             if "exchange type" in str(exc):
                 return False
-            raise BrokerError(f"cannot probe exchange type {EXCHANGE_TYPE!r}: {exc}") from None
+            raise BrokerError(f"cannot probe exchange type {kind!r}: {exc}") from None
         finally:
             with contextlib.suppress(*AMQP_ERRORS, OSError):
                 await connection.close()

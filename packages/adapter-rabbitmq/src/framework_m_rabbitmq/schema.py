@@ -1,5 +1,5 @@
-"""RabbitMQ schema sync: the dedup exchange, the jobs, dead and retry queues, the delivery-limit
-policy.
+"""RabbitMQ schema sync: the dedup and memo exchanges, the jobs, dead and retry queues, the
+delivery-limit policy.
 
 Exchange and queue arguments cannot change in place: a differing one is
 refused with RabbitMQ's own words. The delivery limit, the one setting
@@ -21,13 +21,17 @@ import aiormq
 from framework_m_core.ports import BrokerError, SchemaChange, SchemaPlan
 
 from .connection import Link
-from .settings import EXCHANGE_TYPE
+from .settings import EXCHANGE_TYPE, MEMO_EXCHANGE_TYPE
 
 log = logging.getLogger("framework_m.rabbitmq")
 
 PLUGIN_HINT = (
     "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
     "(python -m framework_m_rabbitmq.plugin build)"
+)
+MEMO_HINT = (
+    "build framework-m's plugin (python -m framework_m_rabbitmq.plugin build), or add "
+    "memos=off to the URL to run without job statuses, results and cancels"
 )
 
 Declare = Callable[..., Awaitable[Any]]  # (channel, passive=...)
@@ -49,6 +53,20 @@ class RabbitSchema:
 
     def _declarations(self) -> list[tuple[str, Declare, str]]:
         s = self.s
+        memos: list[tuple[str, Declare, str]] = [
+            (
+                f"exchange {s.memo_exchange}",
+                lambda ch, passive: ch.declare_exchange(
+                    s.memo_exchange,
+                    MEMO_EXCHANGE_TYPE,
+                    durable=True,
+                    arguments=s.memo_args,
+                    passive=passive,
+                ),
+                f"type {MEMO_EXCHANGE_TYPE} (job statuses, results, cancel marks), "
+                f"x-memo-persistence {s.cache_persistence}",
+            ),
+        ]
         return [
             (
                 f"exchange {s.exchange}",
@@ -82,7 +100,15 @@ class RabbitSchema:
                 )
                 for name, ms in s.retry_queues
             ),
+            *(memos if s.memos else []),
         ]
+
+    def _exchange_types(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Each exchange's type, and the arguments a probe of that type needs."""
+        return {
+            f"exchange {self.s.exchange}": (EXCHANGE_TYPE, {"x-cache-size": 1}),
+            f"exchange {self.s.memo_exchange}": (MEMO_EXCHANGE_TYPE, {}),
+        }
 
     async def plan(self) -> SchemaPlan:
         self.link.channel()  # the connected guard
@@ -105,8 +131,10 @@ class RabbitSchema:
         )
         for target, _, detail in declarations:
             if target not in refusals:
-                if target.startswith("exchange") and not await self.link.exchange_type_known():
-                    detail = f"the broker has no exchange type {EXCHANGE_TYPE!r}: {PLUGIN_HINT}"
+                kind = self._exchange_types().get(target)
+                if kind is not None and not await self.link.exchange_type_known(*kind):
+                    hint = MEMO_HINT if kind[0] == MEMO_EXCHANGE_TYPE else PLUGIN_HINT
+                    detail = f"the broker has no exchange type {kind[0]!r}: {hint}"
                     changes.append(SchemaChange("refuse", target, detail))
                 else:
                     changes.append(SchemaChange("create", target, detail))
@@ -192,6 +220,10 @@ class RabbitSchema:
                 s.exchange, EXCHANGE_TYPE, durable=True, arguments=s.exchange_args
             )
             await channel.declare_queue(s.dead, durable=True)
+            if s.memos:
+                await channel.declare_exchange(
+                    s.memo_exchange, MEMO_EXCHANGE_TYPE, durable=True, arguments=s.memo_args
+                )
             jobs = await channel.declare_queue(s.jobs, durable=True, arguments=s.jobs_args)
             await jobs.bind(exchange)
             for name, ms in s.retry_queues:

@@ -13,6 +13,7 @@ from framework_m_core.ports import ConfigurationError, query_params, redact_url
 from .management import ManagementAPI, Policy
 
 EXCHANGE_TYPE = "x-message-deduplication"
+MEMO_EXCHANGE_TYPE = "x-fm-memos"  # framework-m's plugin: memos kept by the broker
 # Retry delays are rounded up to one of these (ms); each has its own TTL queue,
 # so a long delay never holds back a short one.
 RETRY_BUCKETS_MS: tuple[int, ...] = (100, 250, 500, 1000, 2000, 5000, 10_000, 30_000)
@@ -25,6 +26,7 @@ _OPTIONS: dict[str, type] = {
     "dedup_window": float,
     "cache_size": int,
     "cache_persistence": str,
+    "memos": bool,
     "prefetch": int,
     "delivery_limit": int,
     "management": str,
@@ -48,6 +50,7 @@ class RabbitSettings:
     dedup_window: float = 120.0
     cache_size: int = 1_000_000
     cache_persistence: str = "disk"
+    memos: bool = True  # off: no x-fm-memos exchange (the community dedup plugin alone)
     prefetch: int = 100
     delivery_limit: int = 20
     policy_priority: int = 10
@@ -57,6 +60,14 @@ class RabbitSettings:
     @property
     def exchange(self) -> str:
         return f"{self.queue}.dedup"
+
+    @property
+    def memo_exchange(self) -> str:
+        return f"{self.queue}.memos"
+
+    @property
+    def memo_args(self) -> dict[str, Any]:
+        return {"x-memo-persistence": self.cache_persistence}
 
     @property
     def jobs(self) -> str:
@@ -137,6 +148,7 @@ def parse_url(url: str) -> RabbitSettings:
         dedup_window=window,
         cache_size=cache_size,
         cache_persistence=persistence,
+        memos=bool(opts.get("memos", True)),
         prefetch=prefetch,
         delivery_limit=delivery_limit,
         policy_priority=priority,

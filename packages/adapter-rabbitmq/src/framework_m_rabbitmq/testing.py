@@ -47,6 +47,7 @@ class RabbitNamespace(Namespace):
             for name in names:
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.name}.dedup")
+            await channel.exchange_delete(f"{self.name}.memos")  # its memos go with it
             await _drop_state(connection, self.name)
         except aio_pika.exceptions.AMQPException as exc:
             raise BrokerError(f"cannot drop namespace {self.name}: {exc}") from None

@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
@@ -61,7 +61,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     :class:`~.protocols.BrokerProtocol` that are left.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    capabilities: frozenset[Capability] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -19,7 +19,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     from .capabilities import Capability
@@ -449,8 +449,9 @@ class BrokerProtocol(
     implementing this port; the registry builds instances with :meth:`from_url`.
     """
 
-    #: The optional promises this adapter keeps (see :class:`~.capabilities.Capability`).
-    capabilities: ClassVar[frozenset[Capability]]
+    #: The optional promises this adapter keeps (see :class:`~.capabilities.Capability`):
+    #: set on the class; an instance keeps fewer where its URL turns one off.
+    capabilities: frozenset[Capability]
     #: Counters of this instance: jobs stored and duplicates dropped by its enqueues.
     stats: BrokerStats
 
