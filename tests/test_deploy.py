@@ -76,9 +76,9 @@ def test_the_autoscaler_scales_the_job_only_pool_on_the_ready_messages() -> None
     ]
     assert "--no-scheduler" in pool["spec"]["template"]["spec"]["containers"][0]["args"]
     [metric] = hpa["spec"]["metrics"]
-    assert metric["external"]["metric"]["name"] == "framework_m_queue_ready"
+    assert metric["external"]["metric"]["name"] == "frameworkm_queue_ready"
     text = (DEPLOY / "kubernetes" / "worker-autoscaler.yaml").read_text()
-    assert 'framework_m_queue_messages{state="ready"}' in text  # the metric it is built from
+    assert 'frameworkm_queue_messages{state="ready"}' in text  # the metric it is built from
 
 
 def test_the_image_runs_m_as_a_non_root_user() -> None:

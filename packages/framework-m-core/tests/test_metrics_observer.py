@@ -40,15 +40,15 @@ async def test_jobs_are_counted_by_job_and_outcome(memory: MemoryBroker) -> None
         await wait_until(lambda: worker.stats.dead_lettered == 3)
         await wait_until(lambda: worker.stats.succeeded == 3)
     text = metrics.exposition().decode()
-    assert value(text, 'framework_m_jobs_total{job="ok",outcome="succeeded"}') == 3
-    assert value(text, 'framework_m_jobs_total{job="broken",outcome="retried"}') == 1
-    assert value(text, 'framework_m_jobs_total{job="broken",outcome="dead_lettered"}') == 1
-    assert value(text, 'framework_m_jobs_total{job="unknown",outcome="dead_lettered"}') == 2
-    assert value(text, 'framework_m_jobs_started_total{job="broken"}') == 2
-    assert value(text, 'framework_m_job_duration_seconds_count{job="ok"}') == 3
-    assert value(text, 'framework_m_job_start_delay_seconds_count{job="ok"}') == 3
-    assert value(text, "framework_m_jobs_running") == 0
-    assert value(text, "framework_m_concurrency") == 4
+    assert value(text, 'frameworkm_jobs_total{job="ok",outcome="succeeded"}') == 3
+    assert value(text, 'frameworkm_jobs_total{job="broken",outcome="retried"}') == 1
+    assert value(text, 'frameworkm_jobs_total{job="broken",outcome="dead_lettered"}') == 1
+    assert value(text, 'frameworkm_jobs_total{job="unknown",outcome="dead_lettered"}') == 2
+    assert value(text, 'frameworkm_jobs_started_total{job="broken"}') == 2
+    assert value(text, 'frameworkm_job_duration_seconds_count{job="ok"}') == 3
+    assert value(text, 'frameworkm_job_start_delay_seconds_count{job="ok"}') == 3
+    assert value(text, "frameworkm_jobs_running") == 0
+    assert value(text, "frameworkm_concurrency") == 4
     assert "nobody_knows_me" not in text  # names from messages never become labels
 
 
@@ -62,12 +62,49 @@ async def test_ticks_and_the_last_slot_are_recorded(memory: MemoryBroker) -> Non
     async with running_worker(app, memory, ticker=ticker, observer=metrics) as worker:
         await wait_until(lambda: worker.stats.succeeded >= 2, timeout=10)
     text = metrics.exposition().decode()
-    enqueued = value(text, 'framework_m_ticks_total{job="tick",outcome="enqueued"}')
+    enqueued = value(text, 'frameworkm_ticks_total{job="tick",outcome="enqueued"}')
     assert enqueued == ticker.stats.published >= 2
-    last = value(text, 'framework_m_tick_last_slot_timestamp_seconds{job="tick"}')
+    last = value(text, 'frameworkm_tick_last_slot_timestamp_seconds{job="tick"}')
     assert last == int(last)
     assert time.time() - 5 < last <= time.time()
-    assert value(text, 'framework_m_job_slot_lag_seconds_count{job="tick"}') >= 2
+    assert value(text, 'frameworkm_job_slot_lag_seconds_count{job="tick"}') >= 2
+
+
+async def test_the_next_slot_of_each_schedule_moves_on_as_the_ticker_ticks(
+    memory: MemoryBroker,
+) -> None:
+    app, metrics = App(), Metrics(concurrency=1)
+
+    @app.job(every=1)
+    async def fast(ctx: JobContext) -> None: ...
+
+    @app.job(every=3600)
+    async def hourly(ctx: JobContext) -> None: ...
+
+    def next_slot(job: str) -> float:
+        sample = f'frameworkm_tick_next_slot_timestamp_seconds{{job="{job}"}}'
+        return value(metrics.exposition().decode(), sample)
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2, observer=metrics)
+    task = asyncio.create_task(ticker.run())
+    try:
+        await wait_until(lambda: 'seconds{job="fast"}' in metrics.exposition().decode(), timeout=10)
+        first = next_slot("fast")
+        assert time.time() < first <= time.time() + 1
+        assert next_slot("hourly") == (int(time.time()) // 3600 + 1) * 3600
+        await wait_until(lambda: next_slot("fast") > first, timeout=10)  # it moved on
+        assert next_slot("fast") > time.time() - 1  # never left in the past
+    finally:
+        ticker.stop()
+        await task
+
+
+def test_a_schedule_no_longer_ticked_leaves_the_next_slot_gauge() -> None:
+    metrics = Metrics(concurrency=1)
+    metrics.next_slot("@tenant-1", 1_700_000_000)
+    assert "@tenant-1" in metrics.exposition().decode()
+    metrics.next_slot("@tenant-1", None)
+    assert "@tenant-1" not in metrics.exposition().decode()
 
 
 async def test_queue_depth_is_sampled_from_the_broker_at_each_scrape(
@@ -78,20 +115,20 @@ async def test_queue_depth_is_sampled_from_the_broker_at_each_scrape(
         await memory.enqueue("job", i=i)
     queue = f'queue="{memory.display_url}"'
     text = (await metrics.scrape()).decode()
-    assert value(text, f'framework_m_queue_messages{{{queue},state="ready"}}') == 3
-    assert value(text, f'framework_m_queue_messages{{{queue},state="dead"}}') == 0
+    assert value(text, f'frameworkm_queue_messages{{{queue},state="ready"}}') == 3
+    assert value(text, f'frameworkm_queue_messages{{{queue},state="dead"}}') == 0
     [delivery, *_] = await memory.receive(1, 1)
     await memory.dead_letter(delivery, "poison")
     metrics._sampled_at -= 10  # the next scrape samples again, not the reused one
     text = (await metrics.scrape()).decode()
-    assert value(text, f'framework_m_queue_messages{{{queue},state="ready"}}') == 2
-    assert value(text, f'framework_m_queue_messages{{{queue},state="dead"}}') == 1
-    assert value(text, f"framework_m_queue_consumers{{{queue}}}") == 1
+    assert value(text, f'frameworkm_queue_messages{{{queue},state="ready"}}') == 2
+    assert value(text, f'frameworkm_queue_messages{{{queue},state="dead"}}') == 1
+    assert value(text, f"frameworkm_queue_consumers{{{queue}}}") == 1
     await memory.close()  # the broker cannot answer: no depth rather than a stale one
     metrics._sampled_at -= 10
     text = (await metrics.scrape()).decode()
-    assert "framework_m_queue_messages{" not in text
-    assert value(text, 'framework_m_broker_errors_total{operation="stats"}') == 1
+    assert "frameworkm_queue_messages{" not in text
+    assert value(text, 'frameworkm_broker_errors_total{operation="stats"}') == 1
 
 
 async def test_a_lost_broker_is_counted_and_its_return_is_a_reconnect(
@@ -108,14 +145,14 @@ async def test_a_lost_broker_is_counted_and_its_return_is_a_reconnect(
         assert metrics.connected == 1
         await memory.close()  # every receive now fails
         await wait_until(lambda: metrics.broker_errors["receive"] >= 2)
-        assert value(metrics.exposition().decode(), "framework_m_broker_connected") == 0
+        assert value(metrics.exposition().decode(), "frameworkm_broker_connected") == 0
         await memory.connect()
         await memory.enqueue("ok")
         await wait_until(lambda: worker.stats.succeeded == 2)
     text = metrics.exposition().decode()
-    assert value(text, "framework_m_broker_connected") == 1
-    assert value(text, "framework_m_broker_reconnects_total") == 1
-    assert value(text, 'framework_m_broker_errors_total{operation="receive"}') >= 2
+    assert value(text, "frameworkm_broker_connected") == 1
+    assert value(text, "frameworkm_broker_reconnects_total") == 1
+    assert value(text, 'frameworkm_broker_errors_total{operation="receive"}') >= 2
 
 
 @pytest.mark.anyio
@@ -158,8 +195,8 @@ async def test_triggered_runs_are_counted_once_each_whatever_their_attempts(
         await wait_until(lambda: worker.stats.succeeded == 2)
     text = metrics.exposition().decode()
     assert sorted(attempts) == [1, 1, 2, 2]
-    assert value(text, 'framework_m_jobs_triggered_total{job="report"}') == 1
-    assert value(text, 'framework_m_jobs_started_total{job="report"}') == 4
+    assert value(text, 'frameworkm_jobs_triggered_total{job="report"}') == 1
+    assert value(text, 'frameworkm_jobs_started_total{job="report"}') == 4
 
 
 def test_runtime_schedules_beyond_the_first_hundred_share_one_label() -> None:
@@ -169,8 +206,8 @@ def test_runtime_schedules_beyond_the_first_hundred_share_one_label() -> None:
     metrics.tick("@tenant-3", "duplicate", 1_800_000_000)
     metrics.tick("report", "enqueued", 1_800_000_000)  # code schedules keep theirs
     text = metrics.exposition().decode()
-    assert value(text, 'framework_m_ticks_total{job="@tenant-99",outcome="enqueued"}') == 1
-    assert value(text, 'framework_m_ticks_total{job="@tenant-3",outcome="duplicate"}') == 1
-    assert value(text, 'framework_m_ticks_total{job="@other",outcome="enqueued"}') == 50
-    assert value(text, 'framework_m_ticks_total{job="report",outcome="enqueued"}') == 1
+    assert value(text, 'frameworkm_ticks_total{job="@tenant-99",outcome="enqueued"}') == 1
+    assert value(text, 'frameworkm_ticks_total{job="@tenant-3",outcome="duplicate"}') == 1
+    assert value(text, 'frameworkm_ticks_total{job="@other",outcome="enqueued"}') == 50
+    assert value(text, 'frameworkm_ticks_total{job="report",outcome="enqueued"}') == 1
     assert "@tenant-100" not in text

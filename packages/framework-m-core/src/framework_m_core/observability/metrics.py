@@ -1,7 +1,8 @@
 """Prometheus metrics of a worker (the ``metrics`` extra: ``pip install prometheus-client``).
 
-Names follow Prometheus conventions (``framework_m_`` prefix, ``_total`` counters,
-``_seconds`` in base units); labels are job names and outcomes, never ids.
+Names follow Prometheus conventions and pass ``promtool check metrics``
+(``frameworkm_`` prefix, ``_total`` counters, ``_seconds`` in base units); labels are
+job names and outcomes, never ids.
 
 The hot path only adds to plain numbers (the event loop is one thread): the
 metric families are built from them when ``/metrics`` is scraped, so a worker
@@ -86,6 +87,7 @@ class Metrics(Observer):
         self.waiting_jobs: defaultdict[str, int] = defaultdict(int)
         self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.last_slot: dict[str, int] = {}
+        self.next_slots: dict[str, int] = {}
         self._runtime_labels: set[str] = set()
         self.jobs: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.started: defaultdict[str, int] = defaultdict(int)
@@ -133,6 +135,15 @@ class Metrics(Observer):
         if outcome in ("enqueued", "caught_up", "duplicate") and slot > self.last_slot.get(job, 0):
             self.last_slot[job] = slot
 
+    def next_slot(self, job: str, slot: int | None) -> None:
+        label = self._label(job)
+        if label == _OTHER_RUNTIME:  # many schedules: no one next slot to show
+            return
+        if slot is None:
+            self.next_slots.pop(label, None)
+        else:
+            self.next_slots[label] = slot
+
     def _label(self, schedule: str) -> str:
         """A schedule's label: runtime schedules (``@{id}``) keep their own for the
         first 100 seen here, the others share ``@other``."""
@@ -174,7 +185,7 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         m = self.m
         ticks = CounterMetricFamily(
-            "framework_m_ticks",
+            "frameworkm_ticks",
             "Slots by what became of them on this replica: enqueued (first), caught_up "
             "(a missed slot enqueued late), duplicate (already enqueued), skipped, failed, "
             "clock_held, paused",
@@ -184,15 +195,24 @@ class _Collector:
             ticks.add_metric([job, outcome], value)
         yield ticks
         last = GaugeMetricFamily(
-            "framework_m_tick_last_slot_timestamp_seconds",
+            "frameworkm_tick_last_slot_timestamp_seconds",
             "The latest slot known enqueued (by any replica), as a unix time",
             labels=["job"],
         )
         for job, slot in sorted(m.last_slot.items()):
             last.add_metric([job], slot)
         yield last
+        upcoming = GaugeMetricFamily(
+            "frameworkm_tick_next_slot_timestamp_seconds",
+            "The next slot this replica's ticker waits for, as a unix time: one past the "
+            "present by more than a tick means no ticker moved on",
+            labels=["job"],
+        )
+        for job, slot in sorted(m.next_slots.items()):
+            upcoming.add_metric([job], slot)
+        yield upcoming
         jobs = CounterMetricFamily(
-            "framework_m_jobs",
+            "frameworkm_jobs",
             "Deliveries settled, by outcome (skipped: the schedule's previous run was "
             "still running, overlap='skip'; cancelled: by request, before or while it ran)",
             labels=["job", "outcome"],
@@ -200,14 +220,12 @@ class _Collector:
         for (job, outcome), value in sorted(m.jobs.items()):
             jobs.add_metric([job, outcome], value)
         yield jobs
-        started = CounterMetricFamily(
-            "framework_m_jobs_started", "Handlers started", labels=["job"]
-        )
+        started = CounterMetricFamily("frameworkm_jobs_started", "Handlers started", labels=["job"])
         for job, value in sorted(m.started.items()):
             started.add_metric([job], value)
         yield started
         triggered = CounterMetricFamily(
-            "framework_m_jobs_triggered",
+            "frameworkm_jobs_triggered",
             "Runs an operator triggered (m schedules trigger), at their first attempt",
             labels=["job"],
         )
@@ -215,40 +233,38 @@ class _Collector:
             triggered.add_metric([job], value)
         yield triggered
         for name, doc, table in (
-            ("framework_m_job_duration_seconds", "Handler run time", m.duration),
-            ("framework_m_job_start_delay_seconds", "From enqueue to the handler's start", m.delay),
-            ("framework_m_job_slot_lag_seconds", "From a ticked job's slot to its start", m.lag),
+            ("frameworkm_job_duration_seconds", "Handler run time", m.duration),
+            ("frameworkm_job_start_delay_seconds", "From enqueue to the handler's start", m.delay),
+            ("frameworkm_job_slot_lag_seconds", "From a ticked job's slot to its start", m.lag),
         ):
             family = HistogramMetricFamily(name, doc, labels=["job"])
             for job, hist in sorted(table.items()):
                 family.add_metric([job], hist.buckets(), hist.total)
             yield family
-        yield GaugeMetricFamily("framework_m_jobs_running", "Handlers running", m.running_jobs)
+        yield GaugeMetricFamily("frameworkm_jobs_running", "Handlers running", m.running_jobs)
         waiting = GaugeMetricFamily(
-            "framework_m_jobs_waiting",
+            "frameworkm_jobs_waiting",
             "Runs waiting for a concurrency limit's place or their schedule's running run",
             labels=["job"],
         )
         for job, value in sorted(m.waiting_jobs.items()):
             waiting.add_metric([job], value)
         yield waiting
-        yield GaugeMetricFamily(
-            "framework_m_concurrency", "Handlers allowed at once", m.concurrency
-        )
+        yield GaugeMetricFamily("frameworkm_concurrency", "Handlers allowed at once", m.concurrency)
         yield from _broker_families(m)
 
 
 def _broker_families(m: Metrics) -> Iterator[Any]:
     yield GaugeMetricFamily(
-        "framework_m_broker_connected", "1 while the broker answers this worker", m.connected
+        "frameworkm_broker_connected", "1 while the broker answers this worker", m.connected
     )
     yield CounterMetricFamily(
-        "framework_m_broker_reconnects",
+        "frameworkm_broker_reconnects",
         "Times the broker answered again after failing",
         m.reconnects,
     )
     errors = CounterMetricFamily(
-        "framework_m_broker_errors",
+        "frameworkm_broker_errors",
         "Failed broker calls (publish, receive, settle, stats), retried or not",
         labels=["operation"],
     )
@@ -259,7 +275,7 @@ def _broker_families(m: Metrics) -> Iterator[Any]:
         return
     queue = m.broker.display_url
     messages = GaugeMetricFamily(
-        "framework_m_queue_messages",
+        "frameworkm_queue_messages",
         "Messages in the queue by state (ready, reserved, scheduled, dead), "
         "by the broker's own numbers at the scrape",
         labels=["queue", "state"],
@@ -275,7 +291,7 @@ def _broker_families(m: Metrics) -> Iterator[Any]:
     yield messages
     if m.queue.consumers is not None:
         consumers = GaugeMetricFamily(
-            "framework_m_queue_consumers",
+            "frameworkm_queue_consumers",
             "Consumers the broker knows attached to the queue",
             labels=["queue"],
         )

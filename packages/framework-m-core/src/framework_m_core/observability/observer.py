@@ -25,6 +25,10 @@ class Observer:
     def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
         """``count`` slots of ``job`` from ``slot`` on ended as ``outcome``."""
 
+    def next_slot(self, job: str, slot: int | None) -> None:
+        """This replica's ticker waits for ``slot`` of ``job`` next (None: it ticks
+        ``job`` no more)."""
+
     def job_started(self, job: str, enqueued_at: float, scheduled_at: int | None) -> None:
         """A handler of ``job`` starts now."""
 

@@ -259,6 +259,7 @@ class InProcessTickerAdapter:
             elif latest <= now:
                 self._fire(spec, _latest_until(sched, latest, now))
             self._due.append((sched.next_after(now), i))
+            self.observer.next_slot(spec.name, self._due[-1][0])
         heapq.heapify(self._due)
         self._ticking = True
 
@@ -276,6 +277,7 @@ class InProcessTickerAdapter:
                 self._hold(spec, slot, now) if halted else self._fire_due(spec, slot, now, grace)
             )
             heapq.heapreplace(due, (after, i))
+            self.observer.next_slot(spec.name, after)
 
     def put(self, entry: Ticked | None, name: str) -> None:
         """Tick ``entry`` from its next slot on, in place of what ``name`` was (None:
@@ -283,12 +285,16 @@ class InProcessTickerAdapter:
         old = self._numbers.pop(name, None)
         if old is not None:
             del self._entries[old]
-        if entry is not None:
+        if entry is None:
+            self.observer.next_slot(name, None)
+        else:
             i = self._count = max(self._count, len(self._specs)) + 1
             self._entries[i] = entry
             self._numbers[name] = i
             if self._ticking:  # else the first slots are yet to be looked at
-                heapq.heappush(self._due, (entry.schedule.next_after(self._clock()), i))
+                slot = entry.schedule.next_after(self._clock())
+                heapq.heappush(self._due, (slot, i))
+                self.observer.next_slot(entry.name, slot)
         self._woken.set()
 
     def ticked(self, name: str) -> Ticked | None:
