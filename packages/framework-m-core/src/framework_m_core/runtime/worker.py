@@ -23,6 +23,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
+from . import replicas
 from .events import first_of, reraise_if_cancelled
 from .execution import Execution, WorkerStats
 
@@ -66,6 +67,9 @@ class Worker:
         refuses to start when it differs (``m worker --no-sync-schema``).
     :param observer: receives the events metrics are made of.
     :param threads: plain ``def`` handlers run at once (default: ``concurrency``).
+    :param heartbeat: seconds between renewals of this worker's entry in the replica
+        roll (:mod:`~framework_m_core.runtime.replicas`, brokers with shared state);
+        0: not listed.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Worker:
         sync_schema: bool = True,
         observer: Observer | None = None,
         threads: int | None = None,
+        heartbeat: float = replicas.HEARTBEAT,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -113,6 +118,11 @@ class Worker:
         self._prepared = False
         self._failure: str | None = None
         self._health = BrokerHealth(self._observer)
+        self.heartbeat = (
+            replicas.Heartbeat(broker, self._described, concurrency=concurrency, interval=heartbeat)
+            if heartbeat > 0 and Capability.STATE in broker.capabilities
+            else None
+        )
 
     def stop(self) -> None:
         """Begin a graceful shutdown (idempotent)."""
@@ -255,13 +265,18 @@ class Worker:
                 helpers = [progress]
                 if self._execution.cancels.on:
                     helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
+                if self.heartbeat is not None:
+                    helpers.append(tree.create_task(self.heartbeat.run(), name="heartbeat"))
                 try:
                     await self._supervised("consumer", self._consume())
                 finally:
                     self.stop()
                     self._execution.cancels.close()
+                    if self.heartbeat is not None:
+                        self.heartbeat.close()
                     for helper in helpers:
                         helper.cancel()
+            await self._leave_roll()
         finally:
             if self._threads is not None:  # a blocking handler past the deadline runs on
                 self._threads.shutdown(wait=False, cancel_futures=True)
@@ -274,6 +289,21 @@ class Worker:
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
+
+    def _described(self) -> tuple[bool, int]:
+        """For the replica roll: ticking or not, and handlers running."""
+        return self.ticker is not None, len(self._inflight) - self._waiting
+
+    async def _leave_roll(self) -> None:
+        """Take this worker off the replica roll; if the broker does not answer in time,
+        the entry drops out by itself once it is quiet."""
+        if self.heartbeat is None or not self.heartbeat.beats:
+            return
+        try:
+            async with asyncio.timeout(2.0):
+                await self.heartbeat.leave()
+        except (BrokerError, TimeoutError) as exc:
+            log.info("replica roll: entry left to expire (%s)", exc or "no answer in time")
 
     async def _supervised(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work``; if it dies, log why, note it and stop the worker at once."""

@@ -1,0 +1,218 @@
+"""The fleet's roll: every worker keeps an entry in the broker, renewed by a heartbeat.
+
+Entries live in the broker's shared state, spread over :data:`BUCKETS` records
+``replicas:{n}`` (a replica's bucket is a hash of its id), each a JSON object of
+entries by replica id. A worker writes its entry every :data:`HEARTBEAT` seconds by
+compare-and-set, dropping entries of its bucket not renewed for :data:`FORGET`
+seconds, and removes its own when it stops. Whoever lists the roll (``m console``)
+reads the records and keeps the entries renewed within :data:`QUIET` seconds: a
+replica killed without a word drops out by itself. Nobody talks to a replica.
+
+Records read from the broker are validated entry by entry; an entry that is not
+what this module writes is left out with a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..about import __version__
+from ..errors import BrokerError
+from ..ports.protocols import BrokerProtocol
+from ..scheduling.runtime import contention_pause
+
+log = logging.getLogger("framework_m.worker")
+
+BUCKETS = 16
+HEARTBEAT = 10.0  # seconds between a worker's renewals
+QUIET = 3 * HEARTBEAT  # an entry not renewed for this long is a replica gone quiet
+FORGET = 6 * HEARTBEAT  # entries older than this are dropped by the next writer
+_ROUNDS = 20  # compare-and-set rounds before a renewal gives up until the next beat
+_FIELDS = {
+    "host": str,
+    "pid": int,
+    "version": str,
+    "ticking": bool,
+    "running": int,
+    "concurrency": int,
+    "started_at": float,
+    "seen_at": float,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One worker as it last said: where it runs, what it does, when it last beat."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    ticking: bool  # runs the ticker (``m worker``), not ``--no-scheduler``
+    running: int  # handlers running at its last beat
+    concurrency: int
+    started_at: float  # unix seconds
+    seen_at: float  # its last beat, by its own clock
+
+
+def new_replica_id() -> str:
+    """``host:pid:random``: unique even for a pid reused on another host or later."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def bucket_key(replica_id: str) -> str:
+    return f"replicas:{zlib.crc32(replica_id.encode()) % BUCKETS}"
+
+
+def _decode(raw: bytes | None, key: str) -> dict[str, dict[str, Any]]:
+    """The entries of a bucket record; invalid ones are left out with a warning."""
+    if raw is None:
+        return {}
+    try:
+        found = json.loads(raw)["replicas"]
+        if not isinstance(found, dict):
+            raise TypeError("replicas is not an object")
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("state record %s is not a replica roll (%s): read as empty", key, exc)
+        return {}
+    entries = {}
+    for replica_id, entry in found.items():
+        if _valid(entry):
+            entries[str(replica_id)] = entry
+        else:
+            log.warning("state record %s: entry %r is not a replica: left out", key, replica_id)
+    return entries
+
+
+def _valid(entry: object) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    for name, kind in _FIELDS.items():
+        value = entry.get(name)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return False
+    return True
+
+
+async def _change(
+    broker: BrokerProtocol, key: str, edit: Callable[[dict[str, dict[str, Any]]], None]
+) -> bool:
+    """Apply ``edit`` to the entries of bucket ``key`` by compare-and-set; False when
+    other writers won every round."""
+    for attempt in range(_ROUNDS):
+        await contention_pause(attempt)
+        current = await broker.read_state(key)
+        entries = _decode(None if current is None else current.value, key)
+        edit(entries)
+        value = json.dumps({"replicas": entries}, separators=(",", ":")).encode()
+        version = None if current is None else current.version
+        if await broker.write_state(key, value, version=version) is not None:
+            return True
+    return False
+
+
+async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> list[Replica]:
+    """The replicas renewed within :data:`QUIET` seconds of ``now``, by host and pid."""
+    now = time.time() if now is None else now
+    keys = [f"replicas:{n}" for n in range(BUCKETS)]
+    records = await asyncio.gather(*(broker.read_state(key) for key in keys))
+    out = []
+    for key, record in zip(keys, records, strict=True):
+        for replica_id, entry in _decode(None if record is None else record.value, key).items():
+            if entry["seen_at"] >= now - QUIET:
+                fields = {name: entry[name] for name in _FIELDS}
+                out.append(Replica(id=replica_id, **fields))
+    return sorted(out, key=lambda r: (r.host, r.pid, r.id))
+
+
+class Heartbeat:
+    """A worker's entry in the roll: written at once, renewed every ``interval`` seconds
+    until :meth:`close`, removed by :meth:`leave`.
+
+    ``describe`` gives what changes between beats: ``(ticking, running)``.
+    """
+
+    def __init__(
+        self,
+        broker: BrokerProtocol,
+        describe: Callable[[], tuple[bool, int]],
+        *,
+        concurrency: int,
+        interval: float = HEARTBEAT,
+    ) -> None:
+        self.broker = broker
+        self.describe = describe
+        self.concurrency = concurrency
+        self.interval = interval
+        self.id = new_replica_id()
+        self.key = bucket_key(self.id)
+        self.started_at = time.time()
+        self.beats = 0
+        self._closed = asyncio.Event()
+        self._failing = False
+
+    def entry(self, now: float) -> dict[str, Any]:
+        ticking, running = self.describe()
+        host, pid, _ = self.id.rsplit(":", 2)
+        replica = Replica(
+            self.id, host, int(pid), __version__, ticking, running, self.concurrency,
+            self.started_at, now,
+        )  # fmt: skip
+        out = asdict(replica)
+        del out["id"]
+        return out
+
+    async def beat(self) -> None:
+        """Write this replica's entry now, dropping the bucket's forgotten ones."""
+        now = time.time()
+        mine = self.entry(now)
+
+        def renew(entries: dict[str, dict[str, Any]]) -> None:
+            for replica_id in [r for r, e in entries.items() if e["seen_at"] < now - FORGET]:
+                del entries[replica_id]
+            entries[self.id] = mine
+
+        if await _change(self.broker, self.key, renew):
+            self.beats += 1
+        else:
+            log.warning("replica roll: %s not renewed (writers kept racing)", self.key)
+
+    async def run(self) -> None:
+        """Beat until :meth:`close`; a broker error is logged once and tried again at the
+        next beat."""
+        while not self._closed.is_set():
+            try:
+                await self.beat()
+                if self._failing:
+                    log.info("replica roll: renewed again")
+                self._failing = False
+            except BrokerError as exc:
+                if not self._failing:
+                    log.warning("replica roll: cannot renew this replica's entry: %s", exc)
+                self._failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.interval)
+
+    def close(self) -> None:
+        self._closed.set()
+
+    async def leave(self) -> None:
+        """Remove this replica's entry (a stopped worker is not listed as quiet)."""
+
+        def remove(entries: dict[str, dict[str, Any]]) -> None:
+            entries.pop(self.id, None)
+
+        await _change(self.broker, self.key, remove)
