@@ -27,6 +27,7 @@ PAGES = [
     "steering-schedules",
     "runtime-schedules",
     "job-status",
+    "console",
     "testing",
     "writing-an-adapter",
     "api/index",

@@ -278,13 +278,13 @@ def test_python_dash_m_is_the_same_command() -> None:
 
 
 def test_a_requeued_tick_loses_its_passed_enqueue_deadline() -> None:
-    from framework_m_core.cli.inspection import _fresh
+    from framework_m_core.tracking.deadletters import fresh
 
     tick = JobMessage("t", deduplication_id="tick:t:60", scheduled_at=60, not_after=95.0)
-    again = decode_message(_fresh(tick.encode()))
+    again = decode_message(fresh(tick.encode()))
     assert again.not_after is None
     assert (again.id, again.scheduled_at, again.deduplication_id) == (tick.id, 60, "tick:t:60")
-    assert _fresh(b"not json") == b"not json"
+    assert fresh(b"not json") == b"not json"
 
 
 def test_without_loop_signal_handlers_signals_still_stop_the_worker(

@@ -12,12 +12,12 @@ from typing import Any
 
 from ..adapters.registry import connected, open_broker
 from ..app import App, load_app
-from ..errors import BrokerError, ConfigurationError, MessageDecodeError
+from ..errors import BrokerError, ConfigurationError
 from ..ports.capabilities import Capability
-from ..ports.messages import decode_message
 from ..ports.protocols import BrokerProtocol
-from ..ports.records import DeadLetter, QueueStats
+from ..ports.records import QueueStats
 from ..runtime import leases
+from ..tracking.deadletters import described, fresh
 
 log = logging.getLogger("framework_m.cli")
 
@@ -120,9 +120,9 @@ async def dead_letters(args: argparse.Namespace) -> int:
         )
     async with connected(broker):
         letters = await broker.dead_letters(10_000 if args.job else args.limit)
-        rows = [row for row in map(_described, letters) if args.job in (None, row[1])]
+        rows = [row for row in map(described, letters) if args.job in (None, row.job)]
         rows = rows[-args.limit :]
-        for letter, job, job_id in rows:
+        for letter, job, job_id in ((r.letter, r.job, r.job_id) for r in rows):
             when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(
                 timespec="seconds"
             )
@@ -136,32 +136,13 @@ async def dead_letters(args: argparse.Namespace) -> int:
         if not args.yes and not _confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
             print("nothing done")
             return 1
-        for letter, job, job_id in rows:
+        for letter, job, job_id in ((r.letter, r.job, r.job_id) for r in rows):
             if args.action == "requeue":
-                await broker.requeue(_fresh(letter.body))
+                await broker.requeue(fresh(letter.body))
                 log.info("requeued %s[%s]; it was dead-lettered: %s", job, job_id, letter.reason)
             await broker.remove_dead_letters([letter])
         print(f"{args.action}d {len(rows)} dead letter(s){which}")
     return 0
-
-
-def _described(letter: DeadLetter) -> tuple[DeadLetter, str, str]:
-    try:
-        message = decode_message(letter.body)
-    except MessageDecodeError:
-        return letter, "-", "-"
-    return letter, message.job_name, message.id
-
-
-def _fresh(body: bytes) -> bytes:
-    """A dead job as it goes back: a tick's enqueue deadline has passed, so it is dropped."""
-    try:
-        message = decode_message(body)
-    except MessageDecodeError:
-        return body  # put back as it was: the worker dead-letters it again, saying why
-    if message.not_after is None:
-        return body
-    return dataclasses.replace(message, not_after=None).encode()
 
 
 def _confirmed(question: str) -> bool:

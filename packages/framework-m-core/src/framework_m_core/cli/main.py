@@ -1,5 +1,5 @@
 """The ``m`` command: ``m worker``, ``schedules``, ``enqueue``, ``sync-schema``, ``status``,
-``dead-letters``."""
+``dead-letters``, ``jobs``, ``console``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from ..scheduling import control, runtime
 from ..scheduling.schedules import Cron, Schedule
 from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
 from ..tracking import queries
+from . import console as console_command
 from . import inspection, jobs
 
 log = logging.getLogger("framework_m.cli")
@@ -333,7 +334,8 @@ def _parser() -> argparse.ArgumentParser:
         )
         if action is not d_actions[0]:
             action.add_argument("--yes", action="store_true", help="do not ask")
-    for command in (w, s, e, g, st, *d_actions, *j_actions):
+    con = console_command.add_parser(sub)
+    for command in (w, s, e, g, st, con, *d_actions, *j_actions):
         _logging_args(command, top=False)
     return parser
 
@@ -870,6 +872,11 @@ async def _sync_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console(args: argparse.Namespace) -> int:
+    _configure_logging(args)
+    return console_command.run(args)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
 
@@ -883,4 +890,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _status,
     "sync-schema": _sync_schema_command,
     "migrate": _sync_schema_command,
+    "console": _console,
 }

@@ -11,8 +11,10 @@ With $FM_STEER_LOG set, ``steered`` (every second) and ``hourly`` append
 10 s with ``catchup_window=600`` and appends ``slot pid attempt``; with
 $FM_RUNTIME_LOG set, ``tenant_report(tenant)``, for runtime schedules, appends
 ``slot pid attempt tenant dedup_id``; with $FM_STATUS_LOG set, ``add(a, b)`` returns
-the sum, ``always_fails`` (one attempt) raises, and ``marked`` and ``sleeps_30``
-append ``name job_id pid attempt [start|stopped]``.
+the sum, ``always_fails`` (one attempt) raises, ``marked`` and ``sleeps_30``
+append ``name job_id pid attempt [start|stopped]``, and ``fails_until(marker)`` (one
+attempt) raises while the file ``marker`` is missing, else appends ``fails_until job_id
+pid attempt ok``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 from ..app import App
 from ..jobs import JobContext
@@ -123,6 +126,12 @@ if os.environ.get("FM_STATUS_LOG"):
     @app.job
     async def marked(ctx: JobContext) -> None:
         _append("FM_STATUS_LOG", f"marked {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
+
+    @app.job(max_attempts=1)
+    async def fails_until(ctx: JobContext, marker: str) -> None:
+        if not Path(marker).exists():  # noqa: ASYNC240 - one stat, in a test app
+            raise RuntimeError(f"{marker} is missing")
+        _append("FM_STATUS_LOG", f"fails_until {ctx.job_id} {os.getpid()} {ctx.attempt} ok\n")
 
     @app.job(max_attempts=3)
     async def sleeps_30(ctx: JobContext) -> None:

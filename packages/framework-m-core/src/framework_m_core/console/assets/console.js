@@ -1,0 +1,386 @@
+// framework-m console: one page over the JSON API. Everything from the broker is put
+// on the page as text (textContent), never as markup.
+"use strict";
+
+const state = {
+  tab: "schedules",
+  csrf: null,
+  role: null,
+  changesAllowed: false,
+  pages: { schedules: 0, "dead-letters": 0 },
+  limit: 50,
+  totals: {},
+  job: null,
+};
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function say(text, isError = false) {
+  const box = $("#message");
+  box.textContent = text;
+  box.className = isError ? "error" : "";
+  box.hidden = !text;
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && state.csrf) headers["X-CSRF-Token"] = state.csrf;
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const data = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) throw new Error(data.error || `${response.status}`);
+  return data;
+}
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "-" : String(text);
+  if (cls) td.className = cls;
+  row.appendChild(td);
+  return td;
+}
+
+function button(label, onClick, cls = "change") {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = label;
+  b.className = cls;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function when(unix) {
+  if (unix === null || unix === undefined) return "-";
+  return new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+}
+
+function ago(seconds) {
+  return seconds < 90 ? `${Math.round(seconds)} s ago` : `${Math.round(seconds / 60)} min ago`;
+}
+
+function pager(section, total) {
+  const offset = state.pages[section] * state.limit;
+  const end = Math.min(offset + state.limit, total);
+  $(`#${section} .shown`).textContent = total ? `${offset + 1}-${end} of ${total}` : "none";
+  state.totals[section] = total;
+}
+
+function query(section) {
+  const q = encodeURIComponent($(`#${section}-q`).value.trim());
+  const offset = state.pages[section] * state.limit;
+  return `?q=${q}&offset=${offset}&limit=${state.limit}`;
+}
+
+// -- schedules -------------------------------------------------------------------------
+
+async function loadSchedules() {
+  const data = await api("GET", `/api/schedules${query("schedules")}`);
+  pager("schedules", data.total);
+  const body = $("#schedules tbody");
+  body.replaceChildren();
+  for (const s of data.items) {
+    const row = document.createElement("tr");
+    row.dataset.name = s.name;
+    cell(row, s.name, "name");
+    cell(row, s.schedule);
+    cell(row, when(s.next_slot), "num");
+    cell(row, when(s.last_slot), "num");
+    const paused = s.paused === true;
+    const stateText = paused
+      ? `paused${s.paused_until ? ` until ${when(s.paused_until)}` : ""}${s.reason ? ` (${s.reason})` : ""}`
+      : s.paused === false ? "active" : "-";
+    cell(row, stateText, paused ? "paused state" : "active-state state");
+    cell(row, s.overlap);
+    cell(row, s.running === null ? null : s.running.length ? s.running.join(", ") : "no");
+    const outcome = s.last_outcome;
+    cell(row, outcome ? outcome.state : null, outcome ? outcome.state : "");
+    const actions = document.createElement("td");
+    actions.className = "change";
+    actions.appendChild(
+      paused
+        ? button("Resume", () => change(`/api/schedules/${encodeURIComponent(s.name)}/resume`, {}, `${s.name} resumed`))
+        : button("Pause", () => pause(s.name)),
+    );
+    actions.appendChild(document.createTextNode(" "));
+    actions.appendChild(button("Trigger", () => change(`/api/schedules/${encodeURIComponent(s.name)}/trigger`, {}, `${s.name} triggered`)));
+    if (s.source === "runtime") {
+      actions.appendChild(document.createTextNode(" "));
+      actions.appendChild(button("Delete", () => {
+        if (confirm(`Delete the runtime schedule ${s.name}?`)) {
+          change(`/api/runtime-schedules/${encodeURIComponent(s.name.slice(1))}`, undefined, `${s.name} deleted`, "DELETE");
+        }
+      }));
+    }
+    row.appendChild(actions);
+    body.appendChild(row);
+  }
+}
+
+function pause(name) {
+  const reason = prompt(`Pause ${name}: why? (optional)`, "");
+  if (reason === null) return;
+  change(`/api/schedules/${encodeURIComponent(name)}/pause`, { reason: reason || null }, `${name} paused`);
+}
+
+async function change(path, body, done, method = "POST") {
+  try {
+    const answer = await api(method, path, body);
+    say(answer.job_id ? `${done}: job ${answer.job_id}` : done);
+    await refresh();
+  } catch (error) {
+    say(error.message, true);
+  }
+}
+
+function runtimeForm(event) {
+  event.preventDefault();
+  const form = event.target;
+  const value = (name) => form.elements[name].value.trim();
+  let kwargs = {};
+  try {
+    kwargs = value("kwargs") ? JSON.parse(value("kwargs")) : {};
+  } catch (error) {
+    say(`kwargs: ${error.message}`, true);
+    return;
+  }
+  const body = { id: value("id"), job: value("job"), kwargs };
+  if (value("cron")) body.cron = value("cron");
+  if (value("tz")) body.tz = value("tz");
+  if (value("every")) body.every = Number(value("every"));
+  change("/api/runtime-schedules", body, `@${body.id} set`);
+}
+
+// -- replicas and queues ---------------------------------------------------------------
+
+async function loadReplicas() {
+  const data = await api("GET", "/api/replicas");
+  const body = $("#replicas tbody");
+  body.replaceChildren();
+  for (const r of data.items) {
+    const row = document.createElement("tr");
+    cell(row, r.host);
+    cell(row, r.pid, "num");
+    cell(row, r.version);
+    cell(row, r.ticking ? "ticks and runs jobs" : "runs jobs");
+    cell(row, `${r.running} of ${r.concurrency}`, "num");
+    cell(row, when(r.started_at), "num");
+    cell(row, ago(r.age), "num");
+    body.appendChild(row);
+  }
+  $("#replicas .note").textContent = data.note
+    || `${data.items.length} replica(s) heard from within ${data.quiet_after} s`;
+}
+
+async function loadQueues() {
+  const data = await api("GET", "/api/queues");
+  $("#queues .queue-name").textContent = data.queue;
+  const counts = $("#queues .counts");
+  counts.replaceChildren();
+  for (const [name, value] of Object.entries(data.counts || {})) {
+    const dt = document.createElement("dt");
+    dt.textContent = name.replace("_", " ");
+    const dd = document.createElement("dd");
+    dd.textContent = value === null ? "-" : String(value);
+    counts.append(dt, dd);
+  }
+  chart(data.samples);
+}
+
+function chart(samples) {
+  const svg = $("#queues .chart");
+  svg.replaceChildren();
+  if (samples.length < 2) return;
+  const ns = "http://www.w3.org/2000/svg";
+  const t0 = samples[0].at, t1 = samples[samples.length - 1].at;
+  const top = Math.max(1, ...samples.flatMap((s) => [s.ready || 0, s.reserved || 0, s.dead_letters || 0]));
+  for (const [key, cls] of [["ready", "ready"], ["reserved", "reserved"], ["dead_letters", "dead"]]) {
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("class", cls);
+    line.setAttribute("points", samples
+      .filter((s) => s[key] !== null)
+      .map((s) => `${(600 * (s.at - t0)) / Math.max(1, t1 - t0)},${195 - (190 * s[key]) / top}`)
+      .join(" "));
+    svg.appendChild(line);
+  }
+}
+
+// -- dead letters ----------------------------------------------------------------------
+
+async function loadDeadLetters() {
+  const data = await api("GET", `/api/dead-letters${query("dead-letters")}`);
+  pager("dead-letters", data.total);
+  const body = $("#dead-letters tbody");
+  body.replaceChildren();
+  $("#all-letters").checked = false;
+  for (const d of data.items) {
+    const row = document.createElement("tr");
+    row.dataset.key = d.key;
+    const pick = document.createElement("td");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.value = d.key;
+    box.setAttribute("aria-label", `Select ${d.job_id}`);
+    pick.appendChild(box);
+    row.appendChild(pick);
+    cell(row, when(d.dead_lettered_at), "num");
+    cell(row, d.job);
+    cell(row, d.job_id);
+    cell(row, d.attempts, "num");
+    cell(row, d.reason.split("\n")[0]);
+    const shown = document.createElement("td");
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = `${d.size} bytes`;
+    const pre = document.createElement("pre");
+    pre.textContent = d.body + (d.body_cut ? "\n..." : "");
+    details.append(summary, pre);
+    shown.appendChild(details);
+    row.appendChild(shown);
+    body.appendChild(row);
+  }
+}
+
+function settleLetters(action) {
+  const keys = [...document.querySelectorAll("#dead-letters tbody input:checked")].map((b) => b.value);
+  if (!keys.length) {
+    say("Select dead letters first", true);
+    return;
+  }
+  if (action === "purge" && !confirm(`Purge ${keys.length} dead letter(s)?`)) return;
+  change(`/api/dead-letters/${action}`, { keys }, `${action === "requeue" ? "Requeued" : "Purged"} ${keys.length} dead letter(s)`);
+}
+
+// -- jobs ------------------------------------------------------------------------------
+
+async function loadJob() {
+  if (!state.job) return;
+  const data = await api("GET", `/api/jobs/${encodeURIComponent(state.job)}`);
+  const list = $("#jobs .job");
+  list.replaceChildren();
+  const rows = [
+    ["job id", data.job_id], ["state", data.state], ["job", data.job_name],
+    ["attempts", data.attempts], ["enqueued", when(data.enqueued_at)], ["due", when(data.due_at)],
+    ["started", when(data.started_at)], ["finished", when(data.finished_at)],
+    ["error", data.error], ["result", data.has_result ? JSON.stringify(data.result) : null],
+  ];
+  for (const [name, value] of rows) {
+    const dt = document.createElement("dt");
+    dt.textContent = name;
+    const dd = document.createElement("dd");
+    dd.textContent = value === null || value === undefined ? "-" : String(value);
+    if (name === "state") dd.className = String(value);
+    list.append(dt, dd);
+  }
+  $("#cancel-job").hidden = !["queued", "scheduled", "running"].includes(data.state);
+}
+
+// -- session, tabs, refresh ------------------------------------------------------------
+
+async function loadSession() {
+  const s = await api("GET", "/api/session");
+  state.csrf = s.csrf;
+  state.role = s.role;
+  state.changesAllowed = s.changes_allowed;
+  const canSignIn = s.changes_allowed || s.reads_guarded;
+  $("#sign-in").hidden = s.signed_in || !canSignIn;
+  $("#signed-in").hidden = !s.signed_in;
+  $("#role").textContent = s.signed_in ? `signed in (${s.role === "change" ? "may change" : "reads"})` : "";
+  document.body.classList.toggle("read-only", s.role !== "change");
+  if (!s.changes_allowed) say("Read only: this console was started without M_CONSOLE_TOKEN.");
+  return s;
+}
+
+async function loadOverview() {
+  const overview = await api("GET", "/api/overview");
+  $("#broker").textContent = overview.broker;
+}
+
+const loaders = {
+  schedules: loadSchedules,
+  replicas: loadReplicas,
+  queues: loadQueues,
+  "dead-letters": loadDeadLetters,
+  jobs: loadJob,
+};
+
+async function refresh() {
+  try {
+    await loaders[state.tab]();
+  } catch (error) {
+    say(error.message, true);
+  }
+}
+
+function show(tab) {
+  state.tab = tab;
+  for (const b of document.querySelectorAll("nav button")) b.classList.toggle("active", b.dataset.tab === tab);
+  for (const s of document.querySelectorAll("main section")) s.hidden = s.id !== tab;
+  refresh();
+}
+
+async function start() {
+  for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => show(b.dataset.tab));
+  for (const section of ["schedules", "dead-letters"]) {
+    let typing;
+    $(`#${section}-q`).addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => { state.pages[section] = 0; refresh(); }, 250);
+    });
+    for (const b of document.querySelectorAll(`#${section} .pager button`)) {
+      b.addEventListener("click", () => {
+        const next = state.pages[section] + Number(b.dataset.page);
+        if (next < 0 || next * state.limit >= (state.totals[section] || 0)) return;
+        state.pages[section] = next;
+        refresh();
+      });
+    }
+  }
+  $("#runtime-form").addEventListener("submit", runtimeForm);
+  $("#requeue").addEventListener("click", () => settleLetters("requeue"));
+  $("#purge").addEventListener("click", () => settleLetters("purge"));
+  $("#all-letters").addEventListener("change", (e) => {
+    for (const box of document.querySelectorAll("#dead-letters tbody input")) box.checked = e.target.checked;
+  });
+  $("#job-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.job = $("#job-id").value.trim();
+    refresh();
+  });
+  $("#cancel-job").addEventListener("click", () => change(`/api/jobs/${encodeURIComponent(state.job)}/cancel`, {}, "Cancel asked"));
+  $("#sign-in").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", "/api/session", { token: $("#token").value });
+      $("#token").value = "";
+      say("Signed in");
+      await loadSession();
+      await loadOverview();
+      await refresh();
+    } catch (error) {
+      say(error.message, true);
+    }
+  });
+  $("#sign-out").addEventListener("click", async () => {
+    await api("DELETE", "/api/session").catch(() => {});
+    await loadSession();
+    say("Signed out");
+  });
+  try {
+    const s = await loadSession();
+    if (!s.reads_guarded || s.signed_in) {
+      await loadOverview();
+      await refresh();
+    } else {
+      say("Sign in to read this console.");
+    }
+  } catch (error) {
+    say(error.message, true);
+  }
+  setInterval(() => { if (!document.hidden) refresh(); }, 5000);
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,285 @@
+"""The OpenAPI 3.1 document of the console's JSON API, served at ``/api/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..about import __version__
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    said = {
+        400: "the input cannot be carried out (the message says why)",
+        401: "no token, or not the right one",
+        403: "changes are off, the read token was used, or the request came from another site",
+        404: "not found",
+        503: "the broker did not answer",
+    }
+    return {str(code): _json(_ERROR, said[code]) for code in codes}
+
+
+def _read(summary: str, schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "responses": {"200": _json(schema), **_errors(400, 401, 503)},
+            **extra,
+        }
+    }
+
+
+def _change(
+    summary: str, schema: dict[str, Any], body: dict[str, Any] | None = None, method: str = "post"
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "security": [{"bearer": []}, {"session": []}],
+        "responses": {"200": _json(schema), **_errors(400, 401, 403, 404, 503)},
+    }
+    if body is not None:
+        operation["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": body}},
+        }
+    return {method: operation}
+
+
+def _param(name: str, where: str, description: str, kind: str = "string") -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": description,
+        "schema": {"type": kind},
+    }
+
+
+_PAGE = [
+    _param("q", "query", "case-insensitive text to search for"),
+    _param("offset", "query", "items to skip (0)", "integer"),
+    _param("limit", "query", "items of the page, 1 to 200 (50)", "integer"),
+]
+_NAME = [_param("name", "path", "a scheduled job's name, or @{id} for a runtime schedule")]
+_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _listed(item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["total", "offset", "items"],
+        "properties": {
+            "total": {"type": "integer"},
+            "offset": {"type": "integer"},
+            "items": {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}},
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    """The whole document; a test checks it names every ``/api`` route of the app."""
+    nullable_number = {"type": ["number", "null"]}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "framework-m console",
+            "version": __version__,
+            "description": "Schedules, replicas, queues, dead letters and jobs of one broker. "
+            "Changes need the change token (Bearer, or the page's session with X-CSRF-Token).",
+        },
+        "paths": {
+            "/api/openapi.json": _read("This document", _OBJECT),
+            "/api/session": {
+                **_read("Whether this browser is signed in, its role and CSRF token", _OBJECT),
+                **_change("Sign in with a token: sets the session cookie", _OBJECT, _OBJECT),
+                **_change("Sign out", _OBJECT, method="delete"),
+            },
+            "/api/overview": _read("The broker, its capabilities, the app's jobs", _OBJECT),
+            "/api/schedules": _read(
+                "Schedules from code and from runtime, searched and paged",
+                _listed("Schedule"),
+                parameters=_PAGE,
+            ),
+            "/api/schedules/{name}/pause": {
+                **_change(
+                    "Pause: no replica enqueues its slots from its next tick",
+                    {"$ref": "#/components/schemas/ScheduleState"},
+                    {
+                        "type": "object",
+                        "properties": {
+                            "until": {"type": ["number", "string", "null"]},
+                            "reason": {"type": ["string", "null"]},
+                        },
+                    },
+                ),
+                "parameters": _NAME,
+            },
+            "/api/schedules/{name}/resume": {
+                **_change(
+                    "Resume from the next tick", {"$ref": "#/components/schemas/ScheduleState"}
+                ),
+                "parameters": _NAME,
+            },
+            "/api/schedules/{name}/trigger": {
+                **_change(
+                    "One run now across the fleet",
+                    {"type": "object", "properties": {"job_id": {"type": "string"}}},
+                    {"type": "object", "properties": {"kwargs": _OBJECT}},
+                ),
+                "parameters": _NAME,
+            },
+            "/api/runtime-schedules": _change(
+                "Set a runtime schedule (create or replace)",
+                _OBJECT,
+                {
+                    "type": "object",
+                    "required": ["id", "job"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "job": {"type": "string"},
+                        "cron": {"type": "string"},
+                        "tz": {"type": "string"},
+                        "every": {"type": "number"},
+                        "kwargs": _OBJECT,
+                    },
+                },
+            ),
+            "/api/runtime-schedules/{id}": {
+                **_change("Delete a runtime schedule", _OBJECT, method="delete"),
+                "parameters": [_param("id", "path", "the runtime schedule's id, without @")],
+            },
+            "/api/replicas": _read(
+                "Live replicas from the roll in the broker",
+                {
+                    "type": "object",
+                    "properties": {
+                        "items": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/Replica"},
+                        }
+                    },
+                },
+            ),
+            "/api/queues": _read("The broker's counts now, and the last hour's samples", _OBJECT),
+            "/api/dead-letters": _read(
+                "Dead letters, newest first, searched and paged",
+                _listed("DeadLetter"),
+                parameters=_PAGE,
+            ),
+            "/api/dead-letters/requeue": _change(
+                "Put dead letters back on the queue, then remove them", _OBJECT, _KEYS
+            ),
+            "/api/dead-letters/purge": _change("Remove dead letters", _OBJECT, _KEYS),
+            "/api/jobs/{id}": {
+                **_read("A job's status and result", {"$ref": "#/components/schemas/JobStatus"}),
+                "parameters": [_param("id", "path", "the job id enqueue returned")],
+            },
+            "/api/jobs/{id}/cancel": {
+                **_change(
+                    "Cancel: a waiting job never runs, a running one is stopped",
+                    {"type": "object", "properties": {"cancelled": {"type": "boolean"}}},
+                ),
+                "parameters": [_param("id", "path", "the job id enqueue returned")],
+            },
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "m_console"},
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}},
+                },
+                "ScheduleState": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "paused": {"type": ["boolean", "null"]},
+                        "paused_until": nullable_number,
+                        "reason": {"type": ["string", "null"]},
+                        "last_slot": {"type": ["integer", "null"]},
+                    },
+                },
+                "Schedule": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "job": {"type": "string"},
+                        "source": {"enum": ["code", "runtime"]},
+                        "schedule": {"type": "string"},
+                        "zone": {"type": ["string", "null"]},
+                        "next_slot": {"type": "integer"},
+                        "last_slot": {"type": ["integer", "null"]},
+                        "paused": {"type": ["boolean", "null"]},
+                        "overlap": {"type": ["string", "null"]},
+                        "running": {"type": ["array", "null"], "items": {"type": "string"}},
+                        "last_outcome": {"type": ["object", "null"]},
+                    },
+                },
+                "Replica": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "host": {"type": "string"},
+                        "pid": {"type": "integer"},
+                        "version": {"type": "string"},
+                        "ticking": {"type": "boolean"},
+                        "running": {"type": "integer"},
+                        "concurrency": {"type": "integer"},
+                        "started_at": {"type": "number"},
+                        "seen_at": {"type": "number"},
+                        "age": {"type": "number"},
+                    },
+                },
+                "DeadLetter": {
+                    "type": "object",
+                    "properties": {
+                        "key": {"type": "string"},
+                        "job": {"type": "string"},
+                        "job_id": {"type": "string"},
+                        "reason": {"type": "string"},
+                        "attempts": {"type": "integer"},
+                        "dead_lettered_at": {"type": "number"},
+                        "size": {"type": "integer"},
+                        "body": {"type": "string"},
+                        "body_cut": {"type": "boolean"},
+                    },
+                },
+                "JobStatus": {
+                    "type": "object",
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "state": {
+                            "enum": [  # JobState
+                                "queued",
+                                "scheduled",
+                                "running",
+                                "succeeded",
+                                "failed",
+                                "cancelled",
+                                "unknown",
+                            ]
+                        },
+                        "attempts": {"type": "integer"},
+                        "result": {},
+                        "error": {"type": ["string", "null"]},
+                    },
+                },
+            },
+        },
+    }
+
+
+_KEYS = {
+    "type": "object",
+    "required": ["keys"],
+    "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 1000}},
+}

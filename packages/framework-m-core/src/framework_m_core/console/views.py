@@ -1,0 +1,340 @@
+"""What the console shows and does, as plain data: no HTTP here.
+
+Every answer is a JSON-ready dict. Lists are searched (``q``, a case-insensitive
+substring) and paged (``offset``, ``limit``) here, so that the page stays usable at
+thousands of schedules and dead letters: only the schedules of the page asked for are
+looked up in the broker (state, running runs, last outcome).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..app import App
+from ..errors import ConfigurationError
+from ..ports.capabilities import Capability
+from ..ports.protocols import BrokerProtocol
+from ..runtime import replicas
+from ..runtime.leases import overlap_key
+from ..scheduling import control, runtime
+from ..scheduling.schedules import Cron, Schedule
+from ..tracking import queries
+from ..tracking.deadletters import Described, described, fresh
+
+MAX_LIMIT = 200  # items of a page at most
+DEAD_LETTERS_READ = 10_000  # the latest dead letters a listing looks through
+SAMPLES = 120  # queue samples kept: an hour at the default interval
+SAMPLE_EVERY = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    q: str = ""
+    offset: int = 0
+    limit: int = 50
+
+
+def page_of(params: Mapping[str, str]) -> Page:
+    """``q``, ``offset`` and ``limit`` from a query string, checked."""
+    q = params.get("q", "")
+    if len(q) > 200:
+        raise ConfigurationError("q must be at most 200 characters")
+    try:
+        offset = int(params.get("offset", "0"))
+        limit = int(params.get("limit", "50"))
+    except ValueError:
+        raise ConfigurationError("offset and limit must be whole numbers") from None
+    if offset < 0 or not 1 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(f"offset must be >= 0 and limit 1 to {MAX_LIMIT}")
+    return Page(q.strip().lower(), offset, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str  # the job's name, or @{id} for a runtime schedule
+    job: str
+    source: str  # "code" or "runtime"
+    schedule: Schedule
+    text: str
+    kwargs: Mapping[str, Any]
+
+
+class Views:
+    """The console's answers over one connected broker (and the app, when given)."""
+
+    def __init__(self, broker: BrokerProtocol, app: App | None) -> None:
+        self.broker = broker
+        self.app = app
+        self.samples: deque[dict[str, Any]] = deque(maxlen=SAMPLES)
+        caps = broker.capabilities
+        self.stateful = Capability.STATE in caps
+        self.leases = Capability.LEASES in caps
+        self.memos = Capability.MEMOS in caps
+
+    # -- overview ------------------------------------------------------------------------
+
+    def overview(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker.display_url,
+            "capabilities": sorted(c.value for c in self.broker.capabilities),
+            "jobs": sorted(self.app.jobs) if self.app is not None else None,
+        }
+
+    # -- schedules -----------------------------------------------------------------------
+
+    async def _entries(self) -> list[_Entry]:
+        out = []
+        if self.app is not None:
+            for spec in self.app.scheduled():
+                assert spec.schedule is not None
+                text = spec.schedule.describe()
+                out.append(_Entry(spec.name, spec.name, "code", spec.schedule, text, {}))
+        if self.stateful:
+            for found in await runtime.list_schedules(self.broker):
+                out.append(
+                    _Entry(
+                        found.name,
+                        found.job,
+                        "runtime",
+                        found.schedule,
+                        runtime.describe(found),
+                        found.kwargs,
+                    )
+                )
+        return sorted(out, key=lambda e: e.name)
+
+    async def schedules(self, page: Page) -> dict[str, Any]:
+        entries = [
+            e for e in await self._entries() if page.q in e.name.lower() or page.q in e.job.lower()
+        ]
+        shown = entries[page.offset : page.offset + page.limit]
+        now = time.time()
+        items = await asyncio.gather(*(self._schedule(e, now) for e in shown))
+        return {"total": len(entries), "offset": page.offset, "items": list(items)}
+
+    async def _schedule(self, entry: _Entry, now: float) -> dict[str, Any]:
+        spec = self.app.jobs.get(entry.job) if self.app is not None else None
+        overlap = spec.overlap if spec is not None else None
+        state = await control.read(self.broker, entry.name) if self.stateful else None
+        running: list[str] | None = None
+        if self.leases and overlap not in (None, "allow"):
+            running = sorted(await self.broker.lease_holders(overlap_key(entry.name)))
+        return {
+            "name": entry.name,
+            "job": entry.job,
+            "source": entry.source,
+            "schedule": entry.text,
+            "zone": entry.schedule.tz if isinstance(entry.schedule, Cron) else None,
+            "kwargs": dict(entry.kwargs),
+            "next_slot": entry.schedule.next_after(now),
+            "overlap": overlap,
+            "catchup_window": spec.catchup_window if spec is not None else None,
+            "known_job": spec is not None or self.app is None,
+            **_state(state, now),
+            "running": running,
+            "last_outcome": await self._last_outcome(entry.name, state),
+        }
+
+    async def _last_outcome(self, name: str, state: control.ScheduleState | None) -> Any:
+        """The status of the job of the latest slot recorded, where statuses are kept."""
+        if not self.memos or state is None or state.latest_slot is None:
+            return None
+        job_id = await queries.job_of_slot(self.broker, name, state.latest_slot)
+        if job_id is None:
+            return None
+        status = await queries.job_status(self.broker, job_id)
+        return {"job_id": job_id, "slot": state.latest_slot, "state": status.state.value}
+
+    def _need_state(self, what: str) -> None:
+        if not self.stateful:
+            raise ConfigurationError(f"{self.broker.display_url} keeps no shared state: {what}")
+
+    def _check_schedule(self, name: str) -> None:
+        """A code schedule of the app (when it is known), or a runtime one (@id)."""
+        control.check_name(name)
+        if self.app is None or name.startswith("@"):
+            return
+        if name not in {spec.name for spec in self.app.scheduled()}:
+            raise ConfigurationError(f"{name!r} is no scheduled job of the app")
+
+    async def pause(self, name: str, until: float | None, reason: str | None) -> dict[str, Any]:
+        self._need_state("schedules cannot be paused there")
+        self._check_schedule(name)
+        state = await control.pause(self.broker, name, until=until, reason=reason)
+        return {"name": name, **_state(state, time.time())}
+
+    async def resume(self, name: str) -> dict[str, Any]:
+        self._need_state("schedules cannot be resumed there")
+        self._check_schedule(name)
+        state = await control.resume(self.broker, name)
+        return {"name": name, **_state(state, time.time())}
+
+    async def trigger(self, name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        self._need_state("schedules cannot be triggered there")
+        self._check_schedule(name)
+        if self.app is not None and not name.startswith("@"):
+            problem = self.app.jobs[name].kwargs_problem(dict(kwargs))
+            if problem is not None:
+                raise ConfigurationError(f"kwargs do not fit job {name!r}: {problem}")
+        job_id = await control.trigger(self.broker, name, kwargs)
+        return {"name": name, "job_id": job_id}
+
+    async def set_runtime(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._need_state("it cannot hold runtime schedules")
+        schedule = runtime.runtime_schedule(
+            _text(body, "id"),
+            _text(body, "job"),
+            cron_expression=_optional_text(body, "cron"),
+            tz=_optional_text(body, "tz"),
+            every_seconds=_optional_number(body, "every"),
+            kwargs=_object(body, "kwargs"),
+        )
+        if self.app is not None:
+            spec = self.app.jobs.get(schedule.job)
+            if spec is None:
+                raise ConfigurationError(f"unknown job {schedule.job!r}")
+            if (problem := spec.kwargs_problem(dict(schedule.kwargs))) is not None:
+                raise ConfigurationError(f"kwargs do not fit job {schedule.job!r}: {problem}")
+        await runtime.set_schedule(self.broker, schedule)
+        return {"name": schedule.name, "schedule": runtime.describe(schedule)}
+
+    async def delete_runtime(self, schedule_id: str) -> dict[str, Any]:
+        self._need_state("it holds no runtime schedules")
+        runtime.validate_id(schedule_id)
+        if not await runtime.delete_schedule(self.broker, schedule_id):
+            raise LookupError(f"there is no runtime schedule {schedule_id!r}")
+        return {"name": f"@{schedule_id}", "deleted": True}
+
+    # -- replicas and queues ----------------------------------------------------------
+
+    async def replicas(self) -> dict[str, Any]:
+        if not self.stateful:
+            return {"items": [], "note": "this broker keeps no shared state: no replica roll"}
+        now = time.time()
+        found = await replicas.list_replicas(self.broker, now)
+        return {
+            "quiet_after": replicas.QUIET,
+            "items": [{**dataclasses.asdict(r), "age": max(0.0, now - r.seen_at)} for r in found],
+        }
+
+    async def sample(self) -> None:
+        """Add the broker's counts now to the last hour's samples."""
+        stats = await self.broker.queue_stats()
+        self.samples.append({"at": time.time(), **dataclasses.asdict(stats)})
+
+    async def queues(self) -> dict[str, Any]:
+        counts: dict[str, Any] | None = None
+        if Capability.QUEUE_STATS in self.broker.capabilities:
+            counts = dataclasses.asdict(await self.broker.queue_stats())
+        return {
+            "queue": self.broker.display_url,
+            "counts": counts,
+            "samples": list(self.samples),
+            "sample_every": SAMPLE_EVERY,
+        }
+
+    # -- dead letters --------------------------------------------------------------------
+
+    async def _dead(self) -> list[Described]:
+        if Capability.DEAD_LETTER_INSPECTION not in self.broker.capabilities:
+            raise ConfigurationError(f"{self.broker.display_url} cannot list dead letters")
+        letters = await self.broker.dead_letters(DEAD_LETTERS_READ)
+        return sorted(map(described, letters), key=lambda d: -d.letter.dead_lettered_at)
+
+    async def dead_letters(self, page: Page) -> dict[str, Any]:
+        found = [d for d in await self._dead() if _matches(d, page.q)]
+        shown = found[page.offset : page.offset + page.limit]
+        return {"total": len(found), "offset": page.offset, "items": [_letter(d) for d in shown]}
+
+    async def settle_dead(self, keys: list[str], requeue: bool) -> dict[str, Any]:
+        """Requeue (then remove) or purge the dead letters with these keys; the keys not
+        found (gone since) are returned as such."""
+        if Capability.DEAD_LETTER_REMOVAL not in self.broker.capabilities:
+            raise ConfigurationError(f"{self.broker.display_url} cannot remove dead letters")
+        wanted = set(keys)
+        chosen = [d for d in await self._dead() if d.key in wanted]
+        for d in chosen:
+            if requeue:
+                await self.broker.requeue(fresh(d.letter.body))
+            await self.broker.remove_dead_letters([d.letter])
+        done = {d.key for d in chosen}
+        return {"done": sorted(done), "not_found": sorted(wanted - done)}
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        status = await queries.job_status(self.broker, queries.validate_job_id(job_id))
+        out = dataclasses.asdict(status)
+        out["state"] = status.state.value
+        return {"job_id": job_id, **out}
+
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        cancelled = await queries.cancel_job(self.broker, queries.validate_job_id(job_id))
+        return {"job_id": job_id, "cancelled": cancelled}
+
+
+def _state(state: control.ScheduleState | None, now: float) -> dict[str, Any]:
+    if state is None:
+        return {"paused": None, "paused_until": None, "reason": None, "last_slot": None}
+    return {
+        "paused": state.paused
+        and not (state.paused_until is not None and state.paused_until <= now),
+        "paused_until": state.paused_until,
+        "reason": state.reason,
+        "last_slot": state.latest_slot,
+    }
+
+
+def _matches(d: Described, q: str) -> bool:
+    return not q or any(q in text.lower() for text in (d.job, d.job_id, d.letter.reason))
+
+
+BODY_SHOWN = 4096  # bytes of a dead letter's body the listing shows
+
+
+def _letter(d: Described) -> dict[str, Any]:
+    body = d.letter.body
+    return {
+        "key": d.key,
+        "job": d.job,
+        "job_id": d.job_id,
+        "reason": d.letter.reason,
+        "attempts": d.letter.attempts,
+        "dead_lettered_at": d.letter.dead_lettered_at,
+        "size": len(body),
+        "body": body[:BODY_SHOWN].decode("utf-8", "replace"),
+        "body_cut": len(body) > BODY_SHOWN,
+    }
+
+
+def _text(body: Mapping[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{name} must be a non-empty string")
+    return value
+
+
+def _optional_text(body: Mapping[str, Any], name: str) -> str | None:
+    return None if body.get(name) is None else _text(body, name)
+
+
+def _optional_number(body: Mapping[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name} must be a number")
+    return float(value)
+
+
+def _object(body: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = body.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{name} must be a JSON object")
+    return value

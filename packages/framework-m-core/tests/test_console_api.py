@@ -1,0 +1,308 @@
+"""m console's API in process over memory://: who may read and change, what each route
+answers, paging and search, the OpenAPI document. (tests/test_console.py runs it as a
+process of its own beside real workers, and its page in Chromium.)"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from starlette.routing import Route
+
+from framework_m_core import App, JobContext
+from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.console.auth import Guard
+from framework_m_core.console.openapi import document
+from framework_m_core.console.server import Api, build
+from framework_m_core.console.views import Views
+from framework_m_core.errors import ConfigurationError
+from framework_m_core.scheduling import control, runtime
+from framework_m_core.testing import running_worker, wait_until
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "change-token-0123456789"
+READ = "read-token-0123456789"
+ORIGIN = "http://console.test"
+
+
+def _app() -> App:
+    app = App()
+
+    @app.job(every=60)
+    async def minutely(ctx: JobContext) -> None: ...
+
+    @app.job(schedule="0 9 * * *", tz="Europe/Berlin")
+    async def morning(ctx: JobContext) -> None: ...
+
+    @app.job(max_attempts=1)
+    async def broken(ctx: JobContext, n: int) -> None:
+        raise RuntimeError(f"broken {n}")
+
+    @app.job
+    async def report(ctx: JobContext, tenant: int) -> None: ...
+
+    return app
+
+
+async def _client(
+    broker: MemoryBroker, change: str | None = TOKEN, read: str | None = None
+) -> httpx.AsyncClient:
+    asgi = build(Views(broker, _app()), Guard(change, read))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url=ORIGIN)
+
+
+@pytest.fixture
+async def client(memory: MemoryBroker) -> AsyncIterator[httpx.AsyncClient]:
+    async with await _client(memory) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_reads_are_open_and_changes_need_the_change_token(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    listed = await client.get("/api/schedules")
+    assert listed.status_code == 200
+    assert [s["name"] for s in listed.json()["items"]] == ["minutely", "morning"]
+    for headers in ({}, bearer("wrong-token-0123456789"), {"Authorization": "Basic x"}):
+        refused = await client.post("/api/schedules/minutely/pause", headers=headers)
+        assert refused.status_code == 401, refused.text
+    assert not (await control.read(memory, "minutely")).paused  # nothing changed
+    done = await client.post(
+        "/api/schedules/minutely/pause", json={"reason": "incident"}, headers=bearer(TOKEN)
+    )
+    assert done.status_code == 200, done.text
+    assert (done.json()["paused"], done.json()["reason"]) == (True, "incident")
+    assert (await control.read(memory, "minutely")).paused
+    resumed = await client.post("/api/schedules/minutely/resume", headers=bearer(TOKEN))
+    assert resumed.json()["paused"] is False
+
+
+async def test_without_a_change_token_nothing_changes_and_only_loopback_is_served(
+    memory: MemoryBroker,
+) -> None:
+    async with await _client(memory, change=None) as c:
+        refused = await c.post("/api/schedules/minutely/pause", headers=bearer(TOKEN))
+        assert refused.status_code == 403
+        assert "M_CONSOLE_TOKEN" in refused.json()["error"]
+        assert (await c.get("/api/session")).json()["changes_allowed"] is False
+    guard = Guard(None, None)
+    for host in ("127.0.0.1", "::1", "localhost"):
+        guard.check_bind(host)
+    for host in ("0.0.0.0", "192.0.2.7", "::", "console.example"):
+        with pytest.raises(ConfigurationError, match="loopback only"):
+            guard.check_bind(host)
+    Guard(TOKEN, None).check_bind("0.0.0.0")
+    with pytest.raises(ConfigurationError, match="at least 16"):
+        Guard("short", None)
+
+
+async def test_a_read_token_guards_reads_and_changes_nothing(memory: MemoryBroker) -> None:
+    async with await _client(memory, read=READ) as c:
+        assert (await c.get("/api/schedules")).status_code == 401
+        assert (await c.get("/api/openapi.json")).status_code == 401
+        assert (await c.get("/api/schedules", headers=bearer(READ))).status_code == 200
+        assert (await c.get("/api/schedules", headers=bearer(TOKEN))).status_code == 200
+        refused = await c.post("/api/schedules/minutely/pause", headers=bearer(READ))
+        assert refused.status_code == 403
+        assert (await c.get("/api/session")).status_code == 200  # the page asks first
+
+
+async def test_the_page_signs_in_to_a_strict_httponly_cookie_and_sends_its_csrf_token(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    wrong = await client.post("/api/session", json={"token": "nope"})
+    assert wrong.status_code == 401
+    signed = await client.post("/api/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
+    assert signed.status_code == 200
+    cookie = signed.headers["set-cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert TOKEN not in cookie
+    assert TOKEN not in signed.text
+    csrf = signed.json()["csrf"]
+    assert (await client.get("/api/session")).json()["csrf"] == csrf
+    no_csrf = await client.post("/api/schedules/minutely/pause")
+    assert no_csrf.status_code == 401
+    bad_csrf = await client.post(
+        "/api/schedules/minutely/pause", headers={"X-CSRF-Token": "x" * 43}
+    )
+    assert bad_csrf.status_code == 401
+    other_site = await client.post(
+        "/api/schedules/minutely/pause",
+        headers={"X-CSRF-Token": csrf, "Origin": "https://evil.example"},
+    )
+    assert other_site.status_code == 403
+    assert not (await control.read(memory, "minutely")).paused
+    done = await client.post(
+        "/api/schedules/minutely/pause", headers={"X-CSRF-Token": csrf, "Origin": ORIGIN}
+    )
+    assert done.status_code == 200
+    await client.delete("/api/session")
+    client.cookies.clear()
+    again = await client.post("/api/schedules/minutely/resume", headers={"X-CSRF-Token": csrf})
+    assert again.status_code == 401
+
+
+async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
+    cases = [
+        ("/api/schedules/minutely/pause", b"not json", "not JSON"),
+        ("/api/schedules/minutely/pause", b"[1]", "JSON object"),
+        ("/api/schedules/minutely/pause", b'{"until": "tomorrow"}', "ISO 8601"),
+        ("/api/schedules/minutely/pause", b'{"until": 1}', "future"),
+        ("/api/schedules/minutely/pause", b'{"reason": 5}', "reason"),
+        ("/api/schedules/nope/pause", b"{}", "no scheduled job"),
+        ("/api/schedules/minutely/trigger", b'{"kwargs": {"m": 1}}', "do not fit"),
+        ("/api/schedules/minutely/trigger", b'{"kwargs": []}', "JSON object"),
+        ("/api/runtime-schedules", b'{"id": "t1", "job": "report"}', "exactly one"),
+        ("/api/runtime-schedules", b'{"id": "t1", "job": "nope", "every": 5}', "unknown job"),
+        ("/api/runtime-schedules", b'{"id": "bad id", "job": "report", "every": 5}', "id"),
+        ("/api/dead-letters/requeue", b'{"keys": []}', "keys"),
+        ("/api/jobs/a%20b/cancel", b"{}", "job id"),
+        ("/api/schedules/minutely/pause", b"{" + b" " * 70_000 + b"}", "at most"),
+    ]
+    for path, body, said in cases:
+        answer = await client.post(path, content=body, headers=bearer(TOKEN))
+        assert answer.status_code == 400, (path, body[:40], answer.text)
+        assert said in answer.json()["error"], (path, answer.json())
+    for query in ("limit=0", "limit=201", "offset=-1", "limit=x", "q=" + "x" * 201):
+        answer = await client.get(f"/api/schedules?{query}")
+        assert answer.status_code == 400, query
+    missing = await client.delete("/api/runtime-schedules/nothing", headers=bearer(TOKEN))
+    assert missing.status_code == 404
+
+
+async def test_schedules_are_searched_and_paged_and_runtime_ones_set_and_deleted(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    for n in range(120):
+        await runtime.set_schedule(
+            memory,
+            runtime.runtime_schedule(
+                f"tenant-{n:03d}", "report", every_seconds=3600, kwargs={"tenant": n}
+            ),
+        )
+    first = (await client.get("/api/schedules?limit=50")).json()
+    assert first["total"] == 122
+    assert len(first["items"]) == 50
+    last = (await client.get("/api/schedules?offset=100&limit=50")).json()
+    assert [s["name"] for s in last["items"]][-2:] == ["minutely", "morning"]
+    found = (await client.get("/api/schedules?q=TENANT-11")).json()
+    assert [s["name"] for s in found["items"]] == [f"@tenant-11{d}" for d in range(10)]
+    item = found["items"][0]
+    assert (item["source"], item["job"], item["kwargs"]) == ("runtime", "report", {"tenant": 110})
+    assert item["next_slot"] > time.time()
+    made = await client.post(
+        "/api/runtime-schedules",
+        json={"id": "made", "job": "report", "cron": "*/5 * * * *", "kwargs": {"tenant": 1}},
+        headers=bearer(TOKEN),
+    )
+    assert made.status_code == 200, made.text
+    assert (await runtime.get_schedule(memory, "made")) is not None
+    gone = await client.delete("/api/runtime-schedules/made", headers=bearer(TOKEN))
+    assert gone.status_code == 200
+    assert (await runtime.get_schedule(memory, "made")) is None
+    berlin = (await client.get("/api/schedules?q=morning")).json()["items"][0]
+    assert berlin["zone"] == "Europe/Berlin"
+
+
+async def test_dead_letters_are_listed_searched_requeued_and_purged(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    app = _app()
+    ids = [await memory.enqueue("broken", n=n) for n in range(3)]
+    async with running_worker(app, memory, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 3, timeout=10)
+    listed = (await client.get("/api/dead-letters")).json()
+    assert listed["total"] == 3
+    assert {d["job_id"] for d in listed["items"]} == set(ids)
+    assert all("RuntimeError: broken" in d["reason"] for d in listed["items"])
+    one = (await client.get(f"/api/dead-letters?q={ids[1]}")).json()["items"]
+    assert [d["job_id"] for d in one] == [ids[1]]
+    assert '"broken"' in one[0]["body"]
+    requeued = await client.post(
+        "/api/dead-letters/requeue", json={"keys": [one[0]["key"], "gone"]}, headers=bearer(TOKEN)
+    )
+    assert requeued.json() == {"done": [one[0]["key"]], "not_found": ["gone"]}
+    [back] = await memory.receive(1, 1)
+    assert ids[1].encode() in back.body
+    await memory.ack(back)
+    rest = [d["key"] for d in (await client.get("/api/dead-letters")).json()["items"]]
+    assert len(rest) == 2
+    purged = await client.post(
+        "/api/dead-letters/purge", json={"keys": rest}, headers=bearer(TOKEN)
+    )
+    assert purged.json()["done"] == sorted(rest)
+    assert (await client.get("/api/dead-letters")).json()["total"] == 0
+
+
+async def test_a_job_id_leads_to_its_status_and_a_cancel(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    job_id = await memory.enqueue_in(60, "report", tenant=1)
+    status = (await client.get(f"/api/jobs/{job_id}")).json()
+    assert (status["state"], status["job_name"]) == ("scheduled", "report")
+    cancelled = await client.post(f"/api/jobs/{job_id}/cancel", headers=bearer(TOKEN))
+    assert cancelled.json() == {"job_id": job_id, "cancelled": True}
+    assert (await client.get(f"/api/jobs/{job_id}")).json()["state"] == "cancelled"
+    unknown = (await client.get("/api/jobs/" + "0" * 32)).json()
+    assert unknown["state"] == "unknown"
+
+
+async def test_replicas_queues_and_the_overview_answer(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    async with running_worker(_app(), memory) as worker:
+        assert worker.heartbeat is not None
+        beat = worker.heartbeat
+        await wait_until(lambda: beat.beats > 0, timeout=5)
+        replicas = (await client.get("/api/replicas")).json()["items"]
+        assert [r["id"] for r in replicas] == [beat.id]
+    await memory.enqueue("report", tenant=3)
+    queues = (await client.get("/api/queues")).json()
+    assert queues["counts"]["ready"] == 1
+    overview = (await client.get("/api/overview")).json()
+    assert overview["changes_allowed"] is True
+    assert "report" in overview["jobs"]
+
+
+async def test_the_page_and_its_assets_are_served_with_a_strict_policy(
+    client: httpx.AsyncClient,
+) -> None:
+    page = await client.get("/")
+    assert page.status_code == 200
+    assert "/assets/console.js" in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert "<script>" not in page.text  # no inline script: the policy forbids it
+    for asset in ("console.js", "console.css"):
+        assert (await client.get(f"/assets/{asset}")).status_code == 200
+    assert (await client.get("/assets/../server.py")).status_code == 404
+
+
+def test_the_openapi_document_names_every_api_route_and_method() -> None:
+    asgi = build(Views(MemoryBroker.from_url("memory://"), None), Guard(TOKEN, None))
+    paths = document()["paths"]
+    for route in asgi.routes:
+        if not isinstance(route, Route) or not route.path.startswith("/api"):
+            continue
+        assert route.path in paths, route.path
+        for method in (route.methods or set()) - {"HEAD"}:
+            assert method.lower() in paths[route.path], (route.path, method)
+    served = {r.path for r in asgi.routes if isinstance(r, Route)}
+    assert set(paths) <= served
+    assert re.fullmatch(r"3\.1\.\d", document()["openapi"])
+
+
+def test_api_routes_are_guarded_one_way_or_the_other() -> None:
+    api = Api(Views(MemoryBroker.from_url("memory://"), None), Guard(TOKEN, None))
+    unguarded = {
+        r.path for r in api.routes() if isinstance(r, Route) and r.endpoint.__name__ != "guarded"
+    }
+    assert unguarded == {"/", "/api/session"}

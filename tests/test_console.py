@@ -1,0 +1,269 @@
+"""m console as operators run it: a process of its own beside two ticking ``m worker``
+replicas on Redis and on NATS, asked over HTTP and driven in Debian's Chromium.
+
+The API lists the schedules with their next slot and both replicas, answers for the
+queue and describes itself; a pause without the token is refused, with it no slot of
+the schedule runs until resume. In the browser the page loads without console errors,
+shows the schedules, pauses and resumes them (the replicas obey), and requeues a dead
+letter, which then runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import shutil
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from framework_m_core.adapters.registry import connected, open_broker
+from framework_m_core.testing import namespace
+from framework_m_core.testing.namespaces import with_option
+from framework_m_core.testing.scenarios import RECORDER_APP, Process, Processes, stop_all
+
+from .brokers import free_port
+
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
+
+T = TypeVar("T")
+SERVERS = ["redis://127.0.0.1:6379/0", "nats://127.0.0.1:4222"]
+TOKEN = "console-test-token-0123456789"
+CHROMIUM = "/usr/bin/chromium"
+# As root, without the sandbox; no calls home from a machine without internet.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class Console:
+    """The console process's HTTP API."""
+
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = None
+    ) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=15) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def get(self, path: str) -> Any:
+        status, body = self.call("GET", path)
+        assert status == 200, (path, status, body)
+        return body
+
+    def wait_up(self, process: Process, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.get("/api/openapi.json")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                assert process.proc.poll() is None, f"m console exited:\n{process.output}"
+                assert time.monotonic() < deadline, f"m console not up:\n{process.output}"
+                time.sleep(0.2)
+
+
+def steered_slots(log: Path) -> list[int]:
+    """The slots of ``steered`` the replicas ran, from the recorder's steer log."""
+    if not log.exists():
+        return []
+    return [
+        int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("steered ")
+    ]
+
+
+def wait_for_steered_after(log: Path, after: float, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not [s for s in steered_slots(log) if s > after]:
+        assert time.monotonic() < deadline, f"no slot of steered ran after {after:.1f}"
+        time.sleep(0.1)
+
+
+def in_a_thread(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end in a thread of its own: Playwright's sync API keeps an
+    event loop running in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(work())).result()
+
+
+def poll(what: str, check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(0.2)
+    return found
+
+
+@pytest.fixture
+def page() -> Iterator[tuple[Page, list[str]]]:
+    assert shutil.which("chromium"), "chromium is missing: apt-get install chromium (.ci/run does)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            tab = browser.new_page()
+            errors: list[str] = []
+            tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            tab.on("pageerror", lambda e: errors.append(str(e)))
+            tab.set_default_timeout(30_000)
+            yield tab, errors
+        finally:
+            browser.close()
+
+
+@pytest.mark.parametrize("server", SERVERS, ids=["redis", "nats"])
+def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
+    procs: Processes, server: str, tmp_path: Path, page: tuple[Page, list[str]]
+) -> None:
+    ns = namespace(server)
+    url = with_option(ns.url(), "dedup_window", 30)
+    steer, status = tmp_path / "steer.log", tmp_path / "status.log"
+    status.touch()
+    env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_STEER_LOG": str(steer)}
+    env["FM_STATUS_LOG"] = str(status)
+    try:
+        workers = procs.workers(url, 2, env=env)
+        port = free_port()
+        process = procs.m(
+            "console", "--app", RECORDER_APP, "--broker", url, "--http", f"127.0.0.1:{port}",
+            "--sample-every", "1", env={**env, "M_CONSOLE_TOKEN": TOKEN},
+        )  # fmt: skip
+        console = Console(port)
+        console.wait_up(process)
+        _api_lists_the_fleet(console, workers)
+        _a_pause_needs_the_token_and_holds_every_slot(console, workers, steer)
+        _the_page_shows_pauses_and_resumes(page, console, workers, steer)
+        _the_page_requeues_a_dead_letter(page, console, url, status, tmp_path / "marker")
+        assert TOKEN not in process.output
+        stop_all(workers)
+        process.signal(signal.SIGTERM)
+        assert process.wait(20) == 0, process.output
+    finally:
+        in_a_thread(ns.drop)
+
+
+def _api_lists_the_fleet(console: Console, workers: list[Process]) -> None:
+    schedules = console.get("/api/schedules")["items"]
+    names = {s["name"] for s in schedules}
+    assert {"record", "steered", "hourly"} <= names
+    assert all(s["next_slot"] > time.time() - 2 for s in schedules)
+    replicas = poll(
+        "both replicas on the roll",
+        lambda: len(found := console.get("/api/replicas")["items"]) == 2 and found,
+    )
+    assert {r["pid"] for r in replicas} == {w.pid for w in workers}
+    assert all(r["ticking"] for r in replicas)
+    queues = console.get("/api/queues")
+    assert queues["counts"]["dead_letters"] == 0
+    poll("a queue sample", lambda: console.get("/api/queues")["samples"])
+    paths = console.get("/api/openapi.json")["paths"]
+    for path in ("/api/schedules", "/api/replicas", "/api/queues", "/api/dead-letters"):
+        assert path in paths
+    assert "/api/schedules/{name}/pause" in paths
+
+
+def _a_pause_needs_the_token_and_holds_every_slot(
+    console: Console, workers: list[Process], steer: Path
+) -> None:
+    status, _ = console.call("POST", "/api/schedules/steered/pause", {"reason": "api"})
+    assert status == 401
+    status, said = console.call("POST", "/api/schedules/steered/pause", {}, token="x" * 20)
+    assert status == 401, said
+    wait_for_steered_after(steer, time.time())  # running before the pause
+    status, said = console.call(
+        "POST", "/api/schedules/steered/pause", {"reason": "api"}, token=TOKEN
+    )
+    assert status == 200, said
+    paused = time.time()
+    for w in workers:  # each replica says so at its next tick
+        w.wait_for(r"steered: paused \(api\)", 1, 15)
+    time.sleep(2.5)  # slots that must not run come and go
+    resuming = time.time()
+    status, said = console.call("POST", "/api/schedules/steered/resume", {}, token=TOKEN)
+    assert status == 200, said
+    during = [s for s in steered_slots(steer) if paused + 1 < s < resuming]
+    assert not during, f"slots ran while paused: {during}"
+    wait_for_steered_after(steer, resuming)
+
+
+def _the_page_shows_pauses_and_resumes(
+    page: tuple[Page, list[str]], console: Console, workers: list[Process], steer: Path
+) -> None:
+    tab, errors = page
+    tab.goto(console.base + "/")
+    row = tab.locator("#schedules tbody tr[data-name='steered']")
+    row.wait_for()
+    shown = tab.locator("#schedules tbody td.name").all_inner_texts()
+    assert {"record", "steered", "hourly"} <= set(shown)
+    assert row.locator("button", has_text="Pause").is_hidden()  # read only until signed in
+    tab.fill("#token", TOKEN)
+    tab.click("#sign-in button[type=submit]")
+    tab.locator("#signed-in").wait_for()
+    tab.once("dialog", lambda dialog: dialog.accept("from the page"))
+    row.locator("button", has_text="Pause").click()
+    paused = time.time()
+    row.locator("td.state", has_text="paused (from the page)").wait_for()
+    for w in workers:
+        w.wait_for(r"steered: paused \(from the page\)", 1, 15)
+    time.sleep(2.5)
+    resuming = time.time()
+    row.locator("button", has_text="Resume").click()
+    row.locator("td.state", has_text="active").wait_for()
+    during = [s for s in steered_slots(steer) if paused + 1 < s < resuming]
+    assert not during, f"slots ran while paused from the page: {during}"
+    wait_for_steered_after(steer, math.ceil(resuming))
+    tab.click("nav button[data-tab=replicas]")
+    tab.locator("#replicas tbody tr").nth(1).wait_for()
+    assert errors == [], errors
+
+
+def _the_page_requeues_a_dead_letter(
+    page: tuple[Page, list[str]], console: Console, url: str, status: Path, marker: Path
+) -> None:
+    tab, errors = page
+
+    async def enqueue() -> str:
+        async with connected(open_broker(url)) as broker:
+            return await broker.enqueue("fails_until", marker=str(marker))
+
+    job_id = in_a_thread(enqueue)
+    poll(
+        "the job dead-lettered",
+        lambda: console.get(f"/api/dead-letters?q={job_id}")["total"] == 1,
+    )
+    tab.click("nav button[data-tab=dead-letters]")
+    tab.fill("#dead-letters-q", job_id)
+    row = tab.locator("#dead-letters tbody tr", has_text=job_id)
+    row.wait_for()
+    assert "is missing" in row.inner_text()
+    marker.touch()  # from now on the job succeeds
+    row.locator("input[type=checkbox]").check()
+    tab.click("#requeue")
+    tab.locator("#message", has_text="Requeued 1 dead letter(s)").wait_for()
+    poll("the requeued job ran", lambda: f"fails_until {job_id}" in status.read_text())
+    assert console.get(f"/api/dead-letters?q={job_id}")["total"] == 0
+    assert errors == [], errors
