@@ -1,23 +1,27 @@
-"""deploy/prometheus/: the alerting rules pass ``promtool check rules`` and their unit tests
-(``promtool test rules``), and every metric they name is one the workers serve."""
+"""deploy/prometheus/ and deploy/grafana/: the alerting rules pass ``promtool check rules``
+and their unit tests (``promtool test rules``); every query of the Grafana dashboard is
+PromQL that promtool accepts; both name only metrics the workers serve."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 from framework_m_core.observability.metrics import Metrics
 
 from .conftest import REPO
 
 RULES = REPO / "deploy" / "prometheus"
+DASHBOARD = REPO / "deploy" / "grafana" / "framework-m.json"
 
 
-def promtool(*args: str) -> str:
+def promtool(*args: str, cwd: Path = RULES) -> str:
     path = shutil.which("promtool")
     assert path, "promtool is missing: apt-get install prometheus (.ci/run does)"
-    done = subprocess.run([path, *args], cwd=RULES, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([path, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
     return said
@@ -31,11 +35,57 @@ def test_the_rules_pass_their_unit_tests() -> None:
     assert "SUCCESS" in promtool("test", "rules", "rules.test.yml")
 
 
+def served() -> set[str]:
+    """Every series name a worker's /metrics can hold."""
+    text = Metrics(concurrency=1).exposition().decode()
+    names = set(re.findall(r"^# TYPE (\w+) ", text, re.M))
+    names |= {f"{name}_total" for name in names}  # counters are named with _total
+    names |= {f"{name}_{part}" for name in names for part in ("bucket", "sum", "count")}
+    names.add("frameworkm_queue_messages")  # only with a broker's counts
+    return names
+
+
 def test_every_metric_the_rules_name_is_served() -> None:
-    metrics = Metrics(concurrency=1)
-    served = set(re.findall(r"^# TYPE (\w+) ", metrics.exposition().decode(), re.M))
-    served |= {f"{name}_total" for name in served}  # counters are named with _total
-    served.add("frameworkm_queue_messages")  # only with a broker's counts
     named = set(re.findall(r"\bframeworkm_\w+", (RULES / "rules.yml").read_text()))
     assert named, "the rules name no metric"
-    assert named <= served, f"not served: {sorted(named - served)}"
+    assert named <= served(), f"not served: {sorted(named - served())}"
+
+
+def _dashboard_queries() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for panel in board["panels"] for t in panel["targets"]]
+
+
+def test_every_dashboard_query_is_promql_over_served_metrics(tmp_path: Path) -> None:
+    queries = _dashboard_queries()
+    assert len(queries) >= 10
+    named = {name for q in queries for name in re.findall(r"\bframeworkm_\w+", q)}
+    assert named <= served(), f"not served: {sorted(named - served())}"
+    rules = {  # each query as a recording rule: promtool parses its PromQL
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query{i}", "expr": q.replace("$__rate_interval", "5m")}
+                    for i, q in enumerate(queries)
+                ],
+            }
+        ]
+    }
+    (tmp_path / "queries.yml").write_text(json.dumps(rules))
+    said = promtool("check", "rules", "queries.yml", cwd=tmp_path)
+    assert f"SUCCESS: {len(queries)} rules found" in said
+
+
+def test_dashboard_panels_each_have_a_place_of_their_own() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    taken: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        g = panel["gridPos"]
+        cells = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not cells & taken, f"{panel['title']} overlaps another panel"
+        assert g["x"] + g["w"] <= 24
+        taken |= cells
+    assert board["templating"]["list"][0]["type"] == "datasource"
