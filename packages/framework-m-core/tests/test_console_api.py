@@ -13,14 +13,15 @@ import pytest
 from starlette.routing import Route
 
 from framework_m_core import App, JobContext
-from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.console.auth import Guard
 from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
 from framework_m_core.errors import ConfigurationError
+from framework_m_core.ports import StateEntry
 from framework_m_core.scheduling import control, runtime
-from framework_m_core.testing import running_worker, wait_until
+from framework_m_core.testing import running_worker, synced, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -211,6 +212,33 @@ async def test_schedules_are_searched_and_paged_and_runtime_ones_set_and_deleted
     assert (await runtime.get_schedule(memory, "made")) is None
     berlin = (await client.get("/api/schedules?q=morning")).json()["items"][0]
     assert berlin["zone"] == "Europe/Berlin"
+
+
+class _Counting(MemoryBroker):
+    """Counts the schedule records read."""
+
+    schedule_reads = 0
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        if key.startswith("schedule:"):
+            self.schedule_reads += 1
+        return await super()._read_state(key)
+
+
+async def test_a_page_of_thousands_of_schedules_reads_only_its_own_records(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    for n in range(3000):
+        schedule = runtime.runtime_schedule(f"t{n:04d}", "report", every_seconds=60)
+        await runtime.set_schedule(broker, schedule)
+    async with await _client(broker) as c:
+        page = (await c.get("/api/schedules?offset=2950&limit=50")).json()
+        assert page["total"] == 3002
+        assert len(page["items"]) == 50
+        assert broker.schedule_reads == 50  # the page's, not the 3002
+        found = (await c.get("/api/schedules?q=t2999")).json()
+        assert [s["name"] for s in found["items"]] == ["@t2999"]
 
 
 async def test_dead_letters_are_listed_searched_requeued_and_purged(

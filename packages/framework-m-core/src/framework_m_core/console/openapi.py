@@ -96,8 +96,23 @@ def document() -> dict[str, Any]:
             "/api/openapi.json": _read("This document", _OBJECT),
             "/api/session": {
                 **_read("Whether this browser is signed in, its role and CSRF token", _OBJECT),
-                **_change("Sign in with a token: sets the session cookie", _OBJECT, _OBJECT),
-                **_change("Sign out", _OBJECT, method="delete"),
+                "post": {
+                    "summary": "Sign in with a token: sets the session cookie; gives a CSRF token",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["token"],
+                                    "properties": {"token": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {"200": _json(_OBJECT), **_errors(400, 401, 403)},
+                },
+                "delete": {"summary": "Sign out", "responses": {"200": _json(_OBJECT)}},
             },
             "/api/overview": _read("The broker, its capabilities, the app's jobs", _OBJECT),
             "/api/schedules": _read(
