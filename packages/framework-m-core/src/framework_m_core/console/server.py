@@ -319,10 +319,12 @@ def build(views: Views, guard: Guard, *, sample_every: float = SAMPLE_EVERY) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(_sample(views, sample_every), name="queue samples")
+        stopping = asyncio.Event()
+        task = asyncio.create_task(_sample(views, sample_every, stopping), name="queue samples")
         try:
             yield
         finally:
+            stopping.set()  # it ends at its next turn even if a broker client eats the cancel
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -330,11 +332,11 @@ def build(views: Views, guard: Guard, *, sample_every: float = SAMPLE_EVERY) -> 
     return Starlette(routes=Api(views, guard).routes(), lifespan=lifespan)
 
 
-async def _sample(views: Views, every: float) -> None:
+async def _sample(views: Views, every: float, stopping: asyncio.Event) -> None:
     if Capability.QUEUE_STATS not in views.broker.capabilities:
         return
     failing = False
-    while True:
+    while not stopping.is_set():
         try:
             await views.sample()
             failing = False
@@ -342,4 +344,5 @@ async def _sample(views: Views, every: float) -> None:
             if not failing:
                 log.warning("console: queue counts not sampled: %s", exc)
             failing = True
-        await asyncio.sleep(every)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), every)
