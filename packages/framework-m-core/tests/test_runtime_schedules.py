@@ -11,7 +11,7 @@ import pytest
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.errors import ConfigurationError, ScheduleError
-from framework_m_core.ports import Capability, decode_message
+from framework_m_core.ports import Capability, StateEntry, decode_message
 from framework_m_core.scheduling import control, runtime
 from framework_m_core.scheduling.runtime import (
     BUCKETS,
@@ -191,6 +191,41 @@ async def test_a_watch_brings_a_change_at_once_a_poll_at_the_next_read(
     await wait_until(lambda: "w deleted: no longer ticked" in caplog.text, timeout=5)
     ticker.stop()
     await task
+
+
+class _Deaf(MemoryBroker):
+    """A broker whose client swallows a cancellation whole (and uncancels the task), as
+    nats-py's waits were seen to."""
+
+    waits = 0
+
+    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+        self.waits += 1
+        try:
+            return await super()._wait_state(key, version, timeout)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return None
+
+
+async def test_a_stopped_ticker_ends_though_its_broker_ate_the_follower_cancel(
+    queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "POLL", 0.5)
+    broker = await synced(_Deaf(MemorySettings(queue_name, 120.0, 5.0)))
+    app = _app()
+
+    @app.job(every=1)
+    async def beat(ctx: JobContext) -> None: ...
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=2)
+    task = asyncio.create_task(ticker.run())
+    await wait_until(lambda: broker.waits >= 2, timeout=10)  # the follower waits
+    ticker.stop()
+    async with asyncio.timeout(10):  # it ends at its next turn, within a poll
+        await task
 
 
 async def test_a_schedule_of_a_job_the_app_lacks_is_not_ticked(

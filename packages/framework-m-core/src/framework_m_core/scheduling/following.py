@@ -54,6 +54,12 @@ class RuntimeFollower:
         self._refused: set[str] = set()  # ids naming a job this app lacks (said once)
         self._resync_at = 0.0
         self._failing = False
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """End :meth:`follow` at its next turn (within a poll): a broker client may
+        swallow the cancellation of a call it was in."""
+        self._closed.set()
 
     async def load(self) -> None:
         """Read every runtime schedule (at start, before the first slots)."""
@@ -64,9 +70,12 @@ class RuntimeFollower:
             self._failed(exc)
 
     async def follow(self) -> None:
+        """Put the catalog's changes into the ticker until :meth:`close`."""
         watched = Capability.WATCHED_STATE in self._broker.capabilities
-        while True:
+        while not self._closed.is_set():
             await asyncio.sleep(_MIN_GAP)
+            if self._closed.is_set():
+                return
             try:
                 async with asyncio.timeout(runtime.POLL + _READ_TIMEOUT):
                     entry = await self._next_catalog(watched and not self._failing)

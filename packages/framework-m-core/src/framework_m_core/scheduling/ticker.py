@@ -216,6 +216,7 @@ class InProcessTickerAdapter:
                 if self._measuring is not None:  # stopping: no new clock reading needed
                     self._measuring.cancel()
                 if self._stateful:
+                    self._runtime.close()
                     follow.cancel()
         finally:
             s = self.stats
