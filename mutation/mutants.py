@@ -28,6 +28,8 @@ SUITES = {
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
     "following": "packages/framework-m-core/tests/test_runtime_schedules.py",
     "control": "packages/framework-m-core/tests/test_schedule_control.py",
+    # The worker's status writes: which it saves, and their order.
+    "statuses": "packages/framework-m-core/tests/test_status_writes.py",
 }
 
 
@@ -1279,6 +1281,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_running_job_says_so_and_a_wait_times_out_apart",
     ),
     m(
+        "core-status-running-at-once",
+        "statuses",
+        "a run that ends within RUNNING_AFTER writes no running status",
+        f"{CORE}/runtime/statuses.py",
+        "RUNNING_AFTER = 0.1\n",
+        "RUNNING_AFTER = 0.0\n",
+        "test_a_quick_run_writes_its_end_only",
+    ),
+    m(
+        "core-status-running-dropped-at-end",
+        "statuses",
+        "a running status begun lands before the final one",
+        f"{CORE}/runtime/statuses.py",
+        "            await asyncio.shield(self._writing)\n",
+        "            self._writing.cancel()\n",
+        "test_a_quick_run_writes_its_end_only",
+    ),
+    m(
+        "core-status-running-after-the-end",
+        "statuses",
+        "a running status begun lands before the final one",
+        f"{CORE}/runtime/statuses.py",
+        "            await asyncio.shield(self._writing)\n",
+        "            pass\n",
+        "test_a_quick_run_writes_its_end_only",
+    ),
+    m(
         "core-status-failure-as-success",
         "memory",
         "a dead-lettered job says failed, with its error",
@@ -1293,8 +1322,26 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a waiting job cancelled never runs",
         f"{CORE}/runtime/execution.py",
-        "            if not await self.cancels.start(message.id, cancellation):\n",
-        "            if not await self.cancels.start(message.id, cancellation) and False:\n",
+        "            if not await self.cancels.start(message.id, cancellation, message.enqueued_at):\n",
+        "            if not await self.cancels.start(message.id, cancellation, message.enqueued_at) and False:\n",
+        "test_a_waiting_job_cancelled_never_runs",
+    ),
+    m(
+        "core-cancel-mark-never-read",
+        "memory",
+        "a waiting job cancelled never runs (its mark is read when a cancel may name it)",
+        f"{CORE}/runtime/cancels.py",
+        "            maybe = cancels is not None and (\n",
+        "            maybe = False and (\n",
+        "test_a_waiting_job_cancelled_never_runs",
+    ),
+    m(
+        "core-cancel-margin-backwards",
+        "memory",
+        "a job enqueued before the latest cancel has its mark read",
+        f"{CORE}/runtime/cancels.py",
+        "enqueued_at <= cancels.latest_at + MARGIN",
+        "enqueued_at <= cancels.latest_at - MARGIN",
         "test_a_waiting_job_cancelled_never_runs",
     ),
     m(

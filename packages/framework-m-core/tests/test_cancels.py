@@ -1,8 +1,10 @@
-"""The worker's cancel watch: it ends when it is cancelled, whatever its broker raises."""
+"""The worker's cancel watch: it ends when it is cancelled, whatever its broker raises;
+runs read their marks only when a cancel may have named them."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -10,8 +12,11 @@ from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.errors import BrokerError
 from framework_m_core.observability.observer import Observer
 from framework_m_core.ports import StateEntry
-from framework_m_core.runtime.cancels import Cancellation, CancelWatch
+from framework_m_core.ports.messages import decode_message
+from framework_m_core.ports.statuses import CANCELS, Cancels, decode_cancels
+from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
+from framework_m_core.tracking.queries import cancel_job
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +39,7 @@ async def test_a_watch_stops_when_cancelled_though_its_broker_swallows_it(
 ) -> None:
     broker = await synced(_Swallowing(MemorySettings(queue_name, 120.0, 5.0)))
     watch = CancelWatch(broker, Observer())
-    assert await watch.start("job-1", Cancellation())
+    assert await watch.start("job-1", Cancellation(), time.time())
     task = asyncio.create_task(watch.run())
     await wait_until(lambda: broker.waits >= 1, timeout=5)
     task.cancel()
@@ -61,7 +66,7 @@ async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
 ) -> None:
     broker = await synced(_Deaf(MemorySettings(queue_name, 120.0, 5.0)))
     watch = CancelWatch(broker, Observer())
-    assert await watch.start("job-1", Cancellation())
+    assert await watch.start("job-1", Cancellation(), time.time())
     task = asyncio.create_task(watch.run())
     await asyncio.sleep(0.2)  # inside its first wait
     watch.close()
@@ -69,3 +74,60 @@ async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
     async with asyncio.timeout(5):
         await asyncio.gather(task, return_exceptions=True)
     assert task.done()
+
+
+class _Counting(MemoryBroker):
+    """Counts reads of cancel marks and of the cancels record."""
+
+    mark_reads = 0
+    record_reads = 0
+
+    async def _get_memo(self, key: str) -> bytes | None:
+        if key.startswith("cancel:"):
+            self.mark_reads += 1
+        return await super()._get_memo(key)
+
+    async def _read_state(self, key: str) -> StateEntry | None:
+        if key == CANCELS:
+            self.record_reads += 1
+        return await super()._read_state(key)
+
+
+async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_cancels(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    watch = CancelWatch(broker, Observer())
+    now = time.time()
+    started = await asyncio.gather(
+        *(watch.start(f"job-{n}", Cancellation(), now) for n in range(50))
+    )
+    assert all(started)
+    assert (broker.record_reads, broker.mark_reads) == (1, 0)
+
+
+async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:
+    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    watch = CancelWatch(broker, Observer())
+    job_id = await broker.enqueue("counted")
+    [delivery] = await broker.receive(1, 1)
+    enqueued_at = decode_message(delivery.body).enqueued_at
+    assert await cancel_job(broker, job_id)  # moves the record on, with its time
+    assert not await watch.start(job_id, Cancellation(), enqueued_at)
+    assert broker.mark_reads == 1
+    later = time.time() + MARGIN + 1  # a job enqueued long after the latest cancel
+    assert await watch.start("job-later", Cancellation(), later)
+    assert broker.mark_reads == 1  # not read: no cancel can name it
+
+
+async def test_a_cancels_record_of_an_older_version_makes_every_run_read_its_mark(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    assert await broker.write_state(CANCELS, b"7", version=None)  # a count, no time
+    watch = CancelWatch(broker, Observer())
+    assert await watch.start("job-1", Cancellation(), time.time() + 10 * MARGIN)
+    assert broker.mark_reads == 1
+    for junk in (b"{}", b"[1]", b'{"count": 1, "latest_at": "x"}', b"\xff"):
+        assert decode_cancels(junk).latest_at is None
+    assert decode_cancels(Cancels(3, 12.5).encode()) == Cancels(3, 12.5)

@@ -4,6 +4,11 @@ A run registers before it checks its job's mark, so a cancel is never lost betwe
 the two: either the check sees the mark, or the cancel moves the cancels record on
 later, and :class:`CancelWatch` (waiting on that record while runs are registered)
 reads the marks of the runs it has and stops the cancelled ones.
+
+Cancels are rare, so a run reads its mark only when one may be there: the runs that
+register in one pass of the event loop share one read of the cancels record, begun
+after they registered, and a job enqueued more than :data:`MARGIN` seconds after the
+latest cancel cannot be marked (a cancel names a job that was enqueued before it).
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from collections.abc import Callable
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
-from ..ports.statuses import CANCELS, cancel_key
+from ..ports.statuses import CANCELS, Cancels, cancel_key, decode_cancels
 from .events import first_of, reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
 
 #: Seconds at most between two reads of the cancels record while runs are registered.
 POLL = 1.0
+#: Seconds by which the canceller's and the enqueuer's clocks may disagree, far past
+#: the ticker's tolerated skew: a job enqueued within this of the latest cancel, or
+#: before it, has its mark read.
+MARGIN = 300.0
 
 
 class Cancellation:
@@ -59,18 +68,24 @@ class CancelWatch:
         self._runs: dict[str, Cancellation] = {}
         self._registered = asyncio.Event()
         self._closed = asyncio.Event()
+        self._joining: asyncio.Future[Cancels | None] | None = None  # a read not begun yet
 
     def close(self) -> None:
         """End :meth:`run` at its next turn (within :data:`POLL` seconds): a broker
         client may swallow the cancellation of a call it was in."""
         self._closed.set()
 
-    async def start(self, job_id: str, cancellation: Cancellation) -> bool:
-        """Register a run of ``job_id``; False (and not registered) when it is cancelled."""
+    async def start(self, job_id: str, cancellation: Cancellation, enqueued_at: float) -> bool:
+        """Register a run of ``job_id`` (enqueued at ``enqueued_at``, unix seconds);
+        False (and not registered) when it is cancelled."""
         self._runs[job_id] = cancellation
         self._registered.set()
         try:
-            marked = await self.broker.get_memo(cancel_key(job_id)) is not None
+            cancels = await self._latest()
+            maybe = cancels is not None and (
+                cancels.latest_at is None or enqueued_at <= cancels.latest_at + MARGIN
+            )
+            marked = maybe and await self.broker.get_memo(cancel_key(job_id)) is not None
         except Exception as exc:  # a mark not read is a run not stopped: say so, go on
             reraise_if_cancelled()
             self.observer.broker_error("memo")
@@ -79,6 +94,24 @@ class CancelWatch:
         if marked:
             self.end(job_id)
         return not marked
+
+    async def _latest(self) -> Cancels | None:
+        """The cancels record, read after the caller registered; one read serves every
+        run that registers before it begins."""
+        if self._joining is None:
+            self._joining = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().create_task(self._read(self._joining))
+        return await asyncio.shield(self._joining)
+
+    async def _read(self, answer: asyncio.Future[Cancels | None]) -> None:
+        self._joining = None  # runs registering from now on wait for the next read
+        try:
+            entry = await self.broker.read_state(CANCELS)
+        except Exception as exc:  # every run waiting for it reads its own mark instead
+            answer.set_result(Cancels(1))
+            log.debug("cancels: not read (%s); each run reads its mark", exc)
+            return
+        answer.set_result(None if entry is None else decode_cancels(entry.value))
 
     def end(self, job_id: str) -> None:
         self._runs.pop(job_id, None)

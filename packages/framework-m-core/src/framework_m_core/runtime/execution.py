@@ -32,7 +32,7 @@ from ..ports.records import Delivery
 from ..ports.statuses import JobState, ResultError, encode_result
 from . import leases
 from .cancels import Cancellation, CancelWatch
-from .statuses import StatusNotes
+from .statuses import RunningNote, StatusNotes
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -186,7 +186,7 @@ class Execution:
             return
         if self.cancels.on and self.notes.keep(spec, message)[0] > 0:
             cancellation = Cancellation()
-            if not await self.cancels.start(message.id, cancellation):
+            if not await self.cancels.start(message.id, cancellation, message.enqueued_at):
                 await self._cancel(delivery, message, spec)
                 return
             self._cancellations[message.id] = cancellation
@@ -346,11 +346,11 @@ class Execution:
     ) -> None:
         """Run the handler, then keep its status and settle the delivery by its result."""
         started, started_at = time.perf_counter(), time.time()
-        noting = asyncio.create_task(self.notes.running(spec, message, delivery.attempt))
+        noting = RunningNote(self.notes, spec, message, delivery.attempt)
         try:
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
-            await asyncio.shield(noting)  # the running status lands before the final one
+            await noting.done()  # a running status begun lands before the final one
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is _CANCELLED:

@@ -2,7 +2,9 @@
 
 Written as memos (brokers with :attr:`~.Capability.MEMOS`) before the delivery is
 settled, so a job whose status says it finished has finished; a write that fails is
-logged and never fails the job. A job keeps its status for its ``keep`` (the
+logged and never fails the job. A run says running once it has run for
+:data:`RUNNING_AFTER` seconds: one that ends sooner goes straight from queued to how it
+ended, which saves most jobs a write. A job keeps its status for its ``keep`` (the
 message's, else the job's ``keep_result``); 0 writes nothing, unless the job was
 enqueued by name without one, whose enqueue made a record this closes (without the
 result).
@@ -10,6 +12,7 @@ result).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -29,6 +32,8 @@ from ..ports.statuses import (
 log = logging.getLogger("framework_m.worker")
 
 _QUIET = 60.0  # seconds between two warnings of failing status writes
+#: Seconds a run goes on before its status says running.
+RUNNING_AFTER = 0.1
 
 
 class StatusNotes:
@@ -106,6 +111,32 @@ class StatusNotes:
             if level == logging.WARNING:
                 self._warned_at = now
             log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
+
+
+class RunningNote:
+    """A run's running status, written once it has run for :data:`RUNNING_AFTER`
+    seconds (a timer, no task, until then)."""
+
+    def __init__(
+        self, notes: StatusNotes, spec: JobSpec, message: JobMessage, attempt: int
+    ) -> None:
+        self._writing: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if notes.keep(spec, message)[0] > 0:
+            self._timer = asyncio.get_running_loop().call_later(
+                RUNNING_AFTER, self._begin, notes, spec, message, attempt
+            )
+
+    def _begin(self, notes: StatusNotes, spec: JobSpec, message: JobMessage, attempt: int) -> None:
+        self._timer = None
+        self._writing = asyncio.ensure_future(notes.running(spec, message, attempt))
+
+    async def done(self) -> None:
+        """The run ended: a write not begun never is, one begun lands before the final."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._writing is not None:
+            await asyncio.shield(self._writing)
 
 
 def _status(

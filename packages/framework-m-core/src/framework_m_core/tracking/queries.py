@@ -25,9 +25,11 @@ from ..ports.messages import MAX_ID_LENGTH, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import (
     CANCELS,
+    Cancels,
     JobState,
     JobStatus,
     cancel_key,
+    decode_cancels,
     decode_status,
     encode_status,
     pending_ttl,
@@ -167,8 +169,9 @@ async def _announce(broker: BrokerProtocol) -> None:
     for attempt in range(50):
         await contention_pause(attempt)
         entry = await broker.read_state(CANCELS)
-        count = int(entry.value) if entry is not None and entry.value.isdigit() else 0
+        count = decode_cancels(entry.value).count if entry is not None else 0
         version = None if entry is None else entry.version
-        if await broker.write_state(CANCELS, b"%d" % (count + 1), version=version) is not None:
+        moved = Cancels(count + 1, time.time()).encode()
+        if await broker.write_state(CANCELS, moved, version=version) is not None:
             return
     raise BrokerError("cancel: the cancels record kept changing; the mark is set, try again")

@@ -1,0 +1,70 @@
+"""What a worker writes of its jobs' statuses: a run that ends within RUNNING_AFTER
+goes straight from queued to how it ended (one write); a longer one says running first,
+and a running status still being written when the run ends lands before the final one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from framework_m_core import App, JobContext
+from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.ports.statuses import JobState, decode_status
+from framework_m_core.runtime.statuses import RUNNING_AFTER
+from framework_m_core.testing import running_worker, synced, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+class _Recording(MemoryBroker):
+    """Keeps the states of the status memos put, in the order they landed; a running
+    status takes 0.3 s to land (a slow broker)."""
+
+    def __init__(self, settings: MemorySettings) -> None:
+        super().__init__(settings)
+        self.puts: list[tuple[str, JobState]] = []
+
+    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        if not key.startswith("job:"):
+            return await super()._put_memo(key, value, ttl, create)
+        state = decode_status(key[4:], value).state
+        if state is JobState.RUNNING:
+            await asyncio.sleep(0.3)
+        stored = await super()._put_memo(key, value, ttl, create)
+        self.puts.append((key[4:], state))
+        return stored
+
+
+def _app(started: asyncio.Event) -> App:
+    app = App()
+
+    @app.job
+    async def quick(ctx: JobContext) -> None: ...
+
+    @app.job
+    async def lasting(ctx: JobContext) -> None:  # ends while its running status is written
+        started.set()
+        await asyncio.sleep(RUNNING_AFTER * 2)
+
+    return app
+
+
+async def test_a_quick_run_writes_its_end_only_and_a_long_one_says_running_first(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Recording(MemorySettings(queue_name, 120.0, 5.0)))
+    started = asyncio.Event()
+    app = _app(started)
+    quick = [await broker.enqueue("quick") for _ in range(20)]
+    lasting = await broker.enqueue("lasting")
+    async with running_worker(app, broker, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.succeeded == 21, timeout=10)
+    assert broker.puts, "no status written"
+    for job_id in quick:  # the enqueue's queued, then the end: no running between
+        assert [s for j, s in broker.puts if j == job_id] == [JobState.QUEUED, JobState.SUCCEEDED]
+    assert [s for j, s in broker.puts if j == lasting] == [
+        JobState.QUEUED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+    ]
