@@ -1331,8 +1331,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a waiting job cancelled never runs (its mark is read when a cancel may name it)",
         f"{CORE}/runtime/cancels.py",
-        "            maybe = cancels is not None and (\n",
-        "            maybe = False and (\n",
+        "            maybe = latest is not None and enqueued_at <= latest + MARGIN\n",
+        "            maybe = False\n",
         "test_a_waiting_job_cancelled_never_runs",
     ),
     m(
@@ -1340,8 +1340,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job enqueued before the latest cancel has its mark read",
         f"{CORE}/runtime/cancels.py",
-        "enqueued_at <= cancels.latest_at + MARGIN",
-        "enqueued_at <= cancels.latest_at - MARGIN",
+        "enqueued_at <= latest + MARGIN",
+        "enqueued_at <= latest - MARGIN",
         "test_a_waiting_job_cancelled_never_runs",
     ),
     m(
@@ -1351,6 +1351,15 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{CORE}/tracking/queries.py",
         "        await broker.put_memo(status_key(job_id), encode_status(done), ttl=ttl)\n",
         "        pass\n",
+        "test_a_waiting_job_cancelled_never_runs",
+    ),
+    m(
+        "core-cancel-latest-unsaid",
+        "memory",
+        "a waiting job cancelled never runs (the latest cancel's time is kept)",
+        f"{CORE}/tracking/queries.py",
+        "    await broker.put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)\n",
+        "",
         "test_a_waiting_job_cancelled_never_runs",
     ),
     m(

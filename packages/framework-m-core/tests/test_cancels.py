@@ -4,6 +4,7 @@ runs read their marks only when a cancel may have named them."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from framework_m_core.errors import BrokerError
 from framework_m_core.observability.observer import Observer
 from framework_m_core.ports import StateEntry
 from framework_m_core.ports.messages import decode_message
-from framework_m_core.ports.statuses import CANCELS, Cancels, decode_cancels
+from framework_m_core.ports.statuses import LATEST_CANCEL, decode_latest_cancel
 from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
 from framework_m_core.tracking.queries import cancel_job
@@ -77,20 +78,17 @@ async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
 
 
 class _Counting(MemoryBroker):
-    """Counts reads of cancel marks and of the cancels record."""
+    """Counts reads of cancel marks and of the latest cancel's memo."""
 
     mark_reads = 0
-    record_reads = 0
+    latest_reads = 0
 
     async def _get_memo(self, key: str) -> bytes | None:
         if key.startswith("cancel:"):
             self.mark_reads += 1
+        if key == LATEST_CANCEL:
+            self.latest_reads += 1
         return await super()._get_memo(key)
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        if key == CANCELS:
-            self.record_reads += 1
-        return await super()._read_state(key)
 
 
 async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_cancels(
@@ -103,7 +101,9 @@ async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_
         *(watch.start(f"job-{n}", Cancellation(), now) for n in range(50))
     )
     assert all(started)
-    assert (broker.record_reads, broker.mark_reads) == (1, 0)
+    assert (broker.latest_reads, broker.mark_reads) == (1, 0)
+    assert await watch.start("job-next", Cancellation(), now)  # a later pass: a read of its own
+    assert broker.latest_reads == 2
 
 
 async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:
@@ -112,7 +112,7 @@ async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: 
     job_id = await broker.enqueue("counted")
     [delivery] = await broker.receive(1, 1)
     enqueued_at = decode_message(delivery.body).enqueued_at
-    assert await cancel_job(broker, job_id)  # moves the record on, with its time
+    assert await cancel_job(broker, job_id)  # keeps the latest cancel's time
     assert not await watch.start(job_id, Cancellation(), enqueued_at)
     assert broker.mark_reads == 1
     later = time.time() + MARGIN + 1  # a job enqueued long after the latest cancel
@@ -120,14 +120,15 @@ async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: 
     assert broker.mark_reads == 1  # not read: no cancel can name it
 
 
-async def test_a_cancels_record_of_an_older_version_makes_every_run_read_its_mark(
+async def test_a_latest_cancel_memo_it_cannot_read_makes_every_run_read_its_mark(
     queue_name: str,
 ) -> None:
     broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
-    assert await broker.write_state(CANCELS, b"7", version=None)  # a count, no time
+    assert await broker.put_memo(LATEST_CANCEL, b"not a time", ttl=60)
     watch = CancelWatch(broker, Observer())
     assert await watch.start("job-1", Cancellation(), time.time() + 10 * MARGIN)
     assert broker.mark_reads == 1
-    for junk in (b"{}", b"[1]", b'{"count": 1, "latest_at": "x"}', b"\xff"):
-        assert decode_cancels(junk).latest_at is None
-    assert decode_cancels(Cancels(3, 12.5).encode()) == Cancels(3, 12.5)
+    for junk in (b"x", b"nan", b"inf", b"\xff"):
+        assert decode_latest_cancel(junk) == math.inf
+    assert decode_latest_cancel(b"12.5") == 12.5
+    assert decode_latest_cancel(None) is None

@@ -103,6 +103,8 @@ class Memos:
             raise BrokerError(f"{what}: {exc}") from None
         finally:
             line.waiting.pop(correlation, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # failed by a closing line while the publish failed too
         result = (answer.headers or {}).get(RESULT)
         if result == "error":
             raise BrokerError(f"{what}: refused by the broker: {(answer.headers or {}).get(ERROR)}")

@@ -91,38 +91,23 @@ class ResultError(FrameworkMError):
     """A return value cannot be kept: not JSON, or larger than :data:`MAX_RESULT`."""
 
 
-#: The state record whose version moves with every cancel: workers wait on it. It holds
-#: ``{"count": n, "latest_at": unix seconds}``, the time of the latest cancel.
+#: The state record whose version moves with every cancel: workers wait on it.
 CANCELS = "jobs:cancels"
+#: The memo holding the time of the latest cancel (unix seconds, as text), kept for the
+#: longest memo ttl: no cancel mark outlives it.
+LATEST_CANCEL = "cancels:latest"
 
 
-@dataclass(frozen=True, slots=True)
-class Cancels:
-    """The cancels record: how many cancels so far, and when the latest was asked (None:
-    a record of an older version, which says only the count)."""
-
-    count: int = 0
-    latest_at: float | None = None
-
-    def encode(self) -> bytes:
-        return json.dumps({"count": self.count, "latest_at": self.latest_at}).encode()
-
-
-def decode_cancels(value: bytes) -> Cancels:
-    """The cancels record as written by any version; anything else reads as "a cancel,
-    time unknown", so that every run then checks its mark."""
-    if value.isdigit():
-        return Cancels(int(value))
+def decode_latest_cancel(value: bytes | None) -> float | None:
+    """The latest cancel's time; None when there was none, ``inf`` (every run reads
+    its mark) when the memo holds anything else."""
+    if value is None:
+        return None
     try:
-        found = json.loads(value)
-        count, latest = found["count"], found["latest_at"]
-    except (ValueError, TypeError, KeyError):
-        return Cancels(1)
-    if not isinstance(count, int) or isinstance(count, bool):
-        return Cancels(1)
-    if isinstance(latest, bool) or not isinstance(latest, int | float) or not math.isfinite(latest):
-        return Cancels(count)
-    return Cancels(count, float(latest))
+        found = float(value)
+    except (ValueError, UnicodeDecodeError):
+        return math.inf
+    return found if math.isfinite(found) else math.inf
 
 
 def status_key(job_id: str) -> str:

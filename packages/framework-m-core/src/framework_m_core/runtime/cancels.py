@@ -6,22 +6,24 @@ later, and :class:`CancelWatch` (waiting on that record while runs are registere
 reads the marks of the runs it has and stops the cancelled ones.
 
 Cancels are rare, so a run reads its mark only when one may be there: the runs that
-register in one pass of the event loop share one read of the cancels record, begun
-after they registered, and a job enqueued more than :data:`MARGIN` seconds after the
-latest cancel cannot be marked (a cancel names a job that was enqueued before it).
+register in one pass of the event loop share one read of the memo of the latest
+cancel's time (written before the cancels record moves), begun after they registered;
+a job enqueued more than :data:`MARGIN` seconds after it cannot be marked (a cancel
+names a job enqueued before it), and without it no mark is left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable
 
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
-from ..ports.statuses import CANCELS, Cancels, cancel_key, decode_cancels
+from ..ports.statuses import CANCELS, LATEST_CANCEL, cancel_key, decode_latest_cancel
 from .events import first_of, reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
@@ -68,7 +70,7 @@ class CancelWatch:
         self._runs: dict[str, Cancellation] = {}
         self._registered = asyncio.Event()
         self._closed = asyncio.Event()
-        self._joining: asyncio.Future[Cancels | None] | None = None  # a read not begun yet
+        self._joining: asyncio.Future[float | None] | None = None  # a read not begun yet
 
     def close(self) -> None:
         """End :meth:`run` at its next turn (within :data:`POLL` seconds): a broker
@@ -81,10 +83,8 @@ class CancelWatch:
         self._runs[job_id] = cancellation
         self._registered.set()
         try:
-            cancels = await self._latest()
-            maybe = cancels is not None and (
-                cancels.latest_at is None or enqueued_at <= cancels.latest_at + MARGIN
-            )
+            latest = await self._latest()
+            maybe = latest is not None and enqueued_at <= latest + MARGIN
             marked = maybe and await self.broker.get_memo(cancel_key(job_id)) is not None
         except Exception as exc:  # a mark not read is a run not stopped: say so, go on
             reraise_if_cancelled()
@@ -95,23 +95,22 @@ class CancelWatch:
             self.end(job_id)
         return not marked
 
-    async def _latest(self) -> Cancels | None:
-        """The cancels record, read after the caller registered; one read serves every
-        run that registers before it begins."""
+    async def _latest(self) -> float | None:
+        """The latest cancel's time, read after the caller registered; one read serves
+        every run that registers before it begins."""
         if self._joining is None:
             self._joining = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().create_task(self._read(self._joining))
         return await asyncio.shield(self._joining)
 
-    async def _read(self, answer: asyncio.Future[Cancels | None]) -> None:
+    async def _read(self, answer: asyncio.Future[float | None]) -> None:
         self._joining = None  # runs registering from now on wait for the next read
         try:
-            entry = await self.broker.read_state(CANCELS)
+            found = decode_latest_cancel(await self.broker.get_memo(LATEST_CANCEL))
         except Exception as exc:  # every run waiting for it reads its own mark instead
-            answer.set_result(Cancels(1))
-            log.debug("cancels: not read (%s); each run reads its mark", exc)
-            return
-        answer.set_result(None if entry is None else decode_cancels(entry.value))
+            log.debug("cancels: the latest cancel not read (%s); each run reads its mark", exc)
+            found = math.inf
+        answer.set_result(found)
 
     def end(self, job_id: str) -> None:
         self._runs.pop(job_id, None)

@@ -21,15 +21,15 @@ from ..errors import (
     UnknownJobError,
 )
 from ..ports.capabilities import Capability
+from ..ports.memos import MAX_MEMO_TTL
 from ..ports.messages import MAX_ID_LENGTH, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import (
     CANCELS,
-    Cancels,
+    LATEST_CANCEL,
     JobState,
     JobStatus,
     cancel_key,
-    decode_cancels,
     decode_status,
     encode_status,
     pending_ttl,
@@ -153,6 +153,7 @@ async def cancel_job(broker: BrokerProtocol, job_id: str) -> bool:
     now = time.time()
     ttl = pending_ttl(0.0, status.due_at, now)
     await broker.put_memo(cancel_key(job_id), b"cancelled by request", ttl=ttl)
+    await broker.put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)
     if status.state in (JobState.QUEUED, JobState.SCHEDULED):
         done = dataclasses.replace(
             status, state=JobState.CANCELLED, finished_at=now, error="cancelled by request"
@@ -169,9 +170,8 @@ async def _announce(broker: BrokerProtocol) -> None:
     for attempt in range(50):
         await contention_pause(attempt)
         entry = await broker.read_state(CANCELS)
-        count = decode_cancels(entry.value).count if entry is not None else 0
+        count = int(entry.value) if entry is not None and entry.value.isdigit() else 0
         version = None if entry is None else entry.version
-        moved = Cancels(count + 1, time.time()).encode()
-        if await broker.write_state(CANCELS, moved, version=version) is not None:
+        if await broker.write_state(CANCELS, b"%d" % (count + 1), version=version) is not None:
             return
     raise BrokerError("cancel: the cancels record kept changing; the mark is set, try again")
