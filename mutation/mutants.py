@@ -1322,8 +1322,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a waiting job cancelled never runs",
         f"{CORE}/runtime/execution.py",
-        "            if not await self.cancels.start(message.id, cancellation, message.enqueued_at):\n",
-        "            if not await self.cancels.start(message.id, cancellation, message.enqueued_at) and False:\n",
+        "            if not await self.cancels.start("
+        "message.id, cancellation, message.enqueued_at):\n",
+        "            if not await self.cancels.start("
+        "message.id, cancellation, message.enqueued_at) and False:\n",
         "test_a_waiting_job_cancelled_never_runs",
     ),
     m(
