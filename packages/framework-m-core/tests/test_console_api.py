@@ -141,6 +141,11 @@ async def test_the_page_signs_in_to_a_strict_httponly_cookie_and_sends_its_csrf_
         headers={"X-CSRF-Token": csrf, "Origin": "https://evil.example"},
     )
     assert other_site.status_code == 403
+    behind_tls = await client.post(  # the page over https, the console behind a proxy
+        "/api/schedules/minutely/resume",
+        headers={"X-CSRF-Token": csrf, "Origin": "https://console.test"},
+    )
+    assert behind_tls.status_code == 200
     assert not (await control.read(memory, "minutely")).paused
     done = await client.post(
         "/api/schedules/minutely/pause", headers={"X-CSRF-Token": csrf, "Origin": ORIGIN}

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -260,11 +261,13 @@ def _peer(request: Request) -> str:
 
 
 def _same_origin(request: Request) -> bool:
-    """No Origin (not a browser's cross-site request), or this console's own."""
+    """No Origin (not a browser's cross-site request), or one naming this console's
+    host. The scheme is not compared: behind a TLS proxy the page is https and the
+    console sees http."""
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 async def _body(request: Request) -> dict[str, Any]:
