@@ -262,6 +262,13 @@ def _the_page_requeues_a_dead_letter(
     assert "is missing" in row.inner_text()
     marker.touch()  # from now on the job succeeds
     row.locator("input[type=checkbox]").check()
+    drawn = int(tab.locator("main").get_attribute("data-refreshes") or 0)
+    tab.fill("#dead-letters-q", job_id + " ")  # the list is drawn again...
+    poll(
+        "the list drawn again",
+        lambda: int(tab.locator("main").get_attribute("data-refreshes") or 0) > drawn,
+    )
+    assert row.locator("input[type=checkbox]").is_checked()  # ...and the choice stays
     tab.click("#requeue")
     tab.locator("#message", has_text="Requeued 1 dead letter(s)").wait_for()
     poll("the requeued job ran", lambda: f"fails_until {job_id}" in status.read_text())

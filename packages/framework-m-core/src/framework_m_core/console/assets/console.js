@@ -11,6 +11,7 @@ const state = {
   limit: 50,
   totals: {},
   job: null,
+  selected: new Set(), // dead-letter keys checked: they stay checked across refreshes
 };
 const $ = (sel, root = document) => root.querySelector(sel);
 
@@ -215,7 +216,6 @@ async function loadDeadLetters() {
   pager("dead-letters", data.total);
   const body = $("#dead-letters tbody");
   body.replaceChildren();
-  $("#all-letters").checked = false;
   for (const d of data.items) {
     const row = document.createElement("tr");
     row.dataset.key = d.key;
@@ -223,6 +223,11 @@ async function loadDeadLetters() {
     const box = document.createElement("input");
     box.type = "checkbox";
     box.value = d.key;
+    box.checked = state.selected.has(d.key);
+    box.addEventListener("change", () => {
+      if (box.checked) state.selected.add(d.key);
+      else state.selected.delete(d.key);
+    });
     box.setAttribute("aria-label", `Select ${d.job_id}`);
     pick.appendChild(box);
     row.appendChild(pick);
@@ -245,12 +250,14 @@ async function loadDeadLetters() {
 }
 
 function settleLetters(action) {
-  const keys = [...document.querySelectorAll("#dead-letters tbody input:checked")].map((b) => b.value);
+  const keys = [...state.selected];
   if (!keys.length) {
     say("Select dead letters first", true);
     return;
   }
   if (action === "purge" && !confirm(`Purge ${keys.length} dead letter(s)?`)) return;
+  state.selected.clear();
+  $("#all-letters").checked = false;
   change(`/api/dead-letters/${action}`, { keys }, `${action === "requeue" ? "Requeued" : "Purged"} ${keys.length} dead letter(s)`);
 }
 
@@ -313,6 +320,8 @@ async function refresh() {
   } catch (error) {
     say(error.message, true);
   }
+  const main = $("main"); // how many times the page has been drawn: tests wait on it
+  main.dataset.refreshes = String(Number(main.dataset.refreshes || 0) + 1);
 }
 
 function show(tab) {
@@ -343,7 +352,11 @@ async function start() {
   $("#requeue").addEventListener("click", () => settleLetters("requeue"));
   $("#purge").addEventListener("click", () => settleLetters("purge"));
   $("#all-letters").addEventListener("change", (e) => {
-    for (const box of document.querySelectorAll("#dead-letters tbody input")) box.checked = e.target.checked;
+    for (const box of document.querySelectorAll("#dead-letters tbody input")) {
+      box.checked = e.target.checked;
+      if (box.checked) state.selected.add(box.value);
+      else state.selected.delete(box.value);
+    }
   });
   $("#job-form").addEventListener("submit", (e) => {
     e.preventDefault();
