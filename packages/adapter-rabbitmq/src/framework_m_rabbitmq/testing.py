@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aio_pika
@@ -31,10 +32,26 @@ class RabbitNamespace(Namespace):
         return with_options(self.server, queue=self.name, **options)
 
     async def drop(self) -> None:
+        """Delete everything of the namespace. Deletions are idempotent, so a drop the
+        broker broke off is tried again: RabbitMQ 3.10 can close the connection with
+        INTERNAL_ERROR when a quorum queue is deleted while its dead-letter worker is
+        still starting, right after a node restart."""
         if self.management is not None:
             await ManagementAPI(self.management, self.server).delete_policy(
                 f"framework-m.{self.name}"
             )
+        failure: Exception | None = None
+        for attempt in range(3):
+            if attempt:
+                await asyncio.sleep(1.0)
+            try:
+                await self._drop_once()
+                return
+            except aio_pika.exceptions.AMQPException as exc:
+                failure = exc
+        raise BrokerError(f"cannot drop namespace {self.name}: {failure}")
+
+    async def _drop_once(self) -> None:
         connection = await aio_pika.connect(self.server)
         try:
             channel = await connection.channel()
@@ -49,8 +66,6 @@ class RabbitNamespace(Namespace):
             await channel.exchange_delete(f"{self.name}.dedup")
             await channel.exchange_delete(f"{self.name}.memos")  # its memos go with it
             await _drop_state(connection, self.name)
-        except aio_pika.exceptions.AMQPException as exc:
-            raise BrokerError(f"cannot drop namespace {self.name}: {exc}") from None
         finally:
             await connection.close()
 
