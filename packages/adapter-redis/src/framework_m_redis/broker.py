@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError, ResponseError
 
@@ -89,6 +89,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._held: dict[_Entry, Delivery] = {}  # unsettled, released on close
         # Each job still waits for its own entry's code; a failed call fails them all.
         self._acks: PassBatch[_Entry, int] = PassBatch(self._ack_many, most=scripts.ACK_MOST)
+        self._memo_puts: PassBatch[_MemoPut, bool] = PassBatch(
+            self._put_memos, most=scripts.MEMO_PUTS_MOST
+        )
 
     @property
     def visibility_timeout(self) -> float:
@@ -150,8 +153,11 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     # -- publishing --------------------------------------------------------------------
 
+    memos_in_publish = True  # the ENQUEUE script creates them with the job
+
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
-        call = publishing.enqueue_call(self.settings, message, body)
+        memos = self.enqueue_memos(message, message.id)
+        call = publishing.enqueue_call(self.settings, message, body, memos)
         return publishing.result(message, await self._run("ENQUEUE", **call))
 
     async def _publish_many(
@@ -161,7 +167,14 @@ class RedisBroker(BaseBroker[RedisSettings]):
             return await super()._publish_many(messages, bodies)
         self._connected(self._client)
         script = self._scripts["ENQUEUE"]
-        return await publishing.publish_many(self.client, script, self.settings, messages, bodies)
+        return await publishing.publish_many(
+            self.client,
+            script,
+            self.settings,
+            messages,
+            bodies,
+            lambda message: self.enqueue_memos(message, message.id),
+        )
 
     async def requeue(self, body: bytes) -> None:
         try:
@@ -345,15 +358,30 @@ class RedisBroker(BaseBroker[RedisSettings]):
     # -- memos: keys with a PX expiry, made by SET ... NX when creating ----------------
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        ms = max(1, round(ttl * 1000))
-        with publishing.redis_errors("memo put", self.settings):
-            done = await self.client.set(self.settings.memo_key(key), value, px=ms, nx=create)
-        return bool(done)
+        self._connected(self._client)
+        put = _MemoPut(self.settings.memo_key(key), value, max(1, round(ttl * 1000)), create)
+        return await self._memo_puts.submit(put)
+
+    async def _put_memos(self, calls: Calls[_MemoPut, bool]) -> None:
+        """The memo puts of one pass (the statuses of the jobs ending in it) in one call."""
+        args: list[Any] = []
+        for put, _ in calls:
+            args += (put.value, put.ms, "1" if put.create else "0")
+        done = await self._run("MEMO_PUTS", [put.key for put, _ in calls], args)
+        for (_, future), code in zip(calls, done, strict=True):
+            answer(future, bool(code))
 
     async def _get_memo(self, key: str) -> bytes | None:
         with publishing.redis_errors("memo get", self.settings):
             found = await self.client.get(self.settings.memo_key(key))
         return None if found is None else bytes(found)
+
+
+class _MemoPut(NamedTuple):
+    key: str  # the Redis key
+    value: bytes
+    ms: int
+    create: bool
 
 
 def _entry(delivery: Delivery) -> _Entry:

@@ -4,12 +4,12 @@ a batch goes through a pipeline, one round trip per 500 jobs."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from framework_m_core.ports import BrokerError, JobMessage, PublishResult
+from framework_m_core.ports import BrokerError, EnqueueMemo, JobMessage, PublishResult
 
 from .schema import text
 from .settings import RedisSettings
@@ -33,16 +33,20 @@ def redis_errors(name: str, s: RedisSettings) -> Iterator[None]:
         raise BrokerError(f"redis {name.lower()} failed: {exc}") from None
 
 
-def enqueue_call(s: RedisSettings, message: JobMessage, body: bytes) -> dict[str, list[Any]]:
-    """The ENQUEUE script's keys and arguments for ``message``."""
+def enqueue_call(
+    s: RedisSettings, message: JobMessage, body: bytes, memos: Sequence[EnqueueMemo] = ()
+) -> dict[str, list[Any]]:
+    """The ENQUEUE script's keys and arguments for ``message``, creating ``memos`` with it."""
     dedup = message.deduplication_id
     deadline = "" if message.not_after is None else int(message.not_after * 1000)
     due = "" if message.due_ms is None else message.due_ms
-    return {
-        "keys": [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed],
-        "args": [message.id, body, int(s.dedup_window * 1000), s.max_len,
-                 "1" if dedup else "0", deadline, due],
-    }  # fmt: skip
+    keys = [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed]
+    args = [message.id, body, int(s.dedup_window * 1000), s.max_len,
+            "1" if dedup else "0", deadline, due]  # fmt: skip
+    for memo in memos:
+        keys.append(s.memo_key(memo.key))
+        args += (memo.value, max(1, round(memo.ttl * 1000)))
+    return {"keys": keys, "args": args}
 
 
 def result(message: JobMessage, reply: Sequence[Any]) -> PublishResult:
@@ -62,6 +66,7 @@ async def publish_many(
     s: RedisSettings,
     messages: Sequence[JobMessage],
     bodies: Sequence[bytes],
+    memos: Callable[[JobMessage], Sequence[EnqueueMemo]],
 ) -> list[PublishResult]:
     """ENQUEUE each message through pipelines, in order (a duplicate of an earlier job of
     the batch sees it stored)."""
@@ -71,7 +76,8 @@ async def publish_many(
         with redis_errors("ENQUEUE", s):
             pipe = client.pipeline(transaction=False)
             for i in chunk:
-                await script(**enqueue_call(s, messages[i], bodies[i]), client=pipe)
+                call = enqueue_call(s, messages[i], bodies[i], memos(messages[i]))
+                await script(**call, client=pipe)
             replies = await pipe.execute()
         out += [result(messages[i], reply) for i, reply in zip(chunk, replies, strict=True)]
     return out

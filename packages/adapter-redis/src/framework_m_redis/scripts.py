@@ -1,8 +1,10 @@
 """Lua scripts: each one step that Redis runs atomically. Every key is in one hash slot."""
 
-# KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set
+# KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set,
+#       then the memo keys to create with the job (its status; a tick's slot)
 # ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"),
-#       not_after in unix ms ("" for none), due in unix ms ("" for now)
+#       not_after in unix ms ("" for none), due in unix ms ("" for now),
+#       then value and ttl ms of each memo
 # Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
 # arrived after its not_after (say, a command Redis ran only once a pause ended).
 # A job with a due time waits in the delayed set (as a retry does) until PROMOTE.
@@ -25,6 +27,9 @@ if ARGV[7] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[7], '0\\n' .. ARGV[2])
 else
   redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
+end
+for i = 4, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2 * i], 'PX', ARGV[2 * i + 1], 'NX')
 end
 return {1, ARGV[1]}
 """
@@ -237,8 +242,28 @@ redis.call('HSET', KEYS[1], 'v', new, 'd', ARGV[2])
 return new
 """
 
+# Memos: one string key each, with a PX expiry. The puts of one pass, together.
+# KEYS: the memo keys. ARGV: value, ttl ms, create ("1": only where there is none) of each.
+# Returns 1 or 0 per key: written, or not (a create over an unexpired memo).
+MEMO_PUTS_MOST = 500
+MEMO_PUTS = """
+local out = {}
+for i = 1, #KEYS do
+  local v, ms = ARGV[3 * i - 2], ARGV[3 * i - 1]
+  local done
+  if ARGV[3 * i] == '1' then
+    done = redis.call('SET', KEYS[i], v, 'PX', ms, 'NX')
+  else
+    done = redis.call('SET', KEYS[i], v, 'PX', ms)
+  end
+  out[i] = done and 1 or 0
+end
+return out
+"""
+
 NAMES = (
     "ENQUEUE",
+    "MEMO_PUTS",
     "ACK",
     "RETRY",
     "RELEASE",

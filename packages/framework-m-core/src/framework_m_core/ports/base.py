@@ -21,7 +21,7 @@ from .leases import validate_lease_text, validate_limit, validate_ttl
 from .memos import validate_memo_key, validate_memo_ttl, validate_memo_value
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
-from .records import BatchJob, BrokerStats, PublishResult, StateEntry
+from .records import BatchJob, BrokerStats, EnqueueMemo, PublishResult, StateEntry
 from .schema import SchemaPlan, SchemaRaceError
 from .state import (
     validate_state_key,
@@ -181,25 +181,38 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
         result = await self._publish(message, self._body(message))
         self._count(message, result)
-        if not result.duplicate:
+        if not result.duplicate and not self.memos_in_publish:
             await self._note_enqueued(message, result.job_id)
         return result
 
-    async def _note_enqueued(self, message: JobMessage, job_id: str) -> None:
-        """Keep the status of a job just stored (brokers with memos, unless its ``keep``
-        is 0); a tick's slot names its job too. A failure is logged: the job is stored,
-        and its worker keeps its status from its start on."""
+    #: Whether :meth:`_publish` (and :meth:`_publish_many`) create the memos of
+    #: :meth:`enqueue_memos` themselves, in the step that stores the job; else they are
+    #: created after it, one call each.
+    memos_in_publish: bool = False
+
+    def enqueue_memos(self, message: JobMessage, job_id: str) -> list[EnqueueMemo]:
+        """The memos an enqueue of ``message`` creates once its job is stored as
+        ``job_id`` (none on brokers without memos, or when its ``keep`` is 0): the job's
+        status, and for a tick the memo naming the job its slot was enqueued as. Each is
+        created, never overwriting: a worker that ran the job first wrote a later state."""
         if Capability.MEMOS not in self.capabilities or message.keep == 0:
-            return
+            return []
         now = time.time()
         keep = message.keep if message.keep is not None else statuses.PENDING_KEEP
         ttl = statuses.pending_ttl(keep, message.not_before, now)
         record = statuses.encode_status(statuses.enqueued_status(message, job_id))
+        memos = [EnqueueMemo(statuses.status_key(job_id), record, ttl)]
+        dedup = message.deduplication_id
+        if message.scheduled_at is not None and dedup is not None:
+            memos.append(EnqueueMemo(statuses.slot_key(dedup), job_id.encode(), ttl))
+        return memos
+
+    async def _note_enqueued(self, message: JobMessage, job_id: str) -> None:
+        """Create :meth:`enqueue_memos` of a job just stored. A failure is logged: the
+        job is stored, and its worker keeps its status from its start on."""
         try:
-            await self._put_memo(statuses.status_key(job_id), record, ttl, True)
-            dedup = message.deduplication_id
-            if message.scheduled_at is not None and dedup is not None:
-                await self._put_memo(statuses.slot_key(dedup), job_id.encode(), ttl, True)
+            for memo in self.enqueue_memos(message, job_id):
+                await self._put_memo(memo.key, memo.value, memo.ttl, True)
         except Exception as exc:
             log.warning(
                 "%s[%s] is enqueued but its status is not kept yet (%s)",
@@ -241,6 +254,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         results = await self._publish_many(messages, bodies)
         for message, result in zip(messages, results, strict=True):
             self._count(message, result)
+        if self.memos_in_publish:
+            return [result.job_id for result in results]
         new = [(m, r.job_id) for m, r in zip(messages, results, strict=True) if not r.duplicate]
         for start in range(0, len(new), _BATCH_IN_FLIGHT):
             await asyncio.gather(

@@ -29,6 +29,14 @@ class StateEntry(NamedTuple):
     version: int  # positive; every write of the key gives a greater one
 
 
+class EnqueueMemo(NamedTuple):
+    """A memo an enqueue creates with the job it stores (its status, its slot's job)."""
+
+    key: str
+    value: bytes
+    ttl: float  # seconds
+
+
 class PublishResult(NamedTuple):
     """What a publish did: the job id stored under, and whether it was a duplicate."""
 

@@ -12,8 +12,8 @@ from ...app import App
 from ...errors import JobFailedError, ResultTimeoutError, UnknownJobError
 from ...jobs import JobContext
 from ...ports.capabilities import Capability
-from ...ports.messages import new_job_id
-from ...ports.statuses import MAX_RESULT, JobState
+from ...ports.messages import JobMessage, new_job_id
+from ...ports.statuses import MAX_RESULT, JobState, JobStatus, encode_status, status_key
 from ...tracking.queries import job_status, wait_result
 from ..helpers import BrokerFactory, many, running_worker, wait_until
 from .base import ContractBase
@@ -94,6 +94,21 @@ class StatusContract(ContractBase):
         assert status.started_at is not None
         assert status.finished_at is not None
         assert status.enqueued_at <= status.started_at <= status.finished_at
+
+    @requires(Capability.MEMOS)
+    async def test_an_enqueue_never_overwrites_a_later_status(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        # A worker may finish a job before its enqueue's status lands (an enqueue that
+        # writes it after the store): the enqueue's record must not replace the end.
+        async with many(broker_factory, 1) as (broker,):
+            job_id, now = new_job_id(), time.time()
+            done = JobStatus(job_id, JobState.SUCCEEDED, "add", 1, enqueued_at=now, finished_at=now)
+            await broker.put_memo(status_key(job_id), encode_status(done), ttl=60)
+            message = JobMessage("add", {"a": 1, "b": 2}, id=job_id, enqueued_at=now)
+            assert (await broker.publish(message)).job_id == job_id
+            status = await job_status(broker, job_id)
+        assert (status.state, status.attempts) == (JobState.SUCCEEDED, 1)
 
     @requires(Capability.MEMOS)
     async def test_a_failed_job_raises_its_error_and_says_failed(
