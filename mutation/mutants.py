@@ -30,6 +30,8 @@ SUITES = {
     "control": "packages/framework-m-core/tests/test_schedule_control.py",
     # The worker's status writes: which it saves, and their order.
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
+    # The heartbeat sweep: every long run, and its leases, kept reserved.
+    "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
 }
 
 
@@ -1343,6 +1345,53 @@ MUTANTS: tuple[Mutant, ...] = (
         "                JobState.FAILED,\n",
         "                JobState.SUCCEEDED,\n",
         "test_a_failed_job_raises_its_error_and_says_failed",
+    ),
+    # -- the heartbeat sweep (core, run on memory://) ---------------------------------------
+    m(
+        "core-heartbeat-late",
+        "heartbeats",
+        "a run is extended again a third of the visibility timeout after the last",
+        f"{CORE}/runtime/heartbeats.py",
+        "                    beat.due = now + interval\n",
+        "                    beat.due = now + interval * 3\n",
+        "test_one_sweep_keeps_runs_started_apart_reserved",
+    ),
+    m(
+        "core-heartbeat-not-requeued",
+        "heartbeats",
+        "a run extended once is extended again an interval later",
+        f"{CORE}/runtime/heartbeats.py",
+        "                    self._beats[id(beat)] = beat\n",
+        "",
+        "test_one_sweep_keeps_runs_started_apart_reserved",
+    ),
+    m(
+        "core-heartbeat-stop-ignored",
+        "heartbeats",
+        "a stopped run's delivery is no longer extended",
+        f"{CORE}/runtime/heartbeats.py",
+        "        self._beats.pop(id(beat), None)\n",
+        "",
+        "test_one_sweep_keeps_runs_started_apart_reserved",
+    ),
+    m(
+        "core-heartbeat-leases-dropped",
+        "heartbeats",
+        "a long run keeps its leases",
+        f"{CORE}/runtime/heartbeats.py",
+        "        for key in beat.held:\n",
+        "        for key in ():\n",
+        "test_a_long_run_keeps_its_lease_past_the_lease_ttl",
+    ),
+    m(
+        "core-heartbeat-never-started",
+        "memory",
+        "a job running past the visibility timeout stays reserved",
+        f"{CORE}/runtime/execution.py",
+        "        beat = self.heartbeats.start(delivery, held, holder)\n",
+        "        beat = self.heartbeats.start(delivery, held, holder)\n"
+        "        self.heartbeats.stop(beat)\n",
+        "test_a_job_running_past_the_visibility_timeout_stays_reserved",
     ),
     # -- cancelling jobs (core, run on memory://) -----------------------------------------
     m(

@@ -32,6 +32,7 @@ from ..ports.records import Delivery
 from ..ports.statuses import JobState, ResultError, encode_result
 from . import leases
 from .cancels import Cancellation, CancelWatch
+from .heartbeats import Heartbeats
 from .statuses import RunningNote, StatusNotes
 
 log = logging.getLogger("framework_m.worker")
@@ -125,6 +126,7 @@ class Execution:
         self.on_waiting: Callable[[int], None] = lambda delta: None
         self.notes = StatusNotes(broker, self.observer)
         self.cancels = CancelWatch(broker, self.observer)
+        self.heartbeats = Heartbeats(broker)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
 
     def _job_name(self, name: str | None) -> str:
@@ -290,7 +292,7 @@ class Execution:
     ) -> None:
         """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
         is this run's. Waiting uses no attempt and no place of the worker's."""
-        heartbeat = _Heartbeat(self.broker, delivery, also_held, holder)
+        beat = self.heartbeats.start(delivery, also_held, holder)
         self.stats.waiting += 1
         self.on_waiting(1)
         self.observer.waiting(spec.name, 1)
@@ -301,7 +303,7 @@ class Execution:
                 if await self._acquire(key, holder, ttl, limit):
                     return
         finally:
-            heartbeat.cancel()
+            self.heartbeats.stop(beat)
             self.stats.waiting -= 1
             self.on_waiting(-1)
             self.observer.waiting(spec.name, -1)
@@ -466,7 +468,7 @@ class Execution:
         """Run the handler; return what went wrong (None on success) and its return value
         as JSON when it is kept (a value that cannot be kept fails the attempt)."""
         holder = leases.holder_of(message.id) if held else ""
-        heartbeat = _Heartbeat(self.broker, delivery, held, holder)
+        beat = self.heartbeats.start(delivery, held, holder)
         cancellation = self._cancellations.get(message.id)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
@@ -511,7 +513,7 @@ class Execution:
         except Exception as exc:
             return _Failure(f"{type(exc).__name__}: {exc}", exc), None
         finally:
-            heartbeat.cancel()
+            self.heartbeats.stop(beat)
             self.observer.running(-1)
         logger.info(
             "%s[%s] succeeded in %.3fs (attempt %d)",
@@ -577,58 +579,3 @@ class Execution:
             self.observer.job_finished(name, "dead_lettered", duration)
             logger = job_log if message is None else _job_log(message, delivery)
             logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))
-
-
-class _Heartbeat:
-    """Extends a running job's reservation, and the leases it holds, every third of the
-    visibility timeout.
-
-    Most jobs end before the first extension is due, so its task starts only then:
-    a timer costs a job far less than a task.
-    """
-
-    def __init__(
-        self,
-        broker: BrokerProtocol,
-        delivery: Delivery,
-        held: Sequence[str] = (),
-        holder: str = "",
-    ) -> None:
-        self._broker = broker
-        self._delivery = delivery
-        self._held, self._holder = held, holder
-        self._lost: set[str] = set()
-        self._interval = max(0.05, broker.visibility_timeout / 3)
-        self._task: asyncio.Task[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(self._interval, self._start)
-
-    def _start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._beat())
-
-    async def _beat(self) -> None:
-        while True:
-            try:
-                await self._broker.extend(self._delivery)
-            except Exception as exc:
-                log.warning("could not extend a running job's reservation: %s", exc)
-            for key in self._held:
-                await self._extend(key)
-            await asyncio.sleep(self._interval)
-
-    async def _extend(self, key: str) -> None:
-        try:
-            if await self._broker.extend_lease(key, self._holder) or key in self._lost:
-                return
-            self._lost.add(key)
-            log.warning(
-                "%s lost lease %s (not extended in time): another run may start meanwhile",
-                self._holder,
-                key,
-            )
-        except Exception as exc:
-            log.warning("could not extend lease %s: %s", key, exc)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()

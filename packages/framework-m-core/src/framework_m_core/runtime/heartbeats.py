@@ -1,0 +1,114 @@
+"""Heartbeats: the reservations of a worker's running jobs, and the leases they hold,
+extended every third of the visibility timeout.
+
+One task sweeps them all, and only while some run long enough to need it: a job
+that ends before its first extension is due costs two dict operations, no timer
+and no task. Every run is due the same interval after it started (or was last
+extended), so the runs are kept in due order by appending, and a sweep takes them
+from the front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from ..ports.protocols import BrokerProtocol
+from ..ports.records import Delivery
+
+log = logging.getLogger("framework_m.worker")
+
+
+class Beat:
+    """One running job's delivery, and the leases (keys, under ``holder``) it holds."""
+
+    __slots__ = ("delivery", "due", "held", "holder", "lost")
+
+    def __init__(self, delivery: Delivery, held: Sequence[str], holder: str, due: float) -> None:
+        self.delivery = delivery
+        self.held, self.holder = held, holder
+        self.due = due  # time.monotonic() of its next extension
+        self.lost: set[str] = set()  # leases it was told it no longer holds
+
+
+class Heartbeats:
+    """The heartbeats of one worker's runs, on ``broker``."""
+
+    def __init__(self, broker: BrokerProtocol) -> None:
+        self._broker = broker
+        self._beats: dict[int, Beat] = {}  # by id(), oldest due first
+        self._task: asyncio.Task[None] | None = None
+        self._sleeping = False
+
+    @property
+    def interval(self) -> float:
+        return max(0.05, self._broker.visibility_timeout / 3)
+
+    def __len__(self) -> int:
+        return len(self._beats)
+
+    def start(self, delivery: Delivery, held: Sequence[str] = (), holder: str = "") -> Beat:
+        """Keep ``delivery`` (and ``held``) reserved until :meth:`stop`."""
+        beat = Beat(delivery, held, holder, time.monotonic() + self.interval)
+        self._beats[id(beat)] = beat
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._sweep())
+        return beat
+
+    def stop(self, beat: Beat) -> None:
+        """Stop extending ``beat``'s delivery (an extension under way still lands)."""
+        self._beats.pop(id(beat), None)
+        if not self._beats and self._task is not None and self._sleeping:
+            self._task.cancel()  # asleep: no broker call is cut short
+            self._task = None
+
+    async def _sweep(self) -> None:
+        me = asyncio.current_task()
+        try:
+            while self._beats:
+                wait = next(iter(self._beats.values())).due - time.monotonic()
+                if wait > 0:
+                    self._sleeping = True
+                    try:
+                        await asyncio.sleep(wait)
+                    finally:
+                        self._sleeping = False
+                    continue
+                now = time.monotonic()
+                due: list[Beat] = []
+                for beat in self._beats.values():
+                    if beat.due > now:
+                        break
+                    due.append(beat)
+                interval = self.interval
+                for beat in due:  # to the back: due again an interval from now
+                    del self._beats[id(beat)]
+                    beat.due = now + interval
+                    self._beats[id(beat)] = beat
+                await asyncio.gather(*(self._extend(beat) for beat in due))
+        finally:
+            if self._task is me:
+                self._task = None
+
+    async def _extend(self, beat: Beat) -> None:
+        try:
+            await self._broker.extend(beat.delivery)
+        except Exception as exc:
+            log.warning("could not extend a running job's reservation: %s", exc)
+        for key in beat.held:
+            await self._extend_lease(beat, key)
+
+    async def _extend_lease(self, beat: Beat, key: str) -> None:
+        try:
+            if await self._broker.extend_lease(key, beat.holder) or key in beat.lost:
+                return
+            beat.lost.add(key)
+            log.warning(
+                "%s lost lease %s (not extended in time): another run may start meanwhile",
+                beat.holder,
+                key,
+            )
+        except Exception as exc:
+            log.warning("could not extend lease %s: %s", key, exc)
