@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import nats
 import nats.errors
@@ -34,14 +33,15 @@ from framework_m_core.ports import (
 from framework_m_core.ports import Capability as C
 
 from . import (
+    confirms,
     deadletters,
     delays,
     events,
-    fetching,
     greeting,
     leases,
     memos,
     publishing,
+    pulling,
     schema,
     state,
     stats,
@@ -82,8 +82,8 @@ class NatsBroker(BaseBroker[NatsSettings]):
         super().__init__(settings)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._psub: JetStreamContext.PullSubscription | None = None
-        self._pending = 0  # ready messages the last delivery's metadata counted
+        self._puller: pulling.PullConsumer | None = None
+        self._confirms: confirms.Confirms | None = None
         self._window: float | None = None  # read from the server
         self._ack_wait: float | None = None
         self._held: dict[int, Reservation] = {}
@@ -130,27 +130,33 @@ class NatsBroker(BaseBroker[NatsSettings]):
             raise BrokerError(f"cannot connect to {self.display_url}: {describe(exc)}") from None
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
+        self._confirms = confirms.Confirms(nc, publishing.TIMEOUT)
         self._leases.reset()
         self._state.reset()
         self._memos.reset()
-        self._psub, self._held = None, {}
+        self._puller, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
 
     async def close(self) -> None:
         await self._mover.stop()
         self._state.reset()
-        nc, psub, held = self._nc, self._psub, list(self._held.values())
-        self._nc, self._js, self._psub, self._held = None, None, None, {}
+        nc, puller, held = self._nc, self._puller, list(self._held.values())
+        confirmed, self._confirms = self._confirms, None
+        self._nc, self._js, self._puller, self._held = None, None, None, {}
         if nc is None or nc.is_closed:
             return
         try:
+            if confirmed is not None:
+                await confirmed.close()
+            if puller is not None:
+                await puller.stop()
+                for msg in puller.take_all():  # received, never handed over
+                    await msg.nak()
             now = time.monotonic()
             for res in held:  # release what this consumer still holds
                 if not res.settled and res.until > now:
                     await res.msg.nak()
-            if psub is not None:
-                await psub.unsubscribe()
             await nc.flush(timeout=2)  # acks and naks already sent reach the server
         except Exception as exc:
             log.debug("hand-back on close failed: %s", exc)
@@ -200,7 +206,6 @@ class NatsBroker(BaseBroker[NatsSettings]):
         with server_errors("schema sync"):
             await schema.apply(self.js, self.settings, plan)
             await self._read_server_settings()
-        self._psub = None
 
     # -- publishing --------------------------------------------------------------------
 
@@ -218,8 +223,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
         original = await publishing.job_id_at(self.js, self.settings.stream, ack.seq, msg_id)
         return PublishResult(original, duplicate=True)
 
-    async def _publish_once(self, subject: str, body: bytes, headers: dict[str, str]) -> Any:
-        return await publishing.publish_once(await self._link(), self.js, subject, body, headers)
+    async def _publish_once(
+        self, subject: str, body: bytes, headers: dict[str, str]
+    ) -> confirms.PubAck:
+        nc = await self._link()
+        return await publishing.publish_once(
+            nc, self._connected(self._confirms), subject, body, headers
+        )
 
     async def requeue(self, body: bytes) -> None:
         await self._publish_once(self.settings.jobs_subject, body, {})
@@ -229,32 +239,21 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         nc = await self._link()
         self._mover.ensure_running()  # a consumer moves the delayed jobs that fall due
-        psub = await self._subscription()
+        if self._puller is None:
+            s = self.settings
+            self._puller = pulling.PullConsumer(nc, s.stream, s.consumer)
         if not nc.is_connected:
             raise BrokerError(f"{self.display_url} is unreachable: reconnecting")
         with server_errors("fetch"):
-            try:
-                msgs = await fetching.fetch(psub, max_messages, timeout, self._pending)
-            except TimeoutError:
-                self._pending = 0
-                return []
-        self._pending = fetching.pending_after(msgs)
-        until = reserved_until(self.visibility_timeout)
+            msgs = await self._puller.receive(max_messages, timeout)
         out = []
-        for m in msgs:
-            res = Reservation(m, until, nc)
+        for m, arrived in msgs:
+            res = Reservation(m, reserved_until(self.visibility_timeout, arrived), nc)
             self._held[id(res)] = res
-            stored = m.metadata.timestamp.timestamp() if m.metadata.timestamp else None
-            out.append(Delivery(m.data, m.metadata.num_delivered or 1, res, stored))
+            meta = m.metadata
+            stored = meta.timestamp.timestamp() if meta.timestamp else None
+            out.append(Delivery(m.data, meta.num_delivered or 1, res, stored))
         return out
-
-    async def _subscription(self) -> JetStreamContext.PullSubscription:
-        if self._psub is None:
-            with server_errors("binding to the consumer"):
-                self._psub = await self.js.pull_subscribe_bind(
-                    self.settings.consumer, self.settings.stream
-                )
-        return self._psub
 
     def _reserved(self, delivery: Delivery) -> Reservation | None:
         """The delivery's live reservation; None once settled; DeliveryLostError once expired."""
@@ -358,7 +357,9 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
         await self._link()
-        return await self._memos.put(self.js, key, value, ttl, create)
+        return await self._memos.put(
+            self.js, self._connected(self._confirms), key, value, ttl, create
+        )
 
     async def _get_memo(self, key: str) -> bytes | None:
         await self._link()

@@ -16,16 +16,20 @@ import struct
 import time
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from framework_m_core.ports import MAX_MEMO_TTL
 
 from .buckets import LazyBucket
+from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
 
 _EXPIRY = struct.Struct(">Q")
+# A write only where the key has no entry (what nats-py's KeyValue.create sends).
+_CREATE = {"Nats-Expected-Last-Subject-Sequence": "0"}
+_WRONG_LAST_SEQUENCE = 10071
 
 
 def bucket_name(s: NatsSettings) -> str:
@@ -65,21 +69,29 @@ class Memos:
         return raw[_EXPIRY.size :], revision
 
     async def put(
-        self, js: JetStreamContext, key: str, value: bytes, ttl: float, create: bool
+        self,
+        js: JetStreamContext,
+        confirms: Confirms,
+        key: str,
+        value: bytes,
+        ttl: float,
+        create: bool,
     ) -> bool:
         kv = await self._bucket.get(js, create=True)
         assert kv is not None
         stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
         k = _kv_key(key)
+        subject = f"$KV.{self._bucket.name}.{k}"
         with server_errors(f"putting memo {key!r}"):
             if not create:
-                await kv.put(k, stored)
+                await confirms.publish(subject, stored)
                 return True
             try:
-                await kv.create(k, stored)
+                await confirms.publish(subject, stored, _CREATE)
                 return True
-            except KeyWrongLastSequenceError:
-                pass
+            except APIError as exc:
+                if exc.err_code != _WRONG_LAST_SEQUENCE:
+                    raise
             held, revision = await self._entry(kv, key)
             if held is not None or revision is None:
                 return False  # an unexpired memo (or one deleted meanwhile: a race lost)

@@ -11,12 +11,12 @@ import logging
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from framework_m_core.ports import BrokerError, InvalidJobError, MessageDecodeError, decode_message
 
 from . import wire
+from .confirms import Confirms, PubAck
 from .errors import TRANSIENT, describe, server_errors
 
 log = logging.getLogger("framework_m.nats")
@@ -29,7 +29,7 @@ TIMEOUT = 5.0
 
 
 async def publish_once(
-    nc: Client, js: JetStreamContext, subject: str, body: bytes, headers: dict[str, str]
+    nc: Client, confirms: Confirms, subject: str, body: bytes, headers: dict[str, str]
 ) -> PubAck:
     """Publish with retries; refuses what the server would close the connection over."""
     if (size := wire.size_with_headers(body, headers)) > nc.max_payload:
@@ -43,7 +43,7 @@ async def publish_once(
         try:
             if not nc.is_connected:  # never into nats-py's reconnect buffer
                 raise nats.errors.ConnectionReconnectingError
-            return await js.publish(subject, body, headers=headers, timeout=TIMEOUT)
+            return await confirms.publish(subject, body, headers)
         except APIError as exc:
             if exc.err_code != _ERR_DUPLICATE_IN_PROCESS or attempt == _TRIES:
                 raise BrokerError(f"publish to {subject} refused: {describe(exc)}") from None

@@ -20,10 +20,10 @@ from framework_m_core.ports import DeliveryLostError
 MARGIN = 0.1
 
 
-def reserved_until(ack_wait: float) -> float:
-    """The ``time.monotonic()`` by which a delivery received (or extended) now may be
-    delivered again."""
-    return time.monotonic() + ack_wait * (1 - MARGIN)
+def reserved_until(ack_wait: float, since: float | None = None) -> float:
+    """The ``time.monotonic()`` by which a delivery received (or extended) at ``since``
+    (None: now) may be delivered again."""
+    return (time.monotonic() if since is None else since) + ack_wait * (1 - MARGIN)
 
 
 @dataclass(slots=True, eq=False)

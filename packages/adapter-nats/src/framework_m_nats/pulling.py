@@ -1,0 +1,162 @@
+"""Pull requests of framework-m's own on one inbox subscription.
+
+nats-py's ``fetch`` makes a task and a timer for every message it hands over, and
+waits for a full batch once the first message arrived. Here a ``receive`` asks the
+consumer (``$JS.API.CONSUMER.MSG.NEXT``) for what its caller has room for and the
+requests already open do not cover, then hands over whatever has arrived, waiting
+(one timer a receive) only when nothing has. Messages arrive in one subscription
+callback that appends them to a buffer.
+
+A request carries ``no_wait`` with its ``expires``: the server waits (up to
+``expires``) for the first message, then delivers what is ready and ends the request
+at once, so none lingers to take messages nobody asked for any more.
+
+Every request has its own reply subject (``{inbox}.{n}``) so that the status that
+ends it (404 no messages, 408 expired, 409 conflict) is told apart from those of
+earlier requests. A 408 says how many of its batch it did not deliver
+(``Nats-Pending-Messages``), which the count of messages still owed drops by;
+a request whose end never came (a reconnect lost it) is forgotten a little after
+it expired. Messages owed and buffered never exceed what the caller last had room
+for, so a worker holds no more jobs than it has free slots; messages that arrive
+after a receive returned wait in the buffer for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from framework_m_core.ports import BrokerError
+
+_STATUS = "Status"
+_DESCRIPTION = "Description"
+_PENDING = "Nats-Pending-Messages"
+# Seconds after a request's expiry by which its end is taken as lost.
+_LOST_AFTER = 1.0
+# Conflicts (409) that end a request without anything being wrong with the consumer.
+_PASSING = ("exceeded maxwaiting", "leadership change", "exceeds maxbytes", "batch completed")
+
+
+class PullConsumer:
+    """The pull requests of one connection to one durable consumer."""
+
+    def __init__(self, nc: Client, stream: str, consumer: str) -> None:
+        self._nc = nc
+        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._inbox = nc.new_inbox()
+        self._sub: Subscription | None = None
+        self._ready: collections.deque[tuple[Msg, float]] = collections.deque()  # and arrival
+        self._open: dict[str, tuple[int, float]] = {}  # reply subject -> batch, forget-at
+        self._owed = 0  # messages asked for by open requests and not delivered yet
+        self._count = 0
+        self._arrived = asyncio.Event()
+        self._error: BrokerError | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._ready)
+
+    async def start(self) -> None:
+        if self._sub is None:
+            self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_msg)
+
+    async def receive(self, max_messages: int, timeout: float) -> list[tuple[Msg, float]]:
+        """Up to ``max_messages`` messages, each with its ``time.monotonic()`` of arrival
+        (when the server's ack_wait clock was already running): those already here, else
+        the first to arrive within ``timeout`` seconds (and any with it); ``[]`` when
+        none did."""
+        await self.start()
+        self._forget_lost()
+        want = max_messages - len(self._ready) - self._owed
+        if want > 0:
+            await self._ask(want, max(timeout, 0.01))
+        if not self._ready:
+            try:
+                async with asyncio.timeout(timeout):
+                    while not self._ready:
+                        self._raise_error()
+                        self._arrived.clear()
+                        await self._arrived.wait()
+            except TimeoutError:
+                self._raise_error()
+                return []
+        out: list[tuple[Msg, float]] = []
+        while self._ready and len(out) < max_messages:
+            out.append(self._ready.popleft())
+        return out
+
+    def take_all(self) -> list[Msg]:
+        """The messages buffered and not handed over (to hand back on close)."""
+        out = [msg for msg, _ in self._ready]
+        self._ready.clear()
+        return out
+
+    async def stop(self) -> None:
+        """Unsubscribe: requests still open deliver nothing more to this connection."""
+        sub, self._sub = self._sub, None
+        self._open.clear()
+        self._owed = 0
+        if sub is not None:
+            await sub.unsubscribe()
+
+    async def _ask(self, batch: int, expires: float) -> None:
+        self._count += 1
+        reply = f"{self._inbox}.{self._count}"
+        request = {"batch": batch, "expires": int(expires * 1e9), "no_wait": True}
+        self._open[reply] = (batch, time.monotonic() + expires + _LOST_AFTER)
+        self._owed += batch
+        await self._nc.publish(self._next, json.dumps(request).encode(), reply=reply)
+
+    def _forget_lost(self) -> None:
+        now = time.monotonic()
+        for reply, (_, forget_at) in list(self._open.items()):
+            if forget_at <= now:
+                del self._open[reply]
+        if not self._open:
+            self._owed = 0
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    async def _on_msg(self, msg: Msg) -> None:
+        headers = msg.headers
+        status = headers.get(_STATUS) if headers else None
+        if not status and msg.reply:
+            self._ready.append((msg, time.monotonic()))
+            self._owed = max(0, self._owed - 1)
+            self._arrived.set()
+            return
+        if status == "100" or not status:  # an idle heartbeat or flow control
+            return
+        asked = self._open.pop(msg.subject, None)
+        if asked is not None:
+            undelivered = _int(headers.get(_PENDING) if headers else None, asked[0])
+            self._owed = max(0, self._owed - undelivered)
+        if not self._open:
+            self._owed = 0
+        if status in ("404", "408"):
+            return
+        description = (headers.get(_DESCRIPTION, "") if headers else "") or ""
+        if status == "409" and description.lower().startswith(_PASSING):
+            return
+        if status == "503":
+            why = "JetStream or the consumer is not there (run schema sync; start nats-server -js)"
+        else:
+            why = f"{description or 'no description'} (status {status})"
+        self._error = BrokerError(f"fetch failed: {why}")
+        self._arrived.set()
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
