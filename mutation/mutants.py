@@ -23,6 +23,8 @@ SUITES = {
     "sqlite": "examples/adapter-sqlite/tests/test_contract_sqlite.py",
     "rabbitmq": "packages/adapter-rabbitmq/tests/test_contract_rabbitmq.py",
     "nats": "packages/adapter-nats/tests/test_contract_nats.py",
+    # The NATS adapter's own pull requests (pulling.py).
+    "nats-pulling": "packages/adapter-nats/tests/test_pulling_nats.py",
     # The ticker's own promises that no broker changes (catch-up's bounds, following
     # runtime schedules), on memory://.
     "ticker": "packages/framework-m-core/tests/test_ticker.py",
@@ -1187,6 +1189,52 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_memos_are_apart_from_each_other_and_from_state",
     ),
     m(
+        "nats-pull-lingers",
+        "nats-pulling",
+        "a receive leaves no pull request open to take messages nobody asked for",
+        f"{NATS}/pulling.py",
+        ', "no_wait": True}',
+        "}",
+        "test_a_receive_that_got_less_than_it_asked_for_leaves_no_request_open",
+    ),
+    m(
+        "nats-pull-never-asks-again",
+        "nats-pulling",
+        "a receive still waiting when its request ended asks again",
+        f"{NATS}/pulling.py",
+        "            self._arrived.set()  # a receive still waiting asks again\n",
+        "",
+        "test_a_waiting_receive_asks_again_when_its_request_ends",
+    ),
+    m(
+        "nats-pull-buffer-kept-on-close",
+        "nats-pulling",
+        "messages received but never handed over go back on close",
+        f"{NATS}/broker.py",
+        "                for msg in puller.take_all():  # received, never handed over\n"
+        "                    await msg.nak()\n",
+        "",
+        "test_messages_that_arrived_unasked_for_go_back_on_close",
+    ),
+    m(
+        "nats-confirm-error-as-stored",
+        "nats",
+        "a publish the stream refused is not taken as stored",
+        f"{NATS}/confirms.py",
+        '    if "error" in reply:\n',
+        "    if False:\n",
+        "test_a_create_stores_only_where_no_unexpired_memo_is",
+    ),
+    m(
+        "nats-confirm-duplicate-unseen",
+        "nats",
+        "a duplicate enqueue answers the original job's id",
+        f"{NATS}/confirms.py",
+        'bool(reply.get("duplicate"))',
+        "False",
+        "test_a_duplicate_returns_the_original_id_stores_nothing_and_is_counted",
+    ),
+    m(
         "nats-memo-outlives-ttl",
         "nats",
         "a memo is gone after its ttl (its expiry read back)",
@@ -1220,8 +1268,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "rabbitmq",
         "a create stores only where no unexpired memo is",
         f"{RABBIT}/memos.py",
-        'OP: "create" if create else "put",',
-        'OP: "put",',
+        "call = _Call(_CREATE if create else _PUT,",
+        "call = _Call(_PUT,",
         "test_a_create_stores_only_where_no_unexpired_memo_is",
         "test_of_creates_at_once_exactly_one_stores",
     ),
@@ -1230,8 +1278,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "rabbitmq",
         "a memo is gone after its ttl",
         f"{RABBIT}/memos.py",
-        "TTL: max(1, round(ttl * 1000)),",
-        "TTL: max(1, round(ttl * 1000)) + 3_600_000,",
+        "key.encode(), max(1, round(ttl * 1000)), value)",
+        "key.encode(), max(1, round(ttl * 1000)) + 3_600_000, value)",
         "test_a_memo_is_gone_after_its_ttl",
     ),
     m(
@@ -1239,8 +1287,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "rabbitmq",
         "memos under different keys are apart",
         f"{RABBIT}/memos.py",
-        "            KEY: key,\n",
-        "            KEY: key[:4],\n",
+        "_PUT, key.encode(),",
+        "_PUT, key.encode()[:4],",
         "test_memos_are_apart_from_each_other_and_from_state",
     ),
     m(
@@ -1258,7 +1306,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job just enqueued says queued (or scheduled, delayed)",
         f"{CORE}/ports/base.py",
-        "        if not result.duplicate:\n"
+        "        if not result.duplicate and not self.memos_in_publish:\n"
         "            await self._note_enqueued(message, result.job_id)\n",
         "",
         "test_a_result_and_its_status_are_read_on_another_connection",

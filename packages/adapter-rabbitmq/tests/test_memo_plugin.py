@@ -9,6 +9,7 @@ own exchanges and deletes them.
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -134,6 +135,72 @@ async def test_a_request_it_cannot_carry_out_is_answered_with_why(
     assert answer.headers["x-fm-memo-result"] == "error"
     assert why in str(answer.headers["x-fm-memo-error"])
     assert await memos.result(x, op="get", key="k") == "none"  # nothing was stored
+
+
+def batch(*requests: tuple[int, str, int, bytes]) -> bytes:
+    """A batch request's body: (op, key, ttl ms, value) each."""
+    return b"".join(
+        struct.pack(">BH", op, len(key.encode())) + key.encode()
+        + struct.pack(">II", ttl, len(value)) + value
+        for op, key, ttl, value in requests
+    )  # fmt: skip
+
+
+def batch_answers(body: bytes) -> list[tuple[int, bytes]]:
+    out, at = [], 0
+    while at < len(body):
+        code, size = struct.unpack_from(">BI", body, at)
+        out.append((code, body[at + 5 : at + 5 + size]))
+        at += 5 + size
+    return out
+
+
+async def test_a_batch_answers_each_request_in_order_its_gets_after_its_writes(
+    memos: Memos,
+) -> None:
+    x = await memos.exchange()
+    assert await memos.result(x, b"old", op="put", key="held", ttl=60_000) == "stored"
+    body = batch(
+        (3, "k", 0, b""),  # get: sees the put later in the batch
+        (2, "k", 60_000, b"first"),  # create: stored
+        (2, "k", 60_000, b"again"),  # create of the same key: refused
+        (2, "held", 60_000, b"new"),  # create over an unexpired memo: refused
+        (1, "held", 60_000, b"put"),  # put: replaces
+        (3, "none", 0, b""),
+    )
+    answer = await memos.ask(x, body, op="batch")
+    assert answer is not None
+    assert (answer.headers or {})["x-fm-memo-result"] == "batch"
+    assert batch_answers(answer.body) == [
+        (3, b"first"), (1, b""), (2, b""), (2, b""), (1, b""), (4, b""),
+    ]  # fmt: skip
+    assert await memos.result(x, op="get", key="held") == "found"
+    got = await memos.ask(x, op="get", key="held")
+    assert got is not None
+    assert got.body == b"put"
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (batch((9, "k", 0, b"")), "op is 1 put, 2 create or 3 get"),
+        (batch((1, "k", 0, b"v")), "ttl is 1 to 604800000"),
+        (batch((1, "", 60_000, b"v")), "key is a string of 1 to 1024 bytes"),
+        (batch((1, "k", 60_000, b"v" * 131_073)), "at most 131072 bytes"),
+        (batch((1, "k", 60_000, b"v"))[:-1], "a malformed batch"),
+        (batch(*[(3, "k", 0, b"")] * 1001), "at most 1000 requests"),
+    ],
+)
+async def test_a_batch_with_a_bad_request_is_refused_whole(
+    memos: Memos, body: bytes, why: str
+) -> None:
+    x = await memos.exchange()
+    good = batch((1, "written", 60_000, b"v"))
+    answer = await memos.ask(x, good + body, op="batch")
+    assert answer is not None
+    assert (answer.headers or {})["x-fm-memo-result"] == "error"
+    assert why in str((answer.headers or {})["x-fm-memo-error"])
+    assert await memos.result(x, op="get", key="written") == "none"  # nothing of it stored
 
 
 async def test_a_value_over_128_kib_is_refused(memos: Memos) -> None:

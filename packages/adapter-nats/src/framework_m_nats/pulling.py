@@ -70,19 +70,21 @@ class PullConsumer:
         """Up to ``max_messages`` messages, each with its ``time.monotonic()`` of arrival
         (when the server's ack_wait clock was already running): those already here, else
         the first to arrive within ``timeout`` seconds (and any with it); ``[]`` when
-        none did."""
+        none did. Asks the server only when it will wait: what it asks for then arrives
+        before it returns or waits in the buffer for the next call."""
         await self.start()
-        self._forget_lost()
-        want = max_messages - len(self._ready) - self._owed
-        if want > 0:
-            await self._ask(want, max(timeout, 0.01))
         if not self._ready:
+            deadline = time.monotonic() + timeout
             try:
                 async with asyncio.timeout(timeout):
                     while not self._ready:
                         self._raise_error()
+                        self._forget_lost()
+                        want = max_messages - self._owed
+                        if want > 0:
+                            await self._ask(want, max(deadline - time.monotonic(), 0.01))
                         self._arrived.clear()
-                        await self._arrived.wait()
+                        await self._arrived.wait()  # a message, a request's end, an error
             except TimeoutError:
                 self._raise_error()
                 return []
@@ -143,10 +145,11 @@ class PullConsumer:
         if not self._open:
             self._owed = 0
         if status in ("404", "408"):
+            self._arrived.set()  # a receive still waiting asks again
             return
         description = (headers.get(_DESCRIPTION, "") if headers else "") or ""
         if status == "409" and description.lower().startswith(_PASSING):
-            return
+            return  # not woken: asking again at once would meet the same conflict
         if status == "503":
             why = "JetStream or the consumer is not there (run schema sync; start nats-server -js)"
         else:

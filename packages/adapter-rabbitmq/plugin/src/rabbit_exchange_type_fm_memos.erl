@@ -10,6 +10,13 @@
 %%   create  the same where the key holds no unexpired memo (answers `stored`), else
 %%           changes nothing (answers `refused`); of creates at once exactly one stores
 %%   get     answers `found` with the memo as the body, or `none`
+%%   batch   many of the above in one request (at most 1,000), the writes in one
+%%           transaction; answers `batch` with one answer each, in request order
+%%
+%% A batch's body is its requests one after the other, each
+%% <<Op:8, KeyLength:16, Key, TTL:32, ValueLength:32, Value>> with Op 1 put, 2 create
+%% and 3 get (TTL 0 and no value for a get), and its answer's body one answer each,
+%% <<Code:8, ValueLength:32, Value>> with Code 1 stored, 2 refused, 3 found, 4 none.
 %%
 %% The answer goes to the queue named by the request's reply_to, through the default
 %% exchange of the exchange's virtual host, with the request's correlation_id and the
@@ -50,6 +57,7 @@
 -define(MAX_KEY, 1024).  %% bytes of a key
 -define(MAX_VALUE, 131072).  %% bytes of a value
 -define(MAX_TTL, 604800000).  %% milliseconds: seven days
+-define(MAX_BATCH, 1000).  %% requests in one batch
 
 %% key: {XName, Key}; slot: the memo's key in the expiry index.
 -record(fm_memo, {key, value, expires_at, slot}).
@@ -91,6 +99,30 @@ body(#content{payload_fragments_rev = Fragments}) ->
     iolist_to_binary(lists:reverse(Fragments)).
 
 request(Headers, Body) ->
+    case rabbit_misc:table_lookup(Headers, ?OP) of
+        {longstr, <<"batch">>} -> {batch, batch(Body, 0, [])};
+        _ -> single(Headers, Body)
+    end.
+
+batch(<<>>, _N, Acc) -> lists:reverse(Acc);
+batch(_Body, ?MAX_BATCH, _Acc) -> throw({invalid, <<"a batch holds at most 1000 requests">>});
+batch(<<Op:8, KL:16, Key:KL/binary, TTL:32, VL:32, Value:VL/binary, Rest/binary>>, N, Acc) ->
+    (KL > 0 andalso KL =< ?MAX_KEY) orelse
+        throw({invalid, <<"a memo key is a string of 1 to 1024 bytes">>}),
+    Request = case Op of
+                  3 -> {get, Key};
+                  _ when Op =:= 1; Op =:= 2 ->
+                      VL =< ?MAX_VALUE orelse
+                          throw({invalid, <<"a memo value is at most 131072 bytes">>}),
+                      (TTL > 0 andalso TTL =< ?MAX_TTL) orelse
+                          throw({invalid, <<"a memo ttl is 1 to 604800000 (ms)">>}),
+                      {case Op of 1 -> put; 2 -> create end, Key, Value, TTL};
+                  _ -> throw({invalid, <<"a batch request's op is 1 put, 2 create or 3 get">>})
+              end,
+    batch(Rest, N + 1, [Request | Acc]);
+batch(_Body, _N, _Acc) -> throw({invalid, <<"a malformed batch">>}).
+
+single(Headers, Body) ->
     Key = case rabbit_misc:table_lookup(Headers, ?KEY) of
               {longstr, K} when byte_size(K) > 0, byte_size(K) =< ?MAX_KEY -> K;
               _ -> throw({invalid, <<"x-fm-memo-key must be a string of 1 to 1024 bytes">>})
@@ -108,12 +140,22 @@ request(Headers, Body) ->
         _ -> throw({invalid, <<"x-fm-memo-op must be put, create or get">>})
     end.
 
-handle(XName, {Memos, _}, {get, Key}) ->
-    Now = erlang:system_time(millisecond),
-    case mnesia:dirty_read(Memos, {XName, Key}) of
-        [#fm_memo{value = Value, expires_at = Expires}] when Expires > Now ->
-            {<<"found">>, undefined, Value};
-        _ -> {<<"none">>, undefined, <<>>}
+handle(XName, Tables, {get, Key}) ->
+    case read(XName, Tables, Key) of
+        {found, Value} -> {<<"found">>, undefined, Value};
+        none -> {<<"none">>, undefined, <<>>}
+    end;
+handle(XName, Tables, {batch, Requests}) ->
+    Writes = [W || W = {_, _, _, _} <- Requests],
+    Write = fun() -> [write(XName, Tables, Op, K, V, T) || {Op, K, V, T} <- Writes] end,
+    case mnesia:transaction(Write) of
+        {atomic, Written} ->
+            Answers = answers(XName, Tables, Requests, Written),
+            {<<"batch">>, undefined, << <<Code:8, (byte_size(V)):32, V/binary>>
+                                        || {Code, V} <- Answers >>};
+        {aborted, Reason} ->
+            rabbit_log:warning("x-fm-memos: a batch's writes failed: ~p", [Reason]),
+            {<<"error">>, <<"the memo table refused the writes">>, <<>>}
     end;
 handle(XName, Tables, {Op, Key, Value, TTL}) ->
     case mnesia:transaction(fun() -> write(XName, Tables, Op, Key, Value, TTL) end) of
@@ -123,6 +165,26 @@ handle(XName, Tables, {Op, Key, Value, TTL}) ->
             rabbit_log:warning("x-fm-memos: a write failed: ~p", [Reason]),
             {<<"error">>, <<"the memo table refused the write">>, <<>>}
     end.
+
+read(XName, {Memos, _}, Key) ->
+    Now = erlang:system_time(millisecond),
+    case mnesia:dirty_read(Memos, {XName, Key}) of
+        [#fm_memo{value = Value, expires_at = Expires}] when Expires > Now -> {found, Value};
+        _ -> none
+    end.
+
+%% The answers of a batch in request order: its writes' from Written, its gets read now
+%% (after the writes, so a get sees a write before it in the batch).
+answers(_XName, _Tables, [], []) -> [];
+answers(XName, Tables, [{get, Key} | Rest], Written) ->
+    Answer = case read(XName, Tables, Key) of
+                 {found, Value} -> {3, Value};
+                 none -> {4, <<>>}
+             end,
+    [Answer | answers(XName, Tables, Rest, Written)];
+answers(XName, Tables, [_ | Rest], [Result | Written]) ->
+    Code = case Result of stored -> 1; refused -> 2 end,
+    [{Code, <<>>} | answers(XName, Tables, Rest, Written)].
 
 write(XName, {Memos, Expiry} = Tables, Op, Key, Value, TTL) ->
     Now = erlang:system_time(millisecond),
