@@ -13,6 +13,7 @@ from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.ports.statuses import JobState, decode_status
 from framework_m_core.runtime.statuses import RUNNING_AFTER
 from framework_m_core.testing import running_worker, synced, wait_until
+from framework_m_core.tracking.queries import job_status
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +69,30 @@ async def test_a_quick_run_writes_its_end_only_and_a_long_one_says_running_first
         JobState.RUNNING,
         JobState.SUCCEEDED,
     ]
+
+
+async def test_runs_going_on_say_running_each_started_apart(queue_name: str) -> None:
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
+    app = App()
+    release = asyncio.Event()
+
+    @app.job
+    async def long(ctx: JobContext, i: int) -> None:
+        await release.wait()
+
+    async with running_worker(app, broker, heartbeat=0) as worker:
+        ids = []
+        for i in range(3):  # each starts while the ones before it wait for their note
+            ids.append(await broker.enqueue("long", i=i))
+            await asyncio.sleep(RUNNING_AFTER / 3)
+
+        async def states() -> list[JobState]:
+            return [(await job_status(broker, job_id)).state for job_id in ids]
+
+        async def all_running() -> bool:
+            return await states() == [JobState.RUNNING] * 3
+
+        await wait_until(all_running, what="three runs saying running")
+        release.set()
+        await wait_until(lambda: worker.stats.succeeded == 3)
+    assert await states() == [JobState.SUCCEEDED] * 3

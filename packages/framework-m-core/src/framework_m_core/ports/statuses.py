@@ -31,6 +31,8 @@ MAX_RESULT = 65_536
 MAX_ERROR = 2_000
 #: Seconds at least that a record of a job not finished yet lasts (a long queue).
 PENDING_KEEP = 86_400.0
+# One encoder: json.dumps with options builds a new one each call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 class JobState(StrEnum):
@@ -123,7 +125,7 @@ def cancel_key(job_id: str) -> str:
 def encode_result(value: Any) -> str:
     """``value`` as strict JSON within :data:`MAX_RESULT` bytes; ResultError else."""
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = "null" if value is None else _ENCODER.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultError(f"the return value is not JSON ({exc}): return JSON data") from None
     size = len(text.encode())
@@ -142,7 +144,7 @@ def encode_status(status: JobStatus, result_json: str | None = None) -> bytes:
     record.pop("result", None)
     if record["error"] is not None:
         record["error"] = record["error"][:MAX_ERROR]
-    text = json.dumps(record, allow_nan=False, separators=(",", ":"))
+    text = _ENCODER.encode(record)
     if result_json is not None:
         text = f'{text[:-1]},"result":{result_json}}}'
     return text.encode()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 from collections.abc import Callable
 
 from ..observability.observer import Observer
@@ -37,25 +36,25 @@ MARGIN = 300.0
 
 
 class Cancellation:
-    """One run's cancel flag: set from the watch, read by the handler (any thread)."""
+    """One run's cancel flag: set from the watch (the event loop), read by the handler
+    in any thread; a bool's read and write are atomic, so no lock is needed."""
+
+    __slots__ = ("_on_cancel", "requested")
 
     def __init__(self) -> None:
-        self._flag = threading.Event()
+        self.requested = False
         self._on_cancel: Callable[[], object] | None = None
 
-    @property
-    def requested(self) -> bool:
-        return self._flag.is_set()
-
-    def on_cancel(self, stop: Callable[[], object]) -> None:
-        """Call ``stop`` when the run is cancelled (at once if it is already)."""
+    def on_cancel(self, stop: Callable[[], object] | None) -> None:
+        """Call ``stop`` when the run is cancelled (at once if it is already); None
+        calls nothing."""
         self._on_cancel = stop
-        if self._flag.is_set():
+        if stop is not None and self.requested:
             stop()
 
     def request(self) -> None:
-        if not self._flag.is_set():
-            self._flag.set()
+        if not self.requested:
+            self.requested = True
             if self._on_cancel is not None:
                 self._on_cancel()
 

@@ -33,7 +33,7 @@ from ..ports.statuses import JobState, ResultError, encode_result
 from . import leases
 from .cancels import Cancellation, CancelWatch
 from .heartbeats import Heartbeats
-from .statuses import RunningNote, StatusNotes
+from .statuses import RunningNotes, StatusNotes
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -125,6 +125,7 @@ class Execution:
         #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
         self.on_waiting: Callable[[int], None] = lambda delta: None
         self.notes = StatusNotes(broker, self.observer)
+        self.running_notes = RunningNotes(self.notes)
         self.cancels = CancelWatch(broker, self.observer)
         self.heartbeats = Heartbeats(broker)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
@@ -348,11 +349,11 @@ class Execution:
     ) -> None:
         """Run the handler, then keep its status and settle the delivery by its result."""
         started, started_at = time.perf_counter(), time.time()
-        noting = RunningNote(self.notes, spec, message, delivery.attempt)
+        noting = self.running_notes.start(spec, message, delivery.attempt)
         try:
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
-            await noting.done()  # a running status begun lands before the final one
+            await self.running_notes.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is _CANCELLED:
@@ -539,15 +540,24 @@ class Execution:
             return _CANCELLED if cancellation is not None and cancellation.requested else returned
         if cancellation is None:
             return await spec.handler(ctx, **message.kwargs)
-        running = asyncio.ensure_future(spec.handler(ctx, **message.kwargs))
-        cancellation.on_cancel(running.cancel)  # a task of its own, which a cancel cancels
+        if cancellation.requested:
+            return _CANCELLED
+        # A cancel cancels the run's own task, and only while the handler runs: the
+        # callback is set and cleared with no await outside the handler between.
+        task = asyncio.current_task()
+        assert task is not None
+        cancellation.on_cancel(task.cancel)
         try:
-            return await running
+            returned = await spec.handler(ctx, **message.kwargs)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if cancellation.requested and task is not None and not task.cancelling():
-                return _CANCELLED
+            if cancellation.requested and task.uncancel() == 0:
+                return _CANCELLED  # this cancel alone, not the worker's stop
             raise
+        finally:
+            cancellation.on_cancel(None)
+        if cancellation.requested:  # the handler swallowed the cancel: drop its count
+            task.uncancel()
+        return returned
 
     async def _dead_letter(
         self,

@@ -3,11 +3,11 @@
 Written as memos (brokers with :attr:`~.Capability.MEMOS`) before the delivery is
 settled, so a job whose status says it finished has finished; a write that fails is
 logged and never fails the job. A run says running once it has run for
-:data:`RUNNING_AFTER` seconds: one that ends sooner goes straight from queued to how it
-ended, which saves most jobs a write. A job keeps its status for its ``keep`` (the
-message's, else the job's ``keep_result``); 0 writes nothing, unless the job was
-enqueued by name without one, whose enqueue made a record this closes (without the
-result).
+:data:`RUNNING_AFTER` seconds (:class:`RunningNotes`): one that ends sooner goes
+straight from queued to how it ended, which saves most jobs a write. A job keeps its
+status for its ``keep`` (the message's, else the job's ``keep_result``); 0 writes
+nothing, unless the job was enqueued by name without one, whose enqueue made a record
+this closes (without the result).
 """
 
 from __future__ import annotations
@@ -113,30 +113,65 @@ class StatusNotes:
             log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
 
 
-class RunningNote:
-    """A run's running status, written once it has run for :data:`RUNNING_AFTER`
-    seconds (a timer, no task, until then)."""
+class _Run:
+    __slots__ = ("attempt", "due", "message", "spec", "writing")
 
-    def __init__(
-        self, notes: StatusNotes, spec: JobSpec, message: JobMessage, attempt: int
-    ) -> None:
-        self._writing: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        if notes.keep(spec, message)[0] > 0:
-            self._timer = asyncio.get_running_loop().call_later(
-                RUNNING_AFTER, self._begin, notes, spec, message, attempt
-            )
+    def __init__(self, spec: JobSpec, message: JobMessage, attempt: int, due: float) -> None:
+        self.spec, self.message, self.attempt, self.due = spec, message, attempt, due
+        self.writing: asyncio.Task[None] | None = None
 
-    def _begin(self, notes: StatusNotes, spec: JobSpec, message: JobMessage, attempt: int) -> None:
-        self._timer = None
-        self._writing = asyncio.ensure_future(notes.running(spec, message, attempt))
 
-    async def done(self) -> None:
+class RunningNotes:
+    """The running statuses of one worker's runs, each written once its run has gone on
+    for :data:`RUNNING_AFTER` seconds. One task writes them all, only while runs go on:
+    every run is due the same time after its start, so appending keeps them in due
+    order, and a run that ends sooner costs two dict operations."""
+
+    def __init__(self, notes: StatusNotes) -> None:
+        self._notes = notes
+        self._runs: dict[int, _Run] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, spec: JobSpec, message: JobMessage, attempt: int) -> _Run | None:
+        """A run begins; None when its job keeps no status."""
+        if self._notes.keep(spec, message)[0] <= 0:
+            return None
+        run = _Run(spec, message, attempt, time.monotonic() + RUNNING_AFTER)
+        self._runs[id(run)] = run
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._sweep())
+        return run
+
+    async def done(self, run: _Run | None) -> None:
         """The run ended: a write not begun never is, one begun lands before the final."""
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._writing is not None:
-            await asyncio.shield(self._writing)
+        if run is None:
+            return
+        self._runs.pop(id(run), None)
+        if not self._runs and self._task is not None:
+            self._task.cancel()  # it only sleeps or starts writes: nothing is cut short
+            self._task = None
+        if run.writing is not None:
+            await asyncio.shield(run.writing)
+
+    async def _sweep(self) -> None:
+        me = asyncio.current_task()
+        try:
+            while self._runs:
+                wait = next(iter(self._runs.values())).due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                now = time.monotonic()
+                for run in list(self._runs.values()):
+                    if run.due > now:
+                        break
+                    del self._runs[id(run)]
+                    run.writing = asyncio.ensure_future(
+                        self._notes.running(run.spec, run.message, run.attempt)
+                    )
+        finally:
+            if self._task is me:
+                self._task = None
 
 
 def _status(
