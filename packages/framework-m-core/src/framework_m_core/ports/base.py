@@ -185,7 +185,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
             await self._note_enqueued(message, result.job_id)
         return result
 
-    #: Whether :meth:`_publish` (and :meth:`_publish_many`) create the memos of
+    #: Whether ``_publish`` (and ``_publish_many``) create the memos of
     #: :meth:`enqueue_memos` themselves, in the step that stores the job; else they are
     #: created after it, one call each.
     memos_in_publish: bool = False

@@ -113,7 +113,10 @@ class StatusNotes:
             log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
 
 
-class _Run:
+class Running:
+    """A run whose running status is due at ``due`` (``time.monotonic()``), and its
+    write once begun."""
+
     __slots__ = ("attempt", "due", "message", "spec", "writing")
 
     def __init__(self, spec: JobSpec, message: JobMessage, attempt: int, due: float) -> None:
@@ -129,20 +132,20 @@ class RunningNotes:
 
     def __init__(self, notes: StatusNotes) -> None:
         self._notes = notes
-        self._runs: dict[int, _Run] = {}
+        self._runs: dict[int, Running] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, spec: JobSpec, message: JobMessage, attempt: int) -> _Run | None:
+    def start(self, spec: JobSpec, message: JobMessage, attempt: int) -> Running | None:
         """A run begins; None when its job keeps no status."""
         if self._notes.keep(spec, message)[0] <= 0:
             return None
-        run = _Run(spec, message, attempt, time.monotonic() + RUNNING_AFTER)
+        run = Running(spec, message, attempt, time.monotonic() + RUNNING_AFTER)
         self._runs[id(run)] = run
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._sweep())
         return run
 
-    async def done(self, run: _Run | None) -> None:
+    async def done(self, run: Running | None) -> None:
         """The run ended: a write not begun never is, one begun lands before the final."""
         if run is None:
             return
