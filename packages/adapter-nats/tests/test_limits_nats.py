@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from framework_m_core import App, InvalidJobError, JobContext, JobMessage, decode_message
@@ -13,13 +11,6 @@ from framework_m_nats import NatsBroker
 from framework_m_nats.testing import NatsNamespace
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def broker(namespace: NatsNamespace) -> AsyncIterator[NatsBroker]:
-    async with NatsBroker.from_url(namespace.url()) as b:
-        await b.sync_schema()
-        yield b
 
 
 def padded(name: str, size: int) -> dict[str, str]:

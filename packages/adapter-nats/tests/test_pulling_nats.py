@@ -4,7 +4,6 @@ what arrived but was never handed over goes back on close."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,13 +12,6 @@ from framework_m_nats import NatsBroker
 from framework_m_nats.testing import NatsNamespace
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def broker(namespace: NatsNamespace) -> AsyncIterator[NatsBroker]:
-    async with NatsBroker.from_url(namespace.url()) as b:
-        await b.sync_schema()
-        yield b
 
 
 async def test_a_receive_that_got_less_than_it_asked_for_leaves_no_request_open(
