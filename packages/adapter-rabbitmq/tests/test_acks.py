@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aio_pika
 import pytest
 
 from framework_m_core.ports.messages import decode_message
 from framework_m_core.testing import PROMPT, receive_all
 from framework_m_rabbitmq import RabbitBroker
+from framework_m_rabbitmq.received import Received
 from framework_m_rabbitmq.testing import RabbitNamespace
 
 pytestmark = pytest.mark.anyio
@@ -19,15 +19,15 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def acks_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
-    """Every basic.ack aio-pika writes, as (delivery tag, multiple)."""
+    """Every basic.ack the adapter writes, as (delivery tag, multiple)."""
     sent: list[tuple[int, bool]] = []
-    original = aio_pika.IncomingMessage.ack
+    original = Received.ack
 
-    async def ack(self: aio_pika.IncomingMessage, multiple: bool = False) -> None:
+    async def ack(self: Received, multiple: bool = False) -> None:
         sent.append((self.delivery_tag or 0, multiple))
         await original(self, multiple=multiple)
 
-    monkeypatch.setattr(aio_pika.IncomingMessage, "ack", ack)
+    monkeypatch.setattr(Received, "ack", ack)
     return sent
 
 

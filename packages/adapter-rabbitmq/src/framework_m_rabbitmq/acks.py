@@ -1,6 +1,6 @@
 """The acks of one event-loop pass on the consuming channel, in as few frames as it allows.
 
-aio-pika writes every ``basic.ack`` as a frame and a socket write of its own. When
+Every ``basic.ack`` is a frame and a socket write of its own. When
 the acks of one pass include the channel's oldest unacked deliveries, one
 ``basic.ack`` with ``multiple`` settles that whole run (AMQP: every outstanding
 delivery up to and including its tag); the others go one by one. The run stops
@@ -12,49 +12,47 @@ from __future__ import annotations
 
 import asyncio
 
-from aio_pika.abc import AbstractIncomingMessage
-from aio_pika.exceptions import ChannelInvalidStateError
+from aiormq.abc import AbstractChannel
 
 from framework_m_core.ports import Calls, PassBatch, answer
+
+from .received import Received
 
 # Fewer than this at the head of the channel go one by one.
 _RUN = 2
 
 # One basic.ack to write: the delivery tags it settles, the message to ack, and
 # whether it is a multiple ack (settling every outstanding tag up to the message's).
-_Send = tuple[list[int], AbstractIncomingMessage, bool]
+_Send = tuple[list[int], Received, bool]
 
 
 class ChannelAcks:
     """Acks for the deliveries of one consuming channel; a new channel gets a new one."""
 
-    def __init__(self, channel: object) -> None:
-        self._channel = channel  # aiormq's channel, as IncomingMessage.channel gives it
+    def __init__(self, channel: AbstractChannel) -> None:
+        self._channel = channel
         self._unacked: dict[int, None] = {}  # delivery tags received, not acked yet
-        self._batch: PassBatch[AbstractIncomingMessage, None] = PassBatch(self._flush)
+        self._batch: PassBatch[Received, None] = PassBatch(self._flush)
 
-    def delivered(self, msg: AbstractIncomingMessage) -> None:
+    def delivered(self, msg: Received) -> None:
         """Count ``msg`` as unacked: called for every delivery on the channel."""
         if msg.delivery_tag is not None:
             self._unacked[msg.delivery_tag] = None
 
-    def owns(self, msg: AbstractIncomingMessage) -> bool:
+    def owns(self, msg: Received) -> bool:
         """Whether ``msg`` arrived on this channel, which is still open."""
-        try:
-            return msg.delivery_tag is not None and msg.channel is self._channel
-        except ChannelInvalidStateError:
-            return False
+        return msg.delivery_tag is not None and msg.channel is self._channel and not msg.closed
 
-    def acked(self, msg: AbstractIncomingMessage) -> bool:
+    def acked(self, msg: Received) -> bool:
         """Whether ``msg``, one of this channel's, was acked (alone or by a multiple ack)."""
-        return msg.processed or msg.delivery_tag not in self._unacked
+        return msg.settled or msg.delivery_tag not in self._unacked
 
-    async def ack(self, msg: AbstractIncomingMessage) -> None:
+    async def ack(self, msg: Received) -> None:
         """Ack ``msg``, one of this channel's, with the others of this pass; raises what
         writing the ack raised."""
         await self._batch.submit(msg)
 
-    async def _flush(self, calls: Calls[AbstractIncomingMessage, None]) -> None:
+    async def _flush(self, calls: Calls[Received, None]) -> None:
         acking, waiting = self._to_ack(calls)
         sends = self._sends(acking)
         for n, (tags, msg, multiple) in enumerate(sends):
@@ -69,12 +67,12 @@ class ChannelAcks:
                     answer(future, None)
 
     def _to_ack(
-        self, calls: Calls[AbstractIncomingMessage, None]
-    ) -> tuple[dict[int, AbstractIncomingMessage], dict[int, list[asyncio.Future[None]]]]:
+        self, calls: Calls[Received, None]
+    ) -> tuple[dict[int, Received], dict[int, list[asyncio.Future[None]]]]:
         """The messages of ``calls`` still to ack and the futures waiting on each, by
         delivery tag; the calls for messages already acked are answered now."""
         waiting: dict[int, list[asyncio.Future[None]]] = {}
-        acking: dict[int, AbstractIncomingMessage] = {}
+        acking: dict[int, Received] = {}
         for msg, future in calls:
             tag = msg.delivery_tag or 0  # owns() let in only messages with a tag
             if self.acked(msg):  # acked before, or in flight now
@@ -84,7 +82,7 @@ class ChannelAcks:
             waiting.setdefault(tag, []).append(future)
         return acking, waiting
 
-    def _sends(self, acking: dict[int, AbstractIncomingMessage]) -> list[_Send]:
+    def _sends(self, acking: dict[int, Received]) -> list[_Send]:
         """The acks to write for ``acking``: one with ``multiple`` for the run at the
         channel's head when it is long enough, then the others one by one. Counts them
         all as in flight (no longer unacked)."""
@@ -96,7 +94,7 @@ class ChannelAcks:
         sends += [([tag], msg, False) for tag, msg in acking.items() if tag not in covered]
         return sends
 
-    def _head_run(self, acking: dict[int, AbstractIncomingMessage]) -> list[int]:
+    def _head_run(self, acking: dict[int, Received]) -> list[int]:
         """The channel's oldest unacked tags, up to the first one not in ``acking``."""
         run: list[int] = []
         for tag in sorted(self._unacked):

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue
-from aio_pika.exceptions import ChannelInvalidStateError
+from aio_pika.abc import AbstractExchange
+from aiormq.abc import AbstractChannel as UnderlayChannel
+from aiormq.abc import DeliveredMessage
 
 from framework_m_core.ports import (
     BaseBroker,
@@ -41,6 +42,7 @@ from framework_m_core.ports import Capability as C
 from . import deadletters, delays, leases, memos, publishing, state, stats, wire
 from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
+from .received import Received
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
 
@@ -81,11 +83,11 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._state = state.State(settings, self.link)
         self._memos = memos.Memos(settings, self.link)
         self._exchange: AbstractExchange | None = None
-        self._buffer: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
-        self._consuming: AbstractQueue | None = None
+        self._buffer: asyncio.Queue[Received] = asyncio.Queue()
+        self._consuming: UnderlayChannel | None = None  # aiormq's: see received.py
         self._consumer_tag: str | None = None
         self._acks: ChannelAcks | None = None  # the consuming channel's
-        self._handed_out: dict[int, AbstractIncomingMessage] = {}  # received, maybe unsettled
+        self._handed_out: dict[int, Received] = {}  # received, maybe unsettled
         self._starting: asyncio.Future[None] | None = None
         self._unbound_warned = False
         # Publishes of one deduplication id on this connection go one at a time: a return
@@ -122,17 +124,17 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         """Stop consuming and release what this consumer still holds, handed out or not:
         closing the channel would return it too, but a quorum queue counts that as a
         delivery."""
-        queue, tag = self._consuming, self._consumer_tag
+        channel, tag = self._consuming, self._consumer_tag
         held, self._handed_out = list(self._handed_out.values()), {}
-        if queue is None or tag is None:
+        if channel is None or tag is None:
             return
         try:
-            await queue.cancel(tag)
+            await channel.basic_cancel(tag)
             while not self._buffer.empty():
                 held.append(self._buffer.get_nowait())
             for msg in held:
                 if not self._acked(msg):
-                    await self.release(Delivery(msg.body, wire.attempt(msg), msg))
+                    await self.release(Delivery(msg.body, wire.attempt(msg.headers), msg))
         except (BrokerError, *AMQP_ERRORS) as exc:
             log.debug("could not release buffered deliveries (%s): the channel returns them", exc)
 
@@ -205,7 +207,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
                 self._starting = asyncio.ensure_future(self._consume())
                 self._starting.add_done_callback(_retrieved)
             await asyncio.shield(self._starting)
-        out: list[AbstractIncomingMessage] = []
+        out: list[Received] = []
         deadline = time.monotonic() + timeout
         while not out:
             try:
@@ -219,20 +221,21 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         for msg in [m for m in self._handed_out.values() if self._acked(m)]:
             del self._handed_out[id(msg)]  # settled since: forget
         self._handed_out.update((id(m), m) for m in out)
-        return [Delivery(m.body, wire.attempt(m), m) for m in out]
+        return [Delivery(m.body, wire.attempt(m.headers), m) for m in out]
 
     async def _consume(self) -> None:
         try:
-            channel = self.link.channel()
-            queue = await channel.get_queue(self.settings.jobs)
-            acks, buffer = ChannelAcks(await channel.get_underlay_channel()), self._buffer
+            channel = await self.link.channel().get_underlay_channel()
+            acks, buffer = ChannelAcks(channel), self._buffer
 
-            async def delivered(msg: AbstractIncomingMessage) -> None:
+            async def delivered(message: DeliveredMessage) -> None:
+                msg = Received(message)
                 acks.delivered(msg)
                 buffer.put_nowait(msg)
 
             self._acks = acks
-            self._consumer_tag = await queue.consume(delivered)
+            ok = await channel.basic_consume(self.settings.jobs, delivered)
+            self._consumer_tag = ok.consumer_tag
         except aiormq.exceptions.ChannelNotFoundEntity:
             await self.link.reopen()
             raise BrokerError(
@@ -240,7 +243,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             ) from None
         except AMQP_ERRORS as exc:
             raise BrokerError(f"cannot consume from {self.settings.jobs}: {exc}") from None
-        self._consuming = queue
+        self._consuming = channel
 
     async def _ack(self, delivery: Delivery) -> None:
         """Ack the delivery's message once; repeated calls do nothing."""
@@ -251,7 +254,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             except AMQP_ERRORS as exc:
                 raise BrokerError(f"ack failed: {exc}") from None
 
-    async def _ack_message(self, msg: AbstractIncomingMessage) -> None:
+    async def _ack_message(self, msg: Received) -> None:
         """Through the consuming channel's :class:`.ChannelAcks` when it is that one's."""
         acks = self._acks
         if acks is not None and acks.owns(msg):
@@ -259,23 +262,21 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         else:
             await msg.ack()
 
-    def _acked(self, msg: AbstractIncomingMessage) -> bool:
+    def _acked(self, msg: Received) -> bool:
         acks = self._acks
-        return msg.processed or (acks is not None and acks.owns(msg) and acks.acked(msg))
+        return msg.settled or (acks is not None and acks.owns(msg) and acks.acked(msg))
 
-    def _unsettled(self, delivery: Delivery) -> AbstractIncomingMessage | None:
+    def _unsettled(self, delivery: Delivery) -> Received | None:
         """The delivery's message while its channel is open; None once it was settled."""
         msg = delivery.handle
-        if not isinstance(msg, aio_pika.IncomingMessage):
+        if not isinstance(msg, Received):
             raise BrokerError("delivery was not received from this RabbitMQ broker")
         if self._acked(msg):
             return None
-        try:
-            msg.channel  # noqa: B018 - raises once the channel is closed
-        except ChannelInvalidStateError:
+        if msg.closed:
             raise DeliveryLostError(
                 "the channel it arrived on is closed; RabbitMQ delivers it again"
-            ) from None
+            )
         return msg
 
     async def ack(self, delivery: Delivery) -> None:
@@ -298,7 +299,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         await publishing.to_bucket(self.link, name, ttl, wire.retry_copy(delivery, msg.message_id))
         await self._ack(delivery)
 
-    async def _sent_round(self, msg: AbstractIncomingMessage) -> bool:
+    async def _sent_round(self, msg: Received) -> bool:
         """A delayed job that arrived early waits again in a bucket (:mod:`.delays`), or
         here when it is due within a few ms."""
         left = delays.left_ms(msg)

@@ -15,8 +15,8 @@ import asyncio
 import time
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage
 
+from .received import Received
 from .settings import RETRY_BUCKETS_MS, RabbitSettings
 from .wire import ATTEMPTS_HEADER, NOT_BEFORE_HEADER, attempt
 
@@ -25,38 +25,36 @@ EARLY_MS = 20
 _LATEST_MS = 253402300800 * 1000  # 10000-01-01: a header past it is not a due time
 
 
-def due_ms(msg: AbstractIncomingMessage) -> int | None:
+def due_ms(msg: Received) -> int | None:
     """When ``msg`` is due (unix ms), if it carries a sane due time; None otherwise (a
     hostile or missing header makes it due now rather than hop for ever)."""
-    value = (msg.headers or {}).get(NOT_BEFORE_HEADER)
+    value = msg.headers.get(NOT_BEFORE_HEADER)
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _LATEST_MS:
         return value
     return None
 
 
-def left_ms(msg: AbstractIncomingMessage) -> int:
+def left_ms(msg: Received) -> int:
     """The ms until ``msg`` is due: 0 once it is, or when it has no sane due time."""
     due = due_ms(msg)
     return 0 if due is None else max(0, due - int(time.time() * 1000))
 
 
-async def until_due(msg: AbstractIncomingMessage) -> None:
+async def until_due(msg: Received) -> None:
     """Wait until ``msg`` is due by this clock (a bucket's TTL may end a little early)."""
     left = left_ms(msg)  # whole ms from a truncated now: never short of the due time
     if left > 0:
         await asyncio.sleep(left / 1000)
 
 
-def hop(
-    s: RabbitSettings, msg: AbstractIncomingMessage, left_ms: int
-) -> tuple[str, int, aio_pika.Message]:
+def hop(s: RabbitSettings, msg: Received, left_ms: int) -> tuple[str, int, aio_pika.Message]:
     """The bucket queue (name, TTL) to wait ``left_ms`` in, and the copy to wait as."""
     fitting = [b for b in RETRY_BUCKETS_MS if b <= left_ms]
     ttl = fitting[-1] if fitting else RETRY_BUCKETS_MS[0]
     copy = aio_pika.Message(
         msg.body,
         headers={
-            ATTEMPTS_HEADER: attempt(msg) - 1,  # waiting is not an attempt
+            ATTEMPTS_HEADER: attempt(msg.headers) - 1,  # waiting is not an attempt
             NOT_BEFORE_HEADER: due_ms(msg),
         },
         message_id=msg.message_id,

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -90,13 +91,13 @@ def dead_copy(delivery: Delivery, reason: str) -> aio_pika.Message:
     )
 
 
-def attempt(msg: AbstractIncomingMessage) -> int:
-    """Attempts before the copy (a retry's header) plus the quorum queue's redeliveries.
+def attempt(headers: Mapping[str, object]) -> int:
+    """Attempts before the copy (a retry's header) plus the quorum queue's redeliveries,
+    from a delivery's headers.
 
     A count that is not a whole number from 0 to a billion (a publisher wrote it) is
     taken as 0, so hostile headers neither break a batch nor grant extra attempts.
     """
-    headers = msg.headers or {}
     return _count(headers.get(ATTEMPTS_HEADER)) + _count(headers.get("x-delivery-count")) + 1
 
 
