@@ -4,9 +4,10 @@ One key per lease (the lease key in URL-safe base64), its value a JSON object of
 places held: ``{holder: [expires_at, ttl]}`` in unix seconds by the callers' clocks. Every
 change reads the entry and writes it back only if its revision is still the one read
 (``Nats-Expected-Last-Subject-Sequence``), so of the processes changing a lease at once
-one wins each round and the others read again. Nothing relies on per-message TTLs
-(servers from 2.11): expiry is a time in the value, and the bucket's ``max_age`` drops
-keys nobody wrote for longer than any lease lives.
+one wins each round and the others read again; within a process, the changes of a key
+asked for while one of its rounds is under way go together in the next. Nothing
+relies on per-message TTLs (servers from 2.11): expiry is a time in the value, and the
+bucket's ``max_age`` drops keys nobody wrote for longer than any lease lives.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import json
 import random
 import re
 import time
-from typing import Any
+from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from framework_m_core.ports import BrokerError
+from framework_m_core.ports import BrokerError, answer
 
 from .buckets import open_bucket
 from .errors import server_errors
@@ -34,6 +35,8 @@ _BUCKET_MAX_AGE = 2 * 86_400.0
 _ROUNDS = 200  # compare-and-set rounds before a call gives up
 
 Places = dict[str, list[float]]
+#: A change of one lease: ``step(places, now) -> (result, places to write or None)``.
+Step = Callable[[Places, float], tuple[bool, Places | None]]
 
 
 def bucket_name(s: NatsSettings) -> str:
@@ -69,9 +72,9 @@ class Leases:
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
         self._kv: KeyValue | None = None
-        # Changes of one key from this process go one at a time: racing each other they
-        # would only lose compare-and-set rounds. (lock, users) per key in use.
-        self._turns: dict[str, tuple[asyncio.Lock, list[None]]] = {}
+        # Per key: the changes waiting for its next round, and the task running rounds.
+        self._waiting: dict[str, list[tuple[Step, asyncio.Future[bool]]]] = {}
+        self._rounds: dict[str, asyncio.Task[None]] = {}
 
     def reset(self) -> None:
         self._kv = None
@@ -97,34 +100,61 @@ class Leases:
             return {}, int(marker.revision or 0) if marker is not None else 0
         return _decode(entry.value), int(entry.revision or 0)
 
-    async def change(self, js: JetStreamContext, key: str, step: Any) -> bool:
+    async def change(self, js: JetStreamContext, key: str, step: Step) -> bool:
         """Apply ``step(places, now) -> (result, places to write or None)`` by
-        compare-and-set until one write lands (or nothing is to be written)."""
-        lock, users = self._turns.setdefault(key, (asyncio.Lock(), []))
-        users.append(None)
-        try:
-            async with lock:
-                return await self._change(js, key, step)
-        finally:
-            users.pop()
-            if not users:
-                del self._turns[key]
+        compare-and-set until one write lands (or nothing is to be written).
 
-    async def _change(self, js: JetStreamContext, key: str, step: Any) -> bool:
+        The changes of one key asked for while a round of it is under way wait for the
+        next round, which applies them all in order to one read and writes once: racing
+        each other they would only lose compare-and-set rounds, and in turn they would
+        cost two round trips each."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append((step, future))
+        if key not in self._rounds:
+            task = asyncio.create_task(self._run_rounds(js, key))
+            self._rounds[key] = task
+        return await future
+
+    async def _run_rounds(self, js: JetStreamContext, key: str) -> None:
+        try:
+            while (waiting := self._waiting.pop(key, None)) is not None:
+                calls = [(step, future) for step, future in waiting if not future.done()]
+                try:
+                    results = await self._change(js, key, [step for step, _ in calls])
+                except BaseException as exc:
+                    failure = exc if isinstance(exc, Exception) else BrokerError("cancelled")
+                    for _, future in calls:
+                        answer(future, failure)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for (_, future), result in zip(calls, results, strict=True):
+                        answer(future, result)
+        finally:
+            del self._rounds[key]
+
+    async def _change(self, js: JetStreamContext, key: str, steps: list[Step]) -> list[bool]:
+        """Each step's result, applied in order to one read of ``key`` and written once."""
         kv, k = await self._bucket(js), _kv_key(key)
         with server_errors(f"lease {key!r}"):
             for _ in range(_ROUNDS):
-                places, revision = await self._read(kv, k)
+                stored, revision = await self._read(kv, k)
                 now = time.time()
-                result, changed = step({h: p for h, p in places.items() if p[0] > now}, now)
-                if changed is None:
-                    return bool(result)
+                places = {h: p for h, p in stored.items() if p[0] > now}
+                results, changed = [], False
+                for step in steps:
+                    result, after = step(places, now)
+                    results.append(bool(result))
+                    if after is not None:
+                        places, changed = after, True
+                if not changed:
+                    return results
                 try:
-                    await kv.update(k, json.dumps(changed).encode(), last=revision)
+                    await kv.update(k, json.dumps(places).encode(), last=revision)
                 except KeyWrongLastSequenceError:
                     await asyncio.sleep(random.uniform(0, 0.005))
                     continue
-                return bool(result)
+                return results
         raise BrokerError(f"lease {key!r} kept changing under {_ROUNDS} compare-and-set rounds")
 
     async def acquire(
