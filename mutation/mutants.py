@@ -1271,6 +1271,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_never_more_than_limit_holders_across_connections_at_once",
     ),
     m(
+        "redis-lease-pipeline-shuffled",
+        "redis",
+        "each lease call gets its own script's reply",
+        f"{REDIS}/broker.py",
+        "for (call, future), reply in zip(calls, replies, strict=True):",
+        "for (call, future), reply in zip(calls, replies[::-1], strict=True):",
+        "test_never_more_than_limit_holders_across_connections_at_once",
+    ),
+    m(
         "sqlite-memo-create-overwrites",
         "sqlite",
         "a create stores only where no unexpired memo is",

@@ -92,6 +92,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._memo_puts: PassBatch[_MemoPut, bool] = PassBatch(
             self._put_memos, most=scripts.MEMO_PUTS_MOST
         )
+        self._lease_calls: PassBatch[_Call, Any] = PassBatch(
+            self._run_pipelined, most=scripts.PIPELINED_MOST
+        )
 
     @property
     def visibility_timeout(self) -> float:
@@ -326,15 +329,36 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
         ttl_ms = max(1, round(ttl * 1000))
         keys = [self.settings.lease_key(key)]
-        return bool(await self._run("LEASE_ACQUIRE", keys, [holder, ttl_ms, limit]))
+        return bool(await self._lease("LEASE_ACQUIRE", keys, [holder, ttl_ms, limit]))
 
     async def _extend_lease(self, key: str, holder: str) -> bool:
-        keys = [self.settings.lease_key(key)]
-        return bool(await self._run("LEASE_EXTEND", keys, [holder]))
+        return bool(await self._lease("LEASE_EXTEND", [self.settings.lease_key(key)], [holder]))
 
     async def _release_lease(self, key: str, holder: str) -> bool:
-        keys = [self.settings.lease_key(key)]
-        return bool(await self._run("LEASE_RELEASE", keys, [holder]))
+        return bool(await self._lease("LEASE_RELEASE", [self.settings.lease_key(key)], [holder]))
+
+    async def _lease(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A lease script, sent in one pipeline with the others of this pass (one at a
+        time on a cluster, whose pipelines split by slot)."""
+        if self.settings.cluster:
+            return await self._run(name, keys, args)
+        self._connected(self._client)
+        return await self._lease_calls.submit(_Call(name, keys, args))
+
+    async def _run_pipelined(self, calls: Calls[_Call, Any]) -> None:
+        """The script calls of one pass in one pipeline; each caller gets its own reply,
+        or its own error."""
+        if len(calls) == 1:
+            ((call, future),) = calls
+            answer(future, await self._run(*call))
+            return
+        with publishing.redis_errors("leases", self.settings):
+            pipe = self.client.pipeline(transaction=False)
+            for call, _ in calls:
+                await self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
+            replies = await pipe.execute(raise_on_error=False)
+        for (call, future), reply in zip(calls, replies, strict=True):
+            answer(future, _refused(call.name, reply) if isinstance(reply, Exception) else reply)
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
@@ -375,6 +399,16 @@ class RedisBroker(BaseBroker[RedisSettings]):
         with publishing.redis_errors("memo get", self.settings):
             found = await self.client.get(self.settings.memo_key(key))
         return None if found is None else bytes(found)
+
+
+class _Call(NamedTuple):
+    name: str  # the script's
+    keys: list[str]
+    args: list[Any]
+
+
+def _refused(name: str, error: Exception) -> BrokerError:
+    return BrokerError(f"redis refused {name.lower()}: {error}")
 
 
 class _MemoPut(NamedTuple):

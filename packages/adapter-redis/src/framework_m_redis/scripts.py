@@ -49,6 +49,8 @@ if held[1][2] ~= ARGV[3] or tostring(held[1][4]) ~= ARGV[4] then return -1 end
 # Returns one code per entry, as the guard's: 1 acked, 0 settled already, -1 reclaimed.
 # At most ACK_MOST entries a call: Lua's unpack() takes a few thousand values.
 ACK_MOST = 500
+# Script calls in one pipeline at most (the lease calls of a pass).
+PIPELINED_MOST = 500
 ACK = """
 local codes, acked = {}, {}
 for i = 3, #ARGV, 2 do
