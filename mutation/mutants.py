@@ -1280,6 +1280,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_never_more_than_limit_holders_across_connections_at_once",
     ),
     m(
+        "core-enqueue-status-beside-unawaited",
+        "memory",
+        "a job's status says queued once its enqueue returned",
+        f"{CORE}/ports/base.py",
+        "        await noting\n",
+        "",
+        "test_a_result_and_its_status_are_read_on_another_connection",
+    ),
+    m(
         "sqlite-memo-create-overwrites",
         "sqlite",
         "a create stores only where no unexpired memo is",
@@ -1333,9 +1342,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job just enqueued says queued (or scheduled, delayed)",
         f"{CORE}/ports/base.py",
-        "        if not result.duplicate and not self.memos_in_publish:\n"
-        "            await self._note_enqueued(message, result.job_id)\n",
-        "",
+        "            for memo in self.enqueue_memos(message, job_id):\n"
+        "                await self._put_memo(memo.key, memo.value, memo.ttl, True)\n",
+        "            pass\n",
         "test_a_result_and_its_status_are_read_on_another_connection",
         "test_a_delayed_job_says_scheduled_with_its_due_time",
     ),
@@ -1344,8 +1353,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job keeping nothing writes no status, not even while it waits",
         f"{CORE}/ports/base.py",
-        "if Capability.MEMOS not in self.capabilities or message.keep == 0:",
-        "if Capability.MEMOS not in self.capabilities:",
+        "return Capability.MEMOS in self.capabilities and message.keep != 0",
+        "return Capability.MEMOS in self.capabilities",
         "test_a_job_keeping_nothing_writes_no_status",
     ),
     m(

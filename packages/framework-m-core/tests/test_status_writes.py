@@ -41,7 +41,9 @@ def _app(started: asyncio.Event) -> App:
     app = App()
 
     @app.job
-    async def quick(ctx: JobContext) -> None: ...
+    async def quick(ctx: JobContext) -> None:
+        for _ in range(3):  # gives the running-status sweep its turns
+            await asyncio.sleep(0)
 
     @app.job
     async def lasting(ctx: JobContext) -> None:  # ends while its running status is written

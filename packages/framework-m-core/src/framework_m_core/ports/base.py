@@ -179,11 +179,34 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._encode_and_publish(message)
 
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
-        result = await self._publish(message, self._body(message))
+        body = self._body(message)
+        if message.deduplication_id is None and not self.memos_in_publish and self._notes(message):
+            return await self._publish_beside_notes(message, body)
+        result = await self._publish(message, body)
         self._count(message, result)
         if not result.duplicate and not self.memos_in_publish:
             await self._note_enqueued(message, result.job_id)
         return result
+
+    async def _publish_beside_notes(self, message: JobMessage, body: bytes) -> PublishResult:
+        """A job without a deduplication id is never a duplicate: its enqueue memos are
+        created while it is published, not a round trip after. Should the publish fail,
+        they name an id that was never given out."""
+        noting = asyncio.ensure_future(self._note_enqueued(message, message.id))
+        try:
+            result = await self._publish(message, body)
+        except BaseException:
+            noting.cancel()
+            raise
+        await noting
+        self._count(message, result)
+        if result.job_id != message.id:  # stored under an id of the broker's
+            await self._note_enqueued(message, result.job_id)
+        return result
+
+    def _notes(self, message: JobMessage) -> bool:
+        """Whether an enqueue of ``message`` creates memos (:meth:`enqueue_memos`)."""
+        return Capability.MEMOS in self.capabilities and message.keep != 0
 
     #: Whether ``_publish`` (and ``_publish_many``) create the memos of
     #: :meth:`enqueue_memos` themselves, in the step that stores the job; else they are
@@ -195,7 +218,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         ``job_id`` (none on brokers without memos, or when its ``keep`` is 0): the job's
         status, and for a tick the memo naming the job its slot was enqueued as. Each is
         created, never overwriting: a worker that ran the job first wrote a later state."""
-        if Capability.MEMOS not in self.capabilities or message.keep == 0:
+        if not self._notes(message):
             return []
         now = time.time()
         keep = message.keep if message.keep is not None else statuses.PENDING_KEEP
