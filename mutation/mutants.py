@@ -1172,7 +1172,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     m(
         "core-enqueue-overwrites-status",
-        "memory",
+        "sqlite",  # memory:// creates them in its publish
         "an enqueue's status never replaces a later one",
         f"{CORE}/ports/base.py",
         "await self._put_memo(memo.key, memo.value, memo.ttl, True)",
@@ -1281,12 +1281,31 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     m(
         "core-enqueue-status-beside-unawaited",
-        "memory",
+        "statuses",
         "a job's status says queued once its enqueue returned",
         f"{CORE}/ports/base.py",
         "        await noting\n",
         "",
+        "test_an_enqueue_beside_its_status_create_returns_once_both_landed",
+    ),
+    m(
+        "memory-enqueue-overwrites-status",
+        "memory",
+        "an enqueue's status never replaces a later one",
+        f"{MEMORY}/broker.py",
+        "            if q.memo(memo.key, memos_at) is None:  # created, never overwriting\n",
+        "            if True:\n",
+        "test_an_enqueue_never_overwrites_a_later_status",
+    ),
+    m(
+        "memory-status-not-noted-at-enqueue",
+        "memory",
+        "a job just enqueued says queued (or scheduled, delayed)",
+        f"{MEMORY}/broker.py",
+        "                q.keep_memo(memo.key, memo.value, memos_at + memo.ttl)\n",
+        "                pass\n",
         "test_a_result_and_its_status_are_read_on_another_connection",
+        "test_a_delayed_job_says_scheduled_with_its_due_time",
     ),
     m(
         "sqlite-memo-create-overwrites",
@@ -1339,7 +1358,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- job statuses and results (core, run on memory://) --------------------------------
     m(
         "core-status-not-noted-at-enqueue",
-        "memory",
+        "sqlite",  # memory:// creates them in its publish
         "a job just enqueued says queued (or scheduled, delayed)",
         f"{CORE}/ports/base.py",
         "            for memo in self.enqueue_memos(message, job_id):\n"

@@ -109,7 +109,10 @@ def test_the_latency_stages_script_splits_the_path_in_order() -> None:
         "handler started p50",
     ]
     p50s = [float(r[r.index("p50") + 1]) for r in rows]
-    assert 0 < p50s[0] <= p50s[1] <= p50s[2] <= p50s[3], "each stage comes after the last"
+    # The worker may receive the job before its enqueue returned (the status create
+    # goes beside the publish): only the worker's stages are in order.
+    assert p50s[0] > 0, "the enqueue takes time"
+    assert 0 < p50s[1] <= p50s[2] <= p50s[3], "each of the worker's stages comes after the last"
 
 
 def test_the_enqueue_profile_compares_with_the_raw_client_and_names_the_difference() -> None:

@@ -167,7 +167,7 @@ def test_delivery_limit_dead_letters_a_job_that_never_gets_an_outcome(
                 queue = await channel.get_queue(broker.settings.jobs)
                 msg = await queue.get(no_ack=False, fail=False, timeout=2)
                 if msg is not None:
-                    attempts.append(wire.attempt(msg))
+                    attempts.append(wire.attempt(msg.headers))
                 await connection.close()
                 if msg is None:
                     break

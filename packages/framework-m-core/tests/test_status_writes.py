@@ -22,6 +22,8 @@ class _Recording(MemoryBroker):
     """Keeps the states of the status memos put, in the order they landed; a running
     status takes 0.3 s to land (a slow broker)."""
 
+    memos_in_publish = False  # the enqueue's create goes through _put_memo too
+
     def __init__(self, settings: MemorySettings) -> None:
         super().__init__(settings)
         self.puts: list[tuple[str, JobState]] = []
@@ -98,3 +100,12 @@ async def test_runs_going_on_say_running_each_started_apart(queue_name: str) -> 
         release.set()
         await wait_until(lambda: worker.stats.succeeded == 3)
     assert await states() == [JobState.SUCCEEDED] * 3
+
+
+async def test_an_enqueue_beside_its_status_create_returns_once_both_landed(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Recording(MemorySettings(queue_name, 120.0, 5.0)))
+    job_id = await broker.enqueue("quick")  # no deduplication id: created beside the publish
+    assert broker.puts == [(job_id, JobState.QUEUED)]
+    assert (await job_status(broker, job_id)).state is JobState.QUEUED

@@ -123,6 +123,8 @@ class MemoryBroker(BaseBroker[MemorySettings]):
 
     # -- publishing --------------------------------------------------------------------
 
+    memos_in_publish = True  # created in the same step as the job is stored
+
     async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
         q = self._q
         if message.deduplication_id is not None:
@@ -131,6 +133,10 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
+        memos_at = time.monotonic()
+        for memo in self.enqueue_memos(message, message.id):
+            if q.memo(memo.key, memos_at) is None:  # created, never overwriting
+                q.keep_memo(memo.key, memo.value, memos_at + memo.ttl)
         now = self.clock()
         entry = server.Entry(body, stored_at=now)
         if message.not_before is not None and message.not_before > now:
