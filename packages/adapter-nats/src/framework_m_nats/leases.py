@@ -24,7 +24,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from framework_m_core.ports import BrokerError, answer
+from framework_m_core.ports import BrokerError, answer, failing_all
 
 from .buckets import open_bucket
 from .errors import server_errors
@@ -119,15 +119,8 @@ class Leases:
         try:
             while (waiting := self._waiting.pop(key, None)) is not None:
                 calls = [(step, future) for step, future in waiting if not future.done()]
-                try:
+                with failing_all(calls):
                     results = await self._change(js, key, [step for step, _ in calls])
-                except BaseException as exc:
-                    failure = exc if isinstance(exc, Exception) else BrokerError("cancelled")
-                    for _, future in calls:
-                        answer(future, failure)
-                    if not isinstance(exc, Exception):
-                        raise
-                else:
                     for (_, future), result in zip(calls, results, strict=True):
                         answer(future, result)
         finally:

@@ -23,7 +23,7 @@ from ..errors import (
     SchemaConflictError,
 )
 from .base import BaseBroker, BrokerSettings
-from .batching import Calls, PassBatch, answer
+from .batching import Calls, PassBatch, answer, failing_all
 from .capabilities import Capability, as_capabilities
 from .greeting import first_bytes
 from .leases import validate_lease_text, validate_limit, validate_ttl
@@ -111,6 +111,7 @@ __all__ = [
     "answer",
     "as_capabilities",
     "decode_message",
+    "failing_all",
     "first_bytes",
     "options_of",
     "query_params",

@@ -10,7 +10,8 @@ future. Whatever ``flush`` raises reaches every caller it left unanswered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -52,14 +53,22 @@ class PassBatch(Generic[T, R]):
         calls, self._waiting = self._waiting[:cut], self._waiting[cut:]
         if self._waiting:  # more than one flush takes: the rest go in the next
             self._schedule()
-        try:
+        with failing_all(calls):
             await self._flush(calls)
-        except BaseException as exc:
-            failure = exc if isinstance(exc, Exception) else ConnectionError("cancelled")
-            for _, future in calls:
-                answer(future, failure)
-            if not isinstance(exc, Exception):
-                raise
+
+
+@contextlib.contextmanager
+def failing_all(calls: Calls[T, R]) -> Iterator[None]:
+    """What the block raises goes to every call of ``calls`` it left unanswered, and no
+    further; a cancellation reaches them as ConnectionError and goes on."""
+    try:
+        yield
+    except BaseException as exc:
+        failure = exc if isinstance(exc, Exception) else ConnectionError("cancelled")
+        for _, future in calls:
+            answer(future, failure)
+        if not isinstance(exc, Exception):
+            raise
 
 
 def answer(future: asyncio.Future[R], result: R | Exception) -> None:
