@@ -133,10 +133,8 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
-        memos_at = time.monotonic()
         for memo in self.enqueue_memos(message, message.id):
-            if q.memo(memo.key, memos_at) is None:  # created, never overwriting
-                q.keep_memo(memo.key, memo.value, memos_at + memo.ttl)
+            self._keep_memo(memo.key, memo.value, memo.ttl, create=True)
         now = self.clock()
         entry = server.Entry(body, stored_at=now)
         if message.not_before is not None and message.not_before > now:
@@ -312,6 +310,9 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     # -- memos -------------------------------------------------------------------------
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
+        return self._keep_memo(key, value, ttl, create=create)
+
+    def _keep_memo(self, key: str, value: bytes, ttl: float, *, create: bool) -> bool:
         now = time.monotonic()
         if create and self._q.memo(key, now) is not None:
             return False
