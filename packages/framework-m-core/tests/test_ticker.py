@@ -282,26 +282,75 @@ class TestFaults:
         assert all(s >= back - 2.5 for s in slots), (slots, back)
         assert "a later slot is due and is enqueued instead" in caplog.text
 
-    async def test_a_publish_that_never_answers_is_given_up_within_grace(
-        self, queue_name: str
+    async def test_a_publish_that_never_answers_is_given_up_within_grace_as_unknown(
+        self, queue_name: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         calls: list[float] = []
 
         class Hanging(MemoryBroker):
             async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
                 calls.append(time.monotonic())
-                await asyncio.Event().wait()  # a paused server
+                await super()._publish(message, body)  # stored, then the answer is lost
+                await asyncio.Event().wait()
                 raise AssertionError("unreachable")
 
         broker = await synced(Hanging(MemorySettings(queue_name, dedup_window=60)))
         ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
         ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
         task = asyncio.create_task(ticker.run())
-        await wait_until(lambda: ticker.stats.failed == 1, timeout=5)
+        with caplog.at_level(logging.ERROR, "framework_m.ticker"):
+            await wait_until(lambda: ticker.stats.unknown == 1, timeout=5)
         assert len(calls) == 1
         assert time.monotonic() - calls[0] < 1.5  # bounded by the grace left, not hanging
         ticker.stop()
         await task
+        assert (ticker.stats.failed, ticker.stats.unanswered) == (0, 1)
+        assert "outcome unknown, no answer from the broker within grace 1s" in caplog.text
+        assert "not enqueued" not in caplog.text
+        assert len(await received_slots(broker)) == 1
+
+    async def test_a_timeout_then_an_error_is_still_unknown(self, queue_name: str) -> None:
+        class TimeoutThenDown(MemoryBroker):
+            calls = 0
+
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                self.calls += 1
+                if self.calls == 1:
+                    await super()._publish(message, body)
+                    raise TimeoutError
+                raise BrokerError("connection lost")
+
+        broker = await synced(TimeoutThenDown(MemorySettings(queue_name, dedup_window=60)))
+        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
+        ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
+        task = asyncio.create_task(ticker.run())
+        await wait_until(lambda: ticker.stats.unknown + ticker.stats.failed == 1, timeout=5)
+        ticker.stop()
+        await task
+        assert broker.calls >= 2
+        assert (ticker.stats.unknown, ticker.stats.failed) == (1, 0)
+
+    async def test_a_slot_given_up_at_stop_says_the_ticker_stopped(
+        self, queue_name: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        entered = asyncio.Event()
+
+        class Refusing(MemoryBroker):
+            async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+                entered.set()
+                raise BrokerError("channel closed")
+
+        broker = await synced(Refusing(MemorySettings(queue_name, dedup_window=60)))
+        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=30)
+        ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
+        task = asyncio.create_task(ticker.run())
+        with caplog.at_level(logging.ERROR, "framework_m.ticker"):
+            await asyncio.wait_for(entered.wait(), 5)
+            ticker.stop()
+            await task
+        assert ticker.stats.failed == 1
+        assert "not enqueued before the ticker stopped (slot 0." in caplog.text
+        assert "within grace" not in caplog.text
 
     async def test_a_tick_says_how_late_it_may_still_be_stored(self, memory: MemoryBroker) -> None:
         ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2, clock_skew=1)

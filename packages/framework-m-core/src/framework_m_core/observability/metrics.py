@@ -188,7 +188,7 @@ class _Collector:
             "frameworkm_ticks",
             "Slots by what became of them on this replica: enqueued (first), caught_up "
             "(a missed slot enqueued late), duplicate (already enqueued), skipped, failed, "
-            "clock_held, paused",
+            "unknown (no answer in time: maybe stored), clock_held, paused",
             labels=["job", "outcome"],
         )
         for (job, outcome), value in sorted(m.ticks.items()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 TickOutcome = Literal[
-    "enqueued", "caught_up", "duplicate", "skipped", "failed", "clock_held", "paused"
+    "enqueued", "caught_up", "duplicate", "skipped", "failed", "unknown", "clock_held", "paused"
 ]
 JobOutcome = Literal[
     "succeeded", "retried", "dead_lettered", "released", "expired", "skipped", "cancelled"

@@ -91,6 +91,8 @@ class TickerStats:
     duplicates: int = 0  # slots another replica had already enqueued
     skipped: int = 0  # slots older than grace or superseded, never published
     failed: int = 0  # slots that could not be published within grace
+    unknown: int = 0  # slots whose last publish got no answer in time: maybe stored
+    unanswered: int = 0  # publish attempts that got no answer in time, stored or not
     clock_held: int = 0  # slots not published while this clock was off the broker's
     paused: int = 0  # slots not published because their schedule is paused
     caught_up: int = 0  # missed slots this replica enqueued late, inside the catch-up window
@@ -500,11 +502,15 @@ class InProcessTickerAdapter:
         the slot is inside the catch-up window."""
         assert spec.catchup_window is not None
         delay = 0.1
+        last: Exception | None = None
+        unanswered = False
         while not self._stop.is_set():
             left = slot + spec.catchup_window - self._clock()
             if left <= 0:
-                self._failed(spec, slot, "not enqueued within the catch-up window")
+                within = f"within the catch-up window of {spec.catchup_window:g}s"
+                self._gave_up(spec, slot, last or TimeoutError(), unanswered, within=within)
                 return
+            publishing = False
             try:
                 async with asyncio.timeout(min(left, _LATE_ATTEMPT)):
                     state = await control.read(self._broker, spec.name)
@@ -513,13 +519,18 @@ class InProcessTickerAdapter:
                         self.observer.tick(spec.name, "duplicate", slot)
                         return
                     message = self._message(spec, slot, late=True)
+                    publishing = True
                     result = await self._broker.publish(message)
             except InvalidJobError as exc:
                 self._failed(spec, slot, exc)
                 return
             except Exception as exc:
                 reraise_if_cancelled()
-                self.observer.broker_error("publish")
+                self.observer.broker_error("publish" if publishing else "state")
+                last = exc
+                if isinstance(exc, TimeoutError) and publishing:
+                    self.stats.unanswered += 1
+                    unanswered = True
                 log.warning(
                     "%s: late enqueue of %s failed (%s); retrying",
                     spec.name,
@@ -556,10 +567,12 @@ class InProcessTickerAdapter:
         if self._stateful and await self._paused(spec, slot, self._wakes):
             return
         delay = 0.1
+        unanswered = False
         while True:
             error = await self._attempt(spec, slot)
             if error is None:
                 return
+            unanswered = unanswered or isinstance(error, TimeoutError)
             if self._grace_left(slot) < delay and spec.catchup_window is not None:
                 log.warning(
                     "%s: %s not enqueued within grace %gs (%s); trying again inside the "
@@ -572,9 +585,7 @@ class InProcessTickerAdapter:
                 await self._publish_late(spec, slot)
                 return
             if self._grace_left(slot) < delay or self._stop.is_set():
-                self._failed(
-                    spec, slot, "no answer in time" if isinstance(error, TimeoutError) else error
-                )
+                self._gave_up(spec, slot, error, unanswered)
                 return
             log.warning(
                 "%s: enqueue of %s failed (%s); retrying",
@@ -677,6 +688,8 @@ class InProcessTickerAdapter:
         except Exception as exc:  # whatever the adapter raises: retried within grace
             reraise_if_cancelled()
             self.observer.broker_error("publish")
+            if isinstance(exc, TimeoutError):
+                self.stats.unanswered += 1
             return exc
         if result.duplicate:
             self.stats.duplicates += 1
@@ -704,14 +717,35 @@ class InProcessTickerAdapter:
             not_after=(now if late else slot) + self.grace + self._skew,
         )
 
-    def _failed(self, spec: Ticked, slot: int, reason: object) -> None:
+    def _gave_up(
+        self, spec: Ticked, slot: int, error: Exception, unanswered: bool, *, within: str = ""
+    ) -> None:
+        """The last attempt at ``slot`` ended in ``error``: if any attempt got no answer in
+        time the outcome is unknown (the broker may have stored it), else it failed."""
+        if self._stop.is_set():
+            within = f"before the ticker stopped (slot {self._clock() - slot:.1f}s old)"
+        within = within or f"within grace {self.grace:g}s"
+        if not unanswered:
+            self._failed(spec, slot, error, within=within)
+            return
+        self.stats.unknown += 1
+        self.observer.tick(spec.name, "unknown", slot)
+        log.error(
+            "%s: slot %s: outcome unknown, no answer from the broker %s; it may be stored "
+            "and run, and is not tried again",
+            spec.name,
+            tick_deduplication_id(spec.name, slot),
+            within,
+        )
+
+    def _failed(self, spec: Ticked, slot: int, reason: object, *, within: str = "") -> None:
         self.stats.failed += 1
         self.observer.tick(spec.name, "failed", slot)
         log.error(
-            "%s: slot %s not enqueued within grace %gs: %s",
+            "%s: slot %s not enqueued %s: %s",
             spec.name,
             tick_deduplication_id(spec.name, slot),
-            self.grace,
+            within or f"within grace {self.grace:g}s",
             reason,
         )
 

@@ -261,8 +261,12 @@ class WorkerContract(ContractBase):
         slots = [decode_message(d.body).scheduled_at or 0 for d in await receive_all(broker)]
         assert all(slots)
         assert len(slots) == len(set(slots)), f"a slot was enqueued twice: {sorted(slots)}"
-        assert sum(t.stats.published for t in tickers) == len(slots)
-        assert sum(t.stats.duplicates for t in tickers) >= len(slots) - 1
+        published = sum(t.stats.published for t in tickers)
+        # a publish with no answer in time may be stored although no ticker counted it
+        unanswered = sum(t.stats.unanswered for t in tickers)
+        assert published <= len(slots) <= published + unanswered, (published, unanswered)
+        assert sum(t.stats.failed for t in tickers) == 0
+        assert sum(t.stats.duplicates for t in tickers) >= len(slots) - 1 - unanswered
 
     @requires(Capability.STATE)
     async def test_tickers_enqueue_nothing_of_a_paused_schedule_then_each_slot_once(
