@@ -34,6 +34,11 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # The worker's own promises (a schema gone is synced again).
+    "worker": "packages/framework-m-core/tests/test_worker.py",
+    # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
+    "redis-own": "packages/adapter-redis/tests/test_redis_adapter.py",
+    "redis-failover": "tests/test_redis_failover.py",
 }
 
 
@@ -1035,6 +1040,60 @@ MUTANTS: tuple[Mutant, ...] = (
         "            unanswered = unanswered or isinstance(error, TimeoutError)\n",
         "            unanswered = isinstance(error, TimeoutError)\n",
         "test_a_timeout_then_an_error_is_still_unknown",
+    ),
+    m(
+        "core-schema-gone-not-synced",
+        "worker",
+        "a worker that may sync the schema syncs it again when the broker lost it",
+        f"{CORE}/runtime/worker.py",
+        "            if isinstance(exc, SchemaMissingError) and await self._sync_again(exc):\n",
+        "            if False:\n",
+        "test_a_schema_gone_is_synced_again_when_the_worker_may",
+    ),
+    m(
+        "core-schema-gone-synced-without-leave",
+        "worker",
+        "--no-sync-schema: a schema gone is reported, not created",
+        f"{CORE}/runtime/worker.py",
+        "        if not self.sync_schema:\n            log.error(",
+        "        if False:\n            log.error(",
+        "test_a_schema_gone_is_synced_again_when_the_worker_may",
+    ),
+    m(
+        "redis-nogroup-plain-error",
+        "redis-own",
+        "a missing consumer group is a SchemaMissingError",
+        f"{REDIS}/broker.py",
+        "                raise SchemaMissingError(\n",
+        "                raise BrokerError(\n",
+        "test_a_missing_group_is_a_schema_missing_error",
+    ),
+    m(
+        "redis-wait-skipped",
+        "redis-failover",
+        "with wait_replicas a write counts only once a replica has it",
+        f"{REDIS}/broker.py",
+        "        if self.settings.replicas_to_wait_for and name in _REPLICATED:\n",
+        "        if False:\n",
+        "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "redis-wait-copies-unchecked",
+        "redis-failover",
+        "a write fewer replicas than wait_replicas acknowledged is an error",
+        f"{REDIS}/publishing.py",
+        "    if int(copies) < s.replicas_to_wait_for:\n",
+        "    if False:\n",
+        "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "redis-cluster-wait-untargeted",
+        "redis-failover",
+        "on a cluster, the WAIT goes to the queue's primary, on the writes' connection",
+        f"{REDIS}/broker.py",
+        '                pipe.execute_command("WAIT", *wait, target_nodes=node)\n',
+        '                pipe.execute_command("WAIT", *wait)\n',
+        "test_a_write_no_replica_acknowledged_in_time_is_an_error",
     ),
     m(
         "rabbitmq-state-no-lock",

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # The server binaries these tests start: set them to run the same tests against another
@@ -207,11 +208,109 @@ class RedisServer(ServerProcess):
         wait_port(self.port, proc=self.proc, log=self.dir / "server.log")
 
 
-def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
-    """Start ``masters`` cluster nodes and join them with ``redis-cli --cluster create``."""
-    nodes = [RedisServer(workdir, cluster=True) for _ in range(masters)]
+class RedisSentinel(ServerProcess):
+    """One redis-server in sentinel mode, watching ``master`` at ``primary_port``."""
+
+    def __init__(self, workdir: Path, master: str, primary_port: int, quorum: int) -> None:
+        self.port = free_port()
+        self.dir = workdir / f"sentinel-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.conf = self.dir / "sentinel.conf"  # sentinels rewrite it: their own copy
+        self.conf.write_text(
+            f"bind 127.0.0.1\nport {self.port}\ndir {self.dir}\n"
+            f"sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {master} 1000\n"
+            f"sentinel failover-timeout {master} 10000\n"
+            f"sentinel parallel-syncs {master} 2\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with (self.dir / "sentinel.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, str(self.conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_port(self.port, proc=self.proc, log=self.dir / "sentinel.log")
+
+
+class SentinelSet:
+    """A primary, ``replicas`` replicas and ``sentinels`` sentinels watching them."""
+
+    def __init__(
+        self, workdir: Path, master: str = "fm", replicas: int = 2, sentinels: int = 3
+    ) -> None:
+        self.master = master
+        self.primary = RedisServer(workdir)
+        self.replicas = [RedisServer(workdir) for _ in range(replicas)]
+        self.sentinels = [
+            RedisSentinel(workdir, master, self.primary.port, sentinels // 2 + 1)
+            for _ in range(sentinels)
+        ]
+
+    @property
+    def servers(self) -> list[ServerProcess]:
+        return [self.primary, *self.replicas, *self.sentinels]
+
+    def url(self, scheme: str = "redis+sentinel") -> str:
+        hosts = ",".join(s.url for s in self.sentinels)
+        return f"{scheme}://{hosts}/{self.master}/0"
+
+    def start(self) -> None:
+        fast = ("--repl-diskless-sync-delay", "0")  # a replica (re)syncs at once
+        self.primary.start(*fast)
+        for replica in self.replicas:
+            replica.start(*fast, "--replicaof", "127.0.0.1", str(self.primary.port))
+        for sentinel in self.sentinels:
+            sentinel.start()
+        self.wait_for(lambda role: role == ["master", self.primary.port])
+
+    def primary_port(self) -> int | None:
+        """The primary's port as a sentinel reports it now."""
+        out = redis_cli(self.sentinels[0].port, "sentinel", "get-master-addr-by-name", self.master)
+        words = out.split()
+        return int(words[1]) if len(words) == 2 else None
+
+    def wait_for(
+        self, ok: Callable[[list[object]], bool], timeout: float = 30.0, replicas: int | None = None
+    ) -> None:
+        """Until ``replicas`` replicas (default all) are in sync with the primary the
+        sentinels name and ``ok`` holds for ``["master", port]``."""
+        deadline = time.monotonic() + timeout
+        want = len(self.replicas) if replicas is None else replicas
+        while True:
+            port = self.primary_port()
+            if port is not None and ok(["master", port]):
+                info = redis_cli(port, "info", "replication")
+                if info.count("state=online") >= want:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sentinel set not settled (primary {port})")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop(signal.SIGKILL)
+
+
+def redis_cli(port: int, *args: str) -> str:
+    """What ``redis-cli -p port args...`` prints."""
+    return subprocess.run(
+        ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10
+    ).stdout
+
+
+def redis_cluster(
+    workdir: Path, masters: int = 3, replicas: int = 0, *extra: str
+) -> list[RedisServer]:
+    """Start ``masters`` cluster nodes with ``replicas`` each and join them with
+    ``redis-cli --cluster create``; ``extra`` goes to every node's command line."""
+    nodes = [RedisServer(workdir, cluster=True) for _ in range(masters * (1 + replicas))]
     for node in nodes:
-        node.start()
+        node.start(*extra)
     addresses = [f"127.0.0.1:{n.port}" for n in nodes]
     subprocess.run(
         [
@@ -220,7 +319,7 @@ def redis_cluster(workdir: Path, masters: int = 3) -> list[RedisServer]:
             "create",
             *addresses,
             "--cluster-replicas",
-            "0",
+            str(replicas),
             "--cluster-yes",
         ],
         check=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 
 import pytest
@@ -16,6 +17,7 @@ from framework_m_core import (
     DeliveryLostError,
     QueueStats,
     SchemaConflictError,
+    SchemaMissingError,
 )
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.testing import PROMPT
@@ -54,6 +56,57 @@ def test_url_options() -> None:
 def test_invalid_urls(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message.replace("{", r"\{").replace("}", r"\}")):
         parse_url(url)
+
+
+def test_a_sentinel_url_names_its_sentinels_master_and_credentials() -> None:
+    s = parse_url(
+        "redis+sentinel://app:p%40ss@s1:26380,s2,[::1]:26381/mymaster/3"
+        "?queue=mail&sentinel_username=watch&sentinel_password=hush&socket_timeout=2"
+    )
+    assert s.sentinels == (("s1", 26380), ("s2", 26379), ("::1", 26381))
+    assert (s.master, s.queue, s.sentinel_username, s.sentinel_password) == (
+        "mymaster", "mail", "watch", "hush",
+    )  # fmt: skip
+    assert s.client_url == "redis://app:p%40ss@sentinel/3?socket_timeout=2"
+    assert "p%40ss" not in s.display_url
+    assert "hush" not in s.display_url
+    assert "hush" not in repr(s)
+    assert s.replicas_to_wait_for == 1  # on by default with Sentinel
+    assert parse_url("redis+sentinel://s1/m?wait_replicas=0").replicas_to_wait_for == 0
+    assert parse_url("redis://h?wait_replicas=2").replicas_to_wait_for == 2
+    assert parse_url("redis://h").replicas_to_wait_for == 0
+    assert parse_url("rediss+sentinel://s1/m").client_url.startswith("rediss://")
+    assert isinstance(open_broker("redis+sentinel://127.0.0.1:26379/m"), RedisBroker)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis+sentinel://s1:26379", "names no master: the path is /MASTER"),
+        ("redis+sentinel://s1/m/0/1", "the path is /MASTER"),
+        ("redis+sentinel://s1/m/zero", "the path is the database number, got 'zero'"),
+        ("redis+sentinel://s1:x/m", "'s1:x' is not a sentinel's host:port"),
+        ("redis+sentinel://s1,,s2/m", "'' is not a sentinel's host:port"),
+        ("redis+sentinel://s1/m?cluster=1", "cluster=1 and Sentinel exclude each other"),
+        ("redis+sentinel://s1/m?wait_replicas=-1", "wait_replicas must be between 0"),
+        ("redis+sentinel://s1/m?wait_timeout=0", "wait_timeout must be between"),
+        ("redis://h?sentinel_password=x", "'sentinel_password' is for redis+sentinel://"),
+    ],
+)
+def test_invalid_sentinel_urls(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as raised:
+        parse_url(url)
+    assert "sentinel_password=x" not in str(raised.value)
+
+
+async def test_a_missing_group_is_a_schema_missing_error(namespace: RedisNamespace) -> None:
+    async with RedisBroker.from_url(namespace.url()) as broker:
+        await broker.sync_schema()
+        await broker.client.delete(broker.settings.stream)  # Redis restarted empty, say
+        with pytest.raises(SchemaMissingError, match=r"consumer group workers of .* does not"):
+            await broker.receive(1, 0.1)
+        await broker.sync_schema()
+        assert await broker.receive(1, 0.1) == []
 
 
 @pytest.mark.parametrize("url", ["redis://h", "redis://h/", "redis://h/0", "redis://h/15"])

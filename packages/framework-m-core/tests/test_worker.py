@@ -18,6 +18,7 @@ from framework_m_core import (
     JobContext,
     JobMessage,
     SchemaConflictError,
+    SchemaMissingError,
     Worker,
     WorkerFailedError,
 )
@@ -464,3 +465,48 @@ async def test_without_schema_sync_a_schema_that_differs_is_refused_with_the_pla
         assert not (await broker.plan_schema()).in_sync  # nothing was changed
         await broker.sync_schema()  # the pre-deploy step
         await Worker(App(), broker, sync_schema=False).prepare()
+
+
+@pytest.mark.parametrize("may_sync", [True, False])
+async def test_a_schema_gone_is_synced_again_when_the_worker_may(
+    queue_name: str, caplog: pytest.LogCaptureFixture, may_sync: bool
+) -> None:
+    class Forgetful(MemoryBroker):
+        gone = False
+        syncs = raised = 0
+
+        async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+            if self.gone:
+                self.raised += 1
+                raise SchemaMissingError("consumer group workers does not exist")
+            return await super().receive(max_messages, timeout)
+
+        async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
+            self.syncs += 1
+            self.gone = False
+            return await super().sync_schema(dry_run=dry_run)
+
+    broker = await synced(Forgetful(MemorySettings(queue_name)))
+    app = App()
+
+    @app.job
+    async def job(ctx: JobContext) -> None: ...
+
+    async with running_worker(app, broker, fetch_timeout=0.1, sync_schema=may_sync) as worker:
+        await wait_until(lambda: worker.readiness()[0])
+        before = broker.syncs
+        broker.gone = True
+        await wait_until(lambda: broker.raised >= 1, timeout=5)
+        await broker.enqueue("job")
+        if may_sync:
+            await wait_until(lambda: worker.stats.succeeded == 1)
+            assert (broker.syncs, broker.raised) == (before + 1, 1)
+            assert worker.readiness()[0]
+        else:
+            raised = broker.raised
+            await wait_until(lambda: broker.raised > raised + 1, timeout=10)  # asked again
+            assert "forbids creating it" in caplog.text
+            assert not worker.readiness()[0]
+            assert (broker.syncs, worker.stats.succeeded) == (before, 0)
+    says = "the broker's schema is gone (consumer group workers does not exist): syncing it again"
+    assert (says in caplog.text) is may_sync

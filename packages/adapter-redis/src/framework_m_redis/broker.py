@@ -13,6 +13,7 @@ consumer and delivery, so a late settle never touches a reclaimed job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from framework_m_core.ports import (
     BaseBroker,
@@ -35,6 +36,7 @@ from framework_m_core.ports import (
     PassBatch,
     PublishResult,
     QueueStats,
+    SchemaMissingError,
     SchemaPlan,
     StateEntry,
     answer,
@@ -48,6 +50,9 @@ from .settings import RedisSettings, parse_url
 log = logging.getLogger("framework_m.redis")
 
 _PROMOTE_BATCH = 500
+# The scripts whose loss in a failover would lose a job or run one again: with
+# wait_replicas they count as done only once a replica has them (WAIT).
+_REPLICATED = frozenset({"ENQUEUE", "ACK", "RETRY", "RELEASE", "DEAD_LETTER", "PROMOTE"})
 # Longest a blocked read waits before looking for due retries and silent consumers' jobs.
 _RECLAIM_SCAN = 1.0
 
@@ -95,6 +100,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._lease_calls: PassBatch[_Call, Any] = PassBatch(
             self._run_pipelined, most=scripts.PIPELINED_MOST
         )
+        self._replicated_calls: PassBatch[_Call, Any] = PassBatch(
+            self._run_replicated, most=scripts.PIPELINED_MOST
+        )
 
     @property
     def visibility_timeout(self) -> float:
@@ -118,7 +126,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             await connection.check_permissions(client, self.settings)
         except FrameworkMError:
             self._client = None
-            await client.aclose()
+            await connection.close_client(client)
             raise
         await connection.warn_on_eviction(client)
 
@@ -132,7 +140,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 log.debug("could not release %s on close: %s", delivery.handle, exc)
         await connection.forget_consumer(self._client, self.settings, self.consumer)
         client, self._client = self._client, None
-        await client.aclose()
+        await connection.close_client(client)
 
     async def server_time(self) -> float | None:
         try:
@@ -143,8 +151,74 @@ class RedisBroker(BaseBroker[RedisSettings]):
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         self._connected(self._client)
+        if self.settings.replicas_to_wait_for and name in _REPLICATED:
+            return await self._replicated_calls.submit(_Call(name, keys, args))
         with publishing.redis_errors(name, self.settings):
             return await self._scripts[name](keys=keys, args=args)
+
+    async def _run_replicated(self, calls: Calls[_Call, Any]) -> None:
+        """The writes of one pass in one pipeline with one ``WAIT`` after them: each
+        caller gets its own reply (or refusal) once ``wait_replicas`` replicas have them
+        all, and an error when they do not in time."""
+        await self._pipelined(calls, replicated=True)
+
+    async def _pipelined(self, calls: Calls[_Call, Any], *, replicated: bool = False) -> None:
+        """``calls`` in one pipeline (a ``WAIT`` after them if ``replicated``); each
+        caller gets its own reply, or its own error."""
+        s = self.settings
+        with publishing.redis_errors(calls[0][0].name, s):
+            if s.cluster:
+                *replies, copies = await self._cluster_replicated(calls)
+            else:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for call, _ in calls:
+                        script = self._scripts[call.name]
+                        await script(keys=call.keys, args=call.args, client=pipe)
+                    if replicated:
+                        *replies, copies = await publishing.replicated(
+                            pipe, s, raise_on_error=False
+                        )
+                    else:
+                        replies = await pipe.execute(raise_on_error=False)
+        if replicated:
+            publishing.check_copies(calls[0][0].name, copies, s)
+        for (call, future), reply in zip(calls, replies, strict=True):
+            refused = isinstance(reply, Exception)
+            answer(future, publishing.refused(call.name, reply, s) if refused else reply)
+
+    async def _cluster_replicated(self, calls: Calls[_Call, Any]) -> list[Any]:
+        """On Redis Cluster: ``calls`` (all in the queue's slot) and a ``WAIT`` sent to the
+        slot's primary in one pipeline, which gives them one connection; scripts the node
+        does not know yet (a replica promoted since) are loaded and the calls sent again."""
+        replies = await self._cluster_send(calls)
+        unknown = {
+            call.name
+            for (call, _), reply in zip(calls, replies[:-1], strict=True)
+            if isinstance(reply, NoScriptError)
+        }
+        if not unknown:
+            return replies
+        for name in unknown:
+            await self.client.script_load(getattr(scripts, name))  # on every primary
+        return await self._cluster_send(calls)
+
+    async def _cluster_send(self, calls: Calls[_Call, Any]) -> list[Any]:
+        s = self.settings
+        node = self.client.get_node_from_key(s.stream)
+        try:
+            async with self.client.pipeline() as pipe:
+                for call, _ in calls:
+                    sha = self._scripts[call.name].sha
+                    pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+                wait = (s.replicas_to_wait_for, max(1, round(s.wait_timeout * 1000)))
+                pipe.execute_command("WAIT", *wait, target_nodes=node)
+                return list(await pipe.execute(raise_on_error=False))
+        except (RedisError, OSError):
+            # The slot's primary may have moved: a command routed by the key makes the
+            # client learn where, which a pipeline sent to a fixed node does not.
+            with contextlib.suppress(RedisError, OSError):
+                await self.client.exists(s.stream)
+            raise
 
     # -- schema ------------------------------------------------------------------------
 
@@ -209,8 +283,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
                     return out
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
-                raise BrokerError(
-                    f"consumer group {s.group} does not exist: run schema sync (m sync-schema)"
+                raise SchemaMissingError(
+                    f"consumer group {s.group} of {s.stream} does not exist (Redis restarted "
+                    "without persistence?): run schema sync (m sync-schema)"
                 ) from None
             raise BrokerError(f"redis receive failed: {exc}") from None
         except (RedisError, OSError) as exc:
@@ -352,13 +427,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             ((call, future),) = calls
             answer(future, await self._run(*call))
             return
-        with publishing.redis_errors("leases", self.settings):
-            pipe = self.client.pipeline(transaction=False)
-            for call, _ in calls:
-                await self._scripts[call.name](keys=call.keys, args=call.args, client=pipe)
-            replies = await pipe.execute(raise_on_error=False)
-        for (call, future), reply in zip(calls, replies, strict=True):
-            answer(future, _refused(call.name, reply) if isinstance(reply, Exception) else reply)
+        await self._pipelined(calls)
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
         found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
@@ -405,10 +474,6 @@ class _Call(NamedTuple):
     name: str  # the script's
     keys: list[str]
     args: list[Any]
-
-
-def _refused(name: str, error: Exception) -> BrokerError:
-    return BrokerError(f"redis refused {name.lower()}: {error}")
 
 
 class _MemoPut(NamedTuple):

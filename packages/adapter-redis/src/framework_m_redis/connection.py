@@ -8,6 +8,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import SSLConnection
+from redis.asyncio.connection import parse_url as parse_redis_url
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from framework_m_core.ports import BrokerError, ConfigurationError
@@ -20,25 +23,70 @@ log = logging.getLogger("framework_m.redis")
 
 
 async def open_client(s: RedisSettings) -> Any:
-    """A connected client (a cluster client with ``cluster=1``); BrokerError if unreachable."""
+    """A connected client (a cluster client with ``cluster=1``, the primary's through the
+    sentinels with ``redis+sentinel://``); BrokerError if unreachable."""
+    client: Any = None
     try:
         if s.cluster:
-            client: Any = RedisCluster.from_url(s.client_url, max_connections=s.max_connections)
+            client = RedisCluster.from_url(s.client_url, max_connections=s.max_connections)
             await client.initialize()
+        elif s.sentinels:
+            client = _sentinel_client(s)
+            await client.ping()
         else:
             pool = WaitingPool.from_url(s.client_url, max_connections=s.max_connections)
             client = aioredis.Redis(connection_pool=pool)
             await client.ping()
     except (RedisError, OSError) as exc:
+        if client is not None:
+            await close_client(client)
         raise BrokerError(f"cannot connect to {s.display_url}: {exc}") from None
     return client
 
 
-class WaitingPool(aioredis.ConnectionPool):
+def _sentinel_client(s: RedisSettings) -> Any:
+    """The primary's client: each new connection asks the sentinels where it is now, and
+    one to a primary that was demoted is dropped on its first READONLY answer."""
+    kwargs = parse_redis_url(s.client_url)
+    kwargs.pop("host", None)
+    kwargs.pop("port", None)
+    tls = kwargs.pop("connection_class", None) is SSLConnection
+    own: dict[str, Any] = {k: v for k, v in kwargs.items() if k.startswith(("socket_", "ssl_"))}
+    if tls:
+        own["ssl"] = True
+    if s.sentinel_username is not None:
+        own["username"] = s.sentinel_username
+    if s.sentinel_password is not None:
+        own["password"] = s.sentinel_password
+    sentinel = Sentinel(s.sentinels, sentinel_kwargs=own)
+    return sentinel.master_for(
+        s.master,
+        redis_class=aioredis.Redis,
+        connection_pool_class=WaitingSentinelPool,
+        max_connections=s.max_connections,
+        ssl=tls,
+        **kwargs,
+    )
+
+
+async def close_client(client: Any) -> None:
+    """Close ``client`` and, for a Sentinel one, its connections to the sentinels."""
+    try:
+        await client.aclose()
+    finally:
+        pool = getattr(client, "connection_pool", None)  # a cluster client has none
+        sentinel = getattr(pool, "sentinel_manager", None)
+        if sentinel is not None:
+            await sentinel.aclose()
+
+
+class _Waiting:
     """A pool whose callers beyond ``max_connections`` wait for a connection instead of
     failing, as redis-py's BlockingConnectionPool does, for a semaphore's cost: that pool
     takes a condition and a timeout around every command, the largest cost an enqueue
     had beyond the raw client's."""
+
+    max_connections: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,7 +96,7 @@ class WaitingPool(aioredis.ConnectionPool):
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         await self._slots.acquire()
         try:
-            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             self._slots.release()
             raise
@@ -57,11 +105,19 @@ class WaitingPool(aioredis.ConnectionPool):
 
     async def release(self, connection: Any) -> None:
         try:
-            await super().release(connection)
+            await super().release(connection)  # type: ignore[misc]
         finally:
             if connection in self._lent:  # redis-py also releases what failed to connect
                 self._lent.discard(connection)
                 self._slots.release()
+
+
+class WaitingPool(_Waiting, aioredis.ConnectionPool):
+    """redis-py's pool, waiting for a connection when all are lent instead of failing."""
+
+
+class WaitingSentinelPool(_Waiting, SentinelConnectionPool):
+    """redis-py's Sentinel pool, waiting for a connection when all are lent."""
 
 
 # Every command the adapter runs, itself or in its scripts, with keys of the queue.
@@ -75,11 +131,11 @@ _COMMANDS = (
     "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
     "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME", "HGETALL {lease}",
     "HSET {lease} h 1", "HDEL {lease} h", "PEXPIREAT {lease} 1", "PTTL {lease}",
-    "HMGET {state} v d", "HSET {state} v 1 d x",
+    "HMGET {state} v d", "HSET {state} v 1 d x", "PEXPIRE {dedup} 1", "WAIT 0 0",
 )  # fmt: skip
 _CATEGORIES = {
     "X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace",
-    "P": "@keyspace",
+    "P": "@keyspace", "W": "+wait",
 }  # fmt: skip
 
 

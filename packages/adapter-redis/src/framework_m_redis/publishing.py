@@ -23,14 +23,19 @@ def redis_errors(name: str, s: RedisSettings) -> Iterator[None]:
     try:
         yield
     except ResponseError as exc:
-        if "FRAMEWORK_M_FULL" in str(exc):
-            raise BrokerError(
-                f"queue {s.queue!r} holds max_len={s.max_len} "
-                "jobs: refusing to enqueue more (workers are behind)"
-            ) from None
-        raise BrokerError(f"redis refused {name.lower()}: {exc}") from None
+        raise refused(name, exc, s) from None
     except (RedisError, OSError) as exc:
         raise BrokerError(f"redis {name.lower()} failed: {exc}") from None
+
+
+def refused(name: str, error: Exception, s: RedisSettings) -> BrokerError:
+    """Redis's refusal of the call ``name`` (a full queue said as such)."""
+    if "FRAMEWORK_M_FULL" in str(error):
+        return BrokerError(
+            f"queue {s.queue!r} holds max_len={s.max_len} "
+            "jobs: refusing to enqueue more (workers are behind)"
+        )
+    return BrokerError(f"redis refused {name.lower()}: {error}")
 
 
 def enqueue_call(
@@ -41,12 +46,35 @@ def enqueue_call(
     deadline = "" if message.not_after is None else int(message.not_after * 1000)
     due = "" if message.due_ms is None else message.due_ms
     keys = [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed]
+    # "2": a duplicate touches its dedup key, so that a WAIT after it covers the original
+    deduplicated = ("2" if s.replicas_to_wait_for else "1") if dedup else "0"
     args = [message.id, body, int(s.dedup_window * 1000), s.max_len,
-            "1" if dedup else "0", deadline, due]  # fmt: skip
+            deduplicated, deadline, due]  # fmt: skip
     for memo in memos:
         keys.append(s.memo_key(memo.key))
         args += (memo.value, max(1, round(memo.ttl * 1000)))
     return {"keys": keys, "args": args}
+
+
+async def replicated(pipe: Any, s: RedisSettings, *, raise_on_error: bool = True) -> list[Any]:
+    """Run ``pipe`` with a ``WAIT`` for ``s``'s replicas after it, on its one
+    connection: its replies, then how many replicas have every write made so far."""
+    pipe.execute_command("WAIT", s.replicas_to_wait_for, max(1, round(s.wait_timeout * 1000)))
+    return list(await pipe.execute(raise_on_error=raise_on_error))
+
+
+def check_copies(name: str, copies: Any, s: RedisSettings) -> None:
+    """Raise when fewer replicas than ``wait_replicas`` acknowledged a write in time: the
+    primary has it, but a failover now could lose it, so it does not count as done."""
+    if isinstance(copies, Exception):
+        raise BrokerError(f"redis {name.lower()}: its WAIT failed: {copies}")
+    if int(copies) < s.replicas_to_wait_for:
+        raise BrokerError(
+            f"redis {name.lower()}: written on the primary but copied to {int(copies)} of "
+            f"{s.replicas_to_wait_for} replica(s) within wait_timeout={s.wait_timeout:g}s "
+            "(are that many replicas in sync?); a failover could lose it, so it is not "
+            "counted as done"
+        )
 
 
 def result(message: JobMessage, reply: Sequence[Any]) -> PublishResult:
@@ -74,10 +102,15 @@ async def publish_many(
     for start in range(0, len(messages), _PIPELINE_BATCH):
         chunk = range(start, min(start + _PIPELINE_BATCH, len(messages)))
         with redis_errors("ENQUEUE", s):
-            pipe = client.pipeline(transaction=False)
-            for i in chunk:
-                call = enqueue_call(s, messages[i], bodies[i], memos(messages[i]))
-                await script(**call, client=pipe)
-            replies = await pipe.execute()
+            async with client.pipeline(transaction=False) as pipe:
+                for i in chunk:
+                    call = enqueue_call(s, messages[i], bodies[i], memos(messages[i]))
+                    await script(**call, client=pipe)
+                if s.replicas_to_wait_for:
+                    *replies, copies = await replicated(pipe, s)
+                else:
+                    replies = await pipe.execute()
+            if s.replicas_to_wait_for:
+                check_copies("ENQUEUE", copies, s)
         out += [result(messages[i], reply) for i, reply in zip(chunk, replies, strict=True)]
     return out

@@ -2,7 +2,8 @@
 
 # KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set,
 #       then the memo keys to create with the job (its status; a tick's slot)
-# ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"),
+# ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"; "2": yes, and
+#       a duplicate writes its key's expiry again, a write a WAIT after it then covers),
 #       not_after in unix ms ("" for none), due in unix ms ("" for now),
 #       then value and ttl ms of each memo
 # Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
@@ -15,12 +16,17 @@ if ARGV[6] ~= '' then
     return {2, ''}
   end
 end
-if ARGV[5] == '1' then
+if ARGV[5] ~= '0' then
   local original = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[3], 'GET')
-  if original then return {0, original} end
+  if original then
+    if ARGV[5] == '2' then
+      redis.call('PEXPIRE', KEYS[2], math.max(1, redis.call('PTTL', KEYS[2])))
+    end
+    return {0, original}
+  end
 end
 if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[4]) then
-  if ARGV[5] == '1' then redis.call('DEL', KEYS[2]) end
+  if ARGV[5] ~= '0' then redis.call('DEL', KEYS[2]) end
   return redis.error_reply('FRAMEWORK_M_FULL the queue holds its max_len of jobs')
 end
 if ARGV[7] ~= '' then

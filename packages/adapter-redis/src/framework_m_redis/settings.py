@@ -1,10 +1,12 @@
-"""``redis://`` URL parsing: the connection part goes to redis-py, the rest is ours."""
+"""``redis://`` and ``redis+sentinel://`` URL parsing: the connection part goes to
+redis-py, the rest is ours."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 from framework_m_core.ports import ConfigurationError, options_of, query_params, redact_url
 
@@ -14,6 +16,9 @@ DEFAULT_DEDUP_WINDOW = 120.0
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_LEN = 1_000_000
 DEFAULT_DEAD_MAX_LEN = 100_000
+DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_WAIT_TIMEOUT = 1.0
+SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 _REDIS_PY = frozenset(
@@ -47,6 +52,20 @@ class RedisSettings:
     dead_letter_max_len: int = DEFAULT_DEAD_MAX_LEN
     cluster: bool = False
     max_connections: int = 64
+    # Sentinel: where to ask for the primary of ``master`` (empty: a plain URL).
+    sentinels: tuple[tuple[str, int], ...] = ()
+    master: str = ""
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    # Replicas a write must reach before it counts (WAIT); None: 1 with Sentinel, else 0.
+    wait_replicas: int | None = None
+    wait_timeout: float = DEFAULT_WAIT_TIMEOUT
+
+    @property
+    def replicas_to_wait_for(self) -> int:
+        if self.wait_replicas is not None:
+            return self.wait_replicas
+        return 1 if self.sentinels else 0
 
     def key(self, name: str) -> str:
         # One hash tag for every key of a queue: scripts touch one slot on Redis Cluster.
@@ -82,31 +101,107 @@ class RedisSettings:
 
 
 # Our options (the settings' fields); the redis-py ones above go to redis-py untouched.
-_OURS = options_of(RedisSettings, exclude=("client_url", "display_url"))
+_OURS = options_of(RedisSettings, exclude=("client_url", "display_url", "master"))
+_SENTINEL_ONLY = ("sentinel_username", "sentinel_password")
 
 
 def parse_url(url: str) -> RedisSettings:
-    """Parse and validate; raise :class:`ConfigurationError` naming the problem."""
+    """Parse and validate; raise :class:`ConfigurationError` naming the problem.
+
+    ``redis[s]://[user:password@]host:port[/db][?options]``, or
+    ``redis[s]+sentinel://[user:password@]host:port[,host:port...]/MASTER[/db][?options]``
+    where the hosts are sentinels, the credentials the data nodes', and the sentinels'
+    own come as ``sentinel_username`` and ``sentinel_password``.
+    """
     shown = redact_url(url)
+    scheme = url.partition("://")[0].lower()
+    if scheme not in SCHEMES:
+        raise ConfigurationError(f"not a redis://, rediss:// or redis+sentinel:// URL: {shown!r}")
+    if scheme.endswith("+sentinel"):
+        return _parse_sentinel(url, shown)
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ConfigurationError(f"not a redis:// or rediss:// URL: {shown!r}")
     if not parts.hostname:
         raise ConfigurationError(f"broker URL {shown!r} names no host")
     db = parts.path.strip("/")
-    if db and not (db.isascii() and db.isdigit()):
-        raise ConfigurationError(
-            f"broker URL {shown!r}: the path is the database number, got {db!r} (e.g. /0)"
-        )
-    given = query_params(url, {**_OURS, **dict.fromkeys(_REDIS_PY, str)})
-    ours = {k: v for k, v in given.items() if k in _OURS}
-    passed = [(k, str(v)) for k, v in given.items() if k in _REDIS_PY]
+    _check_db(db, shown)
+    ours, passed = _options(url)
+    for name in _SENTINEL_ONLY:
+        if name in ours:
+            raise ConfigurationError(f"option {name!r} is for redis+sentinel:// URLs ({shown!r})")
     client_url = urlunsplit(
         (parts.scheme, parts.netloc, parts.path, urlencode(passed), parts.fragment)
     )
     settings = RedisSettings(client_url=client_url, display_url=shown, **ours)  # type: ignore[arg-type]
     _validate(settings, shown)
     return settings
+
+
+def _parse_sentinel(url: str, shown: str) -> RedisSettings:
+    scheme, _, rest = url.partition("://")
+    tls = scheme.lower().startswith("rediss")
+    netloc, slash, tail = rest.partition("/")
+    path = (slash + tail).partition("?")[0].partition("#")[0]
+    netloc = netloc.partition("?")[0].partition("#")[0]
+    userinfo, at, hosts = netloc.rpartition("@")
+    sentinels = tuple(_host_port(h, shown) for h in hosts.split(","))
+    names = [p for p in path.split("/") if p]
+    if not names:
+        raise ConfigurationError(
+            f"broker URL {shown!r} names no master: the path is /MASTER[/db], the name "
+            "the sentinels monitor (e.g. redis+sentinel://127.0.0.1:26379/mymaster/0)"
+        )
+    if len(names) > 2:
+        raise ConfigurationError(f"broker URL {shown!r}: the path is /MASTER[/db]")
+    master = unquote(names[0])
+    db = names[1] if len(names) == 2 else ""
+    _check_db(db, shown)
+    ours, passed = _options(url)
+    # redis-py reads the data nodes' options from a plain URL; its host is not used.
+    client_url = urlunsplit(
+        ("rediss" if tls else "redis", f"{userinfo}{at}sentinel", f"/{db}", urlencode(passed), "")
+    )
+    settings = RedisSettings(
+        client_url=client_url,
+        display_url=shown,
+        sentinels=sentinels,
+        master=master,
+        **ours,  # type: ignore[arg-type]
+    )
+    _validate(settings, shown)
+    return settings
+
+
+def _host_port(given: str, shown: str) -> tuple[str, int]:
+    """``host:port``, ``host`` or ``[v6]:port`` of one sentinel."""
+    host, port = given, ""
+    if given.startswith("["):
+        host, _, after = given[1:].partition("]")
+        if after and not after.startswith(":"):
+            host = ""
+        port = after[1:]
+    elif ":" in given:
+        host, _, port = given.rpartition(":")
+    if not host or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
+        raise ConfigurationError(
+            f"broker URL {shown!r}: {given!r} is not a sentinel's host:port "
+            "(hosts are separated by ',')"
+        )
+    return host, int(port) if port else DEFAULT_SENTINEL_PORT
+
+
+def _check_db(db: str, shown: str) -> None:
+    if db and not (db.isascii() and db.isdigit()):
+        raise ConfigurationError(
+            f"broker URL {shown!r}: the path is the database number, got {db!r} (e.g. /0)"
+        )
+
+
+def _options(url: str) -> tuple[dict[str, object], list[tuple[str, str]]]:
+    """Our options, typed, and the redis-py ones to pass on as they were given."""
+    given = query_params(url, {**_OURS, **dict.fromkeys(_REDIS_PY, str)})
+    ours = {k: v for k, v in given.items() if k in _OURS}
+    passed = [(k, str(v)) for k, v in given.items() if k in _REDIS_PY]
+    return ours, passed
 
 
 def _validate(s: RedisSettings, shown: str) -> None:
@@ -124,3 +219,13 @@ def _validate(s: RedisSettings, shown: str) -> None:
         raise bad("max_len and dead_letter_max_len must be >= 1")
     if s.max_connections < 2:
         raise bad("max_connections must be >= 2 (a blocked read holds one)")
+    _validate_failover(s, bad)
+
+
+def _validate_failover(s: RedisSettings, bad: Callable[[str], ConfigurationError]) -> None:
+    if s.sentinels and s.cluster:
+        raise bad("cluster=1 and Sentinel exclude each other: a cluster fails over itself")
+    if s.wait_replicas is not None and not 0 <= s.wait_replicas <= 16:
+        raise bad("wait_replicas must be between 0 (do not wait) and 16")
+    if not 0.01 <= s.wait_timeout <= 60:
+        raise bad("wait_timeout must be between 0.01 and 60 seconds")

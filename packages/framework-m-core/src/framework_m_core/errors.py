@@ -62,6 +62,14 @@ class DeliveryLostError(BrokerError):
     """
 
 
+class SchemaMissingError(BrokerError):
+    """What schema sync creates is gone (a broker restarted without persistence, a queue
+    deleted by hand): a worker allowed to sync the schema syncs it again.
+
+    Raised by ``receive`` when the broker says so, never for a passing outage.
+    """
+
+
 class WorkerFailedError(FrameworkMError):
     """A part of the worker (the ticker, the consumer) died; the worker stopped because of it."""
 

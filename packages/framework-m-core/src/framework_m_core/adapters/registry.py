@@ -22,6 +22,7 @@ KNOWN_PACKAGES = {
     "redis": "framework-m-redis",
     "rediss": "framework-m-redis",
     "redis+sentinel": "framework-m-redis",
+    "rediss+sentinel": "framework-m-redis",
     "amqp": "framework-m-rabbitmq",
     "amqps": "framework-m-rabbitmq",
 }

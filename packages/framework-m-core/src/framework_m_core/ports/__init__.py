@@ -21,6 +21,7 @@ from ..errors import (
     InvalidStateError,
     MessageDecodeError,
     SchemaConflictError,
+    SchemaMissingError,
 )
 from .base import BaseBroker, BrokerSettings
 from .batching import Calls, PassBatch, answer, failing_all
@@ -102,6 +103,7 @@ __all__ = [
     "QueueStats",
     "SchemaChange",
     "SchemaConflictError",
+    "SchemaMissingError",
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",

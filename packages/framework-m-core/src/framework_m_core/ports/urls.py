@@ -56,12 +56,17 @@ def redact_url(url: str) -> str:
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = urlencode(
-            [(k, MASK if k.lower() in _SECRET_PARAMS else _redact_nested(v)) for k, v in pairs],
+            [(k, MASK if _secret(k) else _redact_nested(v)) for k, v in pairs],
             safe="*/:@",
         )
     if netloc == parts.netloc and query == parts.query:
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _secret(name: str) -> bool:
+    name = name.lower()
+    return name in _SECRET_PARAMS or name.endswith(("_password", "_token", "_secret"))
 
 
 def _redact_nested(value: str) -> str:

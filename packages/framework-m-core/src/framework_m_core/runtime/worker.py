@@ -18,7 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..app import App
-from ..errors import BrokerError, ConfigurationError, SchemaConflictError, WorkerFailedError
+from ..errors import (
+    BrokerError,
+    ConfigurationError,
+    SchemaConflictError,
+    SchemaMissingError,
+    WorkerFailedError,
+)
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
@@ -338,6 +344,8 @@ class Worker:
             reraise_if_cancelled()
             self._observer.broker_error("receive")
             backoff = self._health.failed(exc)
+            if isinstance(exc, SchemaMissingError) and await self._sync_again(exc):
+                return ()
             log.error("receive failed: %s; retrying in %.1fs", exc, backoff)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(backoff):
@@ -345,6 +353,28 @@ class Worker:
             return ()
         self._health.answered()
         return deliveries
+
+    async def _sync_again(self, exc: SchemaMissingError) -> bool:
+        """The broker lost the schema (restarted without persistence, say): sync it again
+        if this worker may; whether it is synced now."""
+        if not self.sync_schema:
+            log.error(
+                "the broker's schema is gone (%s) and --no-sync-schema forbids creating "
+                "it: run `m sync-schema`",
+                exc,
+            )
+            return False
+        log.warning("the broker's schema is gone (%s): syncing it again", exc)
+        try:
+            plan = await self.broker.sync_schema()
+        except Exception as again:
+            reraise_if_cancelled()
+            log.error("could not sync the schema again: %s", again)
+            return False
+        log.warning(
+            "schema synced again: %s", "; ".join(str(c) for c in plan.changes) or "nothing to do"
+        )
+        return True
 
     async def _start(self, jobs: asyncio.TaskGroup, delivery: Delivery) -> None:
         """Run ``delivery``'s job in ``jobs``; release it if the worker is stopping."""
