@@ -36,6 +36,8 @@ SUITES = {
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
     # The worker's own promises (a schema gone is synced again).
     "worker": "packages/framework-m-core/tests/test_worker.py",
+    # The stall watchdog: a blocked event loop named once, while it is blocked.
+    "stalls": "packages/framework-m-core/tests/test_stalls.py",
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
     "redis-own": "packages/adapter-redis/tests/test_redis_adapter.py",
     "redis-failover": "tests/test_redis_failover.py",
@@ -1094,6 +1096,33 @@ MUTANTS: tuple[Mutant, ...] = (
         '                pipe.execute_command("WAIT", *wait, target_nodes=node)\n',
         '                pipe.execute_command("WAIT", *wait)\n',
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "core-stall-unwatched",
+        "stalls",
+        "a handler blocking the event loop longer than the threshold is named",
+        f"{CORE}/runtime/stalls.py",
+        "            if blocked < self.threshold or self._reported == beat:\n",
+        "            if True:\n",
+        "test_a_handler_blocking_the_loop_is_named",
+    ),
+    m(
+        "core-stall-warned-every-beat",
+        "stalls",
+        "one warning a stall, not one a watch",
+        f"{CORE}/runtime/stalls.py",
+        "            if blocked < self.threshold or self._reported == beat:\n",
+        "            if blocked < self.threshold:\n",
+        "test_a_handler_blocking_the_loop_is_named",
+    ),
+    m(
+        "core-stall-on-awaits",
+        "stalls",
+        "a handler that awaits is no stall",
+        f"{CORE}/runtime/stalls.py",
+        "            blocked = time.monotonic() - beat - self._tick\n",
+        "            blocked = time.monotonic() - beat + self.threshold\n",
+        "test_a_handler_that_awaits_stalls_nothing",
     ),
     m(
         "rabbitmq-state-no-lock",

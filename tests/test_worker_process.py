@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from datetime import datetime
@@ -135,6 +136,34 @@ def test_a_signal_leaves_at_once_while_plain_def_handlers_still_run(
     assert time.monotonic() - t0 < 5
     assert worker.matches(r"received SIGINT: leaving now")
     assert "Traceback" not in worker.output
+
+
+STALLING_APP = """
+import time
+from framework_m_core import App
+
+app = App()
+
+@app.job(every=2, max_attempts=1)
+async def stalls(ctx):
+    time.sleep(1.5)  # blocks the event loop
+"""
+
+
+def test_a_handler_blocking_the_event_loop_is_named_by_the_worker(
+    procs: Processes, tmp_path: Path
+) -> None:
+    (tmp_path / "stallingapp.py").write_text(STALLING_APP)
+    worker = procs.m(
+        "worker", "--app", "stallingapp", "--stall-warning", "0.5", env=on_path(tmp_path)
+    )  # fmt: skip
+    [warned] = worker.wait_for(r"the event loop has been blocked for .*", timeout=20)
+    assert re.search(r"jobs running: stalls\[[0-9a-f]{32}\]", warned.group(0)), warned.group(0)
+    assert "stallingapp.py:9 in stalls (time.sleep(1.5)" in warned.group(0)
+    assert "`await asyncio.to_thread(...)`" in warned.group(0)
+    worker.wait_for(r"the event loop runs again, after \d\.\ds blocked")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0
 
 
 def on_path(directory: Path) -> dict[str, str]:

@@ -31,6 +31,7 @@ from ..ports.capabilities import Capability
 from ..ports.messages import loads_strict, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from ..runtime.leases import overlap_key
+from ..runtime.stalls import STALL_WARNING
 from ..runtime.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_SHUTDOWN_TIMEOUT,
@@ -174,6 +175,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_SHUTDOWN_TIMEOUT,
         help="seconds running jobs may finish after SIGTERM/SIGINT "
         f"({DEFAULT_SHUTDOWN_TIMEOUT:g}; keep it below the orchestrator's grace period)",
+    )
+    w.add_argument(
+        "--stall-warning",
+        type=_seconds,
+        default=_env_seconds("M_STALL_WARNING"),
+        metavar="SECONDS",
+        help="warn, naming the jobs running and the code, when a handler blocks the event "
+        f"loop this long (env M_STALL_WARNING; default {STALL_WARNING:g}; 0: off)",
     )
     w.add_argument(
         "--connect-timeout",
@@ -503,6 +512,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         shutdown_timeout=args.shutdown_timeout,
         sync_schema=not args.no_sync_schema,
         observer=observer,
+        stall_warning=STALL_WARNING if args.stall_warning is None else args.stall_warning,
     )
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(_signals_stop(worker))  # first: a SIGTERM in start-up stops cleanly

@@ -95,6 +95,8 @@ class Metrics(Observer):
         self.duration: defaultdict[str, _Histogram] = defaultdict(_Histogram)
         self.delay: defaultdict[str, _Histogram] = defaultdict(_Histogram)
         self.lag: defaultdict[str, _Histogram] = defaultdict(_Histogram)
+        self.loop_lag_seconds = 0.0  # the latest
+        self.loop_stalls = 0
         self.registry = prom.CollectorRegistry()
         self.registry.register(_Collector(self))
 
@@ -128,6 +130,12 @@ class Metrics(Observer):
 
     def broker_error(self, operation: BrokerOperation) -> None:
         self.broker_errors[operation] += 1
+
+    def loop_lag(self, seconds: float) -> None:
+        self.loop_lag_seconds = seconds
+
+    def loop_stalled(self) -> None:
+        self.loop_stalls += 1
 
     def tick(self, job: str, outcome: TickOutcome, slot: int, count: int = 1) -> None:
         job = self._label(job)
@@ -251,6 +259,17 @@ class _Collector:
             waiting.add_metric([job], value)
         yield waiting
         yield GaugeMetricFamily("frameworkm_concurrency", "Handlers allowed at once", m.concurrency)
+        yield GaugeMetricFamily(
+            "frameworkm_event_loop_lag_seconds",
+            "How much later than asked the worker's event loop last woke",
+            m.loop_lag_seconds,
+        )
+        yield CounterMetricFamily(
+            "frameworkm_event_loop_stalls",
+            "Times the event loop stayed blocked longer than --stall-warning (a handler "
+            "blocking it)",
+            m.loop_stalls,
+        )
         yield from _broker_families(m)
 
 

@@ -46,6 +46,13 @@ class Observer:
         """The number of runs of ``job`` waiting for a lease (a limit's place, or the
         schedule's running run under ``buffer_one``) changed by ``delta``."""
 
+    def loop_lag(self, seconds: float) -> None:
+        """The event loop woke ``seconds`` later than asked, a few times a second."""
+
+    def loop_stalled(self) -> None:
+        """The event loop stayed blocked longer than the stall threshold (once a stall);
+        called from the watchdog's thread."""
+
     def broker_connected(self, up: bool) -> None:
         """The broker answered (``up``) or stopped answering; called on each change."""
 

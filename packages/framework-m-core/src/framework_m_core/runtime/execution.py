@@ -166,6 +166,9 @@ class Execution:
         except MessageDecodeError as exc:
             await self._dead_letter(delivery, f"undecodable message: {exc}", None)
             return
+        task = asyncio.current_task()
+        if task is not None:  # named for the stall watchdog's warning
+            task.set_name(f"{message.job_name}[{message.id}]")
         if _stored_late(message, delivery):
             await self._expire(delivery, message)
             return

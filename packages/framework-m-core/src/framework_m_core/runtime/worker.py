@@ -32,6 +32,7 @@ from ..ports.records import Delivery
 from . import replicas
 from .events import first_of, reraise_if_cancelled
 from .execution import Execution, WorkerStats
+from .stalls import STALL_WARNING, StallWatchdog
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
 # says why this number).
@@ -76,6 +77,9 @@ class Worker:
     :param heartbeat: seconds between renewals of this worker's entry in the replica
         roll (:mod:`~framework_m_core.runtime.replicas`, brokers with shared state);
         0: not listed.
+    :param stall_warning: seconds the event loop may stay blocked (a handler blocking
+        it) before a warning names the jobs running and where it is stuck
+        (:mod:`~framework_m_core.runtime.stalls`); 0: not watched.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class Worker:
         observer: Observer | None = None,
         threads: int | None = None,
         heartbeat: float = replicas.HEARTBEAT,
+        stall_warning: float = STALL_WARNING,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -127,6 +132,11 @@ class Worker:
         self.heartbeat = (
             replicas.Heartbeat(broker, self._described, concurrency=concurrency, interval=heartbeat)
             if heartbeat > 0 and Capability.STATE in broker.capabilities
+            else None
+        )
+        self.watchdog = (
+            StallWatchdog(stall_warning, self._observer, self._running_jobs)
+            if stall_warning > 0
             else None
         )
 
@@ -273,6 +283,8 @@ class Worker:
                     helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
                 if self.heartbeat is not None:
                     helpers.append(tree.create_task(self.heartbeat.run(), name="heartbeat"))
+                if self.watchdog is not None:
+                    helpers.append(tree.create_task(self.watchdog.run(), name="watchdog"))
                 try:
                     await self._supervised("consumer", self._consume())
                 finally:
@@ -295,6 +307,13 @@ class Worker:
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
+
+    def _running_jobs(self) -> list[str]:
+        """The jobs running now, as ``name[id]`` (for the stall watchdog's thread)."""
+        try:
+            return sorted(task.get_name() for task in list(self._inflight))
+        except RuntimeError:  # the loop ran again and changed the set meanwhile
+            return []
 
     def _described(self) -> tuple[bool, int]:
         """For the replica roll: ticking or not, and handlers running."""
