@@ -36,6 +36,8 @@ SUITES = {
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
     # The worker's own promises (a schema gone is synced again).
     "worker": "packages/framework-m-core/tests/test_worker.py",
+    # The job stream kept bounded: acked jobs outside the dedup window removed.
+    "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
     # The stall watchdog: a blocked event loop named once, while it is blocked.
     "stalls": "packages/framework-m-core/tests/test_stalls.py",
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
@@ -1123,6 +1125,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "            blocked = time.monotonic() - beat - self._tick\n",
         "            blocked = time.monotonic() - beat + self.threshold\n",
         "test_a_handler_that_awaits_stalls_nothing",
+    ),
+    m(
+        "nats-trim-never",
+        "nats-trim",
+        "a consuming worker removes acked jobs stored outside the dedup window",
+        f"{NATS}/broker.py",
+        "        self._trimmer.ensure_running()  # and trims acked jobs outside the window\n",
+        "",
+        "test_under_steady_load_the_stored_count_stays_flat",
+    ),
+    m(
+        "nats-trim-past-ack-floor",
+        "nats-trim",
+        "no job that is not acked yet is removed",
+        f"{NATS}/trimming.py",
+        "            upto = min(floor, below)\n",
+        "            upto = below\n",
+        "test_acked_jobs_outside_the_window_leave_the_rest_stay",
+    ),
+    m(
+        "nats-trim-inside-window",
+        "nats-trim",
+        "the dedup window's messages stay (deduplication survives a restart)",
+        f"{NATS}/trimming.py",
+        "        outside = now - self._window() - MARGIN\n",
+        "        outside = now\n",
+        "test_acked_jobs_outside_the_window_leave_the_rest_stay",
     ),
     m(
         "rabbitmq-state-no-lock",

@@ -45,6 +45,7 @@ from . import (
     schema,
     state,
     stats,
+    trimming,
     wire,
 )
 from .errors import describe, server_errors
@@ -88,6 +89,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._ack_wait: float | None = None
         self._held: dict[int, Reservation] = {}
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
+        self._trimmer = trimming.StreamTrimmer(settings, lambda: self.js, lambda: self.dedup_window)
         self._leases = leases.Leases(settings)
         self._state = state.State(settings)
         self._memos = memos.Memos(settings)
@@ -140,6 +142,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def close(self) -> None:
         await self._mover.stop()
+        await self._trimmer.stop()
         self._state.reset()
         nc, puller, held = self._nc, self._puller, list(self._held.values())
         confirmed, self._confirms = self._confirms, None
@@ -239,6 +242,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
         nc = await self._link()
         self._mover.ensure_running()  # a consumer moves the delayed jobs that fall due
+        self._trimmer.ensure_running()  # and trims acked jobs outside the window
         if self._puller is None:
             s = self.settings
             self._puller = pulling.PullConsumer(nc, s.stream, s.consumer)

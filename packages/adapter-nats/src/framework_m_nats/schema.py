@@ -4,7 +4,8 @@ the one that moves delayed jobs when they are due.
 The stream keeps *limits* retention: JetStream rebuilds its duplicate map after
 a restart only from messages still stored, so a work-queue stream (which deletes
 acked messages) would forget an acked tick's id and let a late replica enqueue
-the slot again. Messages are kept for ``max_age`` (>= the dedup window); the
+the slot again. Messages are kept for ``max_age`` (>= the dedup window), but
+consuming workers purge acked ones older than the window (trimming.py); the
 durable consumer's ack floor, not deletion, records what is done.
 """
 
@@ -212,8 +213,8 @@ async def _limits(js: JetStreamContext, stream: str) -> list[str]:
         effect = "a full stream silently deletes its oldest messages, unrun jobs included"
     return [
         f"stream {stream} is capped ({', '.join(caps)}; discard {_show(have.discard)}): "
-        f"{effect}; acked jobs stay stored for max_age, so size the cap for max_age's worth "
-        "of jobs or remove it"
+        f"{effect}; acked jobs stay stored for the dedup window, so size the cap for the "
+        "jobs waiting in a worker outage plus a window's worth"
     ]
 
 

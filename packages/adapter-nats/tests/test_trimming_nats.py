@@ -1,0 +1,78 @@
+"""The job stream stays bounded: acked jobs stored outside the dedup window are removed,
+the window's messages and every job not acked yet stay."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from framework_m_core import App, JobContext, JobMessage
+from framework_m_core.testing import running_worker, wait_until
+from framework_m_nats import NatsBroker
+from framework_m_nats.testing import NatsNamespace
+
+pytestmark = pytest.mark.anyio
+
+
+async def stored(broker: NatsBroker) -> int:
+    return int((await broker.js.stream_info(broker.settings.stream)).state.messages)
+
+
+async def test_acked_jobs_outside_the_window_leave_the_rest_stay(namespace: NatsNamespace) -> None:
+    async with NatsBroker.from_url(namespace.url(dedup_window=1, max_age=600)) as broker:
+        await broker.sync_schema()
+        for i in range(10):
+            await broker.enqueue("x", deduplication_id=f"a{i}")
+        held = list(await broker.receive(10, 2.0))
+        assert len(held) == 10
+        for delivery in held[:7]:  # the ack floor moves past the first seven
+            await broker.ack(delivery)
+        trimmer = broker._trimmer
+
+        async def trimmed_to(count: int) -> bool:
+            await trimmer.trim()
+            return await stored(broker) == count
+
+        deadline = time.monotonic() + 20
+        while not await trimmed_to(3):  # once a sample is older than window and margin
+            assert time.monotonic() < deadline, await stored(broker)
+            await asyncio.sleep(0.2)
+        for i in range(5):  # inside the window: they stay, acked or not
+            await broker.enqueue("x", deduplication_id=f"b{i}")
+        fresh = list(await broker.receive(5, 2.0))
+        for delivery in [*held[7:], *fresh]:
+            await broker.ack(delivery)
+        assert await trimmed_to(5)  # the last three of the first ten went; b0-b4 stay
+        again = await broker.publish(JobMessage("x", {}, deduplication_id="b0"))
+        assert again.duplicate  # still deduplicated
+
+
+async def test_under_steady_load_the_stored_count_stays_flat(namespace: NatsNamespace) -> None:
+    app = App()
+    done = 0
+
+    @app.job
+    async def x(ctx: JobContext) -> None:
+        nonlocal done
+        done += 1
+
+    async with NatsBroker.from_url(namespace.url(dedup_window=1, max_age=600)) as broker:
+        await broker.sync_schema()
+        counts: list[int] = []
+        sent = 0
+        async with running_worker(app, broker, fetch_timeout=0.2):
+            started = time.monotonic()
+            while time.monotonic() - started < 9:
+                await asyncio.gather(*(broker.enqueue("x") for _ in range(20)))
+                sent += 20
+                await asyncio.sleep(0.1)
+                if time.monotonic() - started > 5:
+                    counts.append(await stored(broker))
+            await wait_until(lambda: done == sent, timeout=20)
+        # About 200 jobs a second: a window (1 s), the margin (2 s) and a pass (1 s) of
+        # them stay, far below what was sent, and not growing.
+        assert sent > 1000
+        assert max(counts) < sent / 2, (max(counts), sent)
+        assert counts[-1] <= max(counts[: len(counts) // 2]) * 1.5, counts
