@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
 async def first_of(*events: asyncio.Event) -> None:
@@ -26,3 +27,16 @@ def reraise_if_cancelled() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def said(exc: BaseException) -> str:
+    """What ``exc`` says, or its type's name when it says nothing (a bare TimeoutError)."""
+    return str(exc) or type(exc).__name__
+
+
+def retrieved(future: asyncio.Future[Any]) -> None:
+    """A done callback marking ``future``'s exception as seen: a future whose waiters
+    gave up (``asyncio.shield`` cancelled by a timeout) is not reported as never
+    retrieved when it fails later."""
+    if not future.cancelled():
+        future.exception()

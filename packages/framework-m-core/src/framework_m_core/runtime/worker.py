@@ -328,7 +328,7 @@ class Worker:
             async with asyncio.timeout(2.0):
                 await self.heartbeat.leave()
         except (BrokerError, TimeoutError) as exc:
-            log.info("replica roll: entry left to expire (%s)", exc or "no answer in time")
+            log.info("replica roll: entry left to expire (%s)", str(exc) or "no answer in time")
 
     async def _supervised(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work``; if it dies, log why, note it and stop the worker at once."""

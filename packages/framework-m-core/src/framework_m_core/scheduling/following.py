@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..ports.capabilities import Capability
-from ..runtime.events import reraise_if_cancelled
+from ..runtime.events import reraise_if_cancelled, said
 from . import runtime
 from .runtime import Catalog, RuntimeSchedule
 
@@ -104,7 +104,7 @@ class RuntimeFollower:
         log.log(
             level,
             "runtime schedules: could not read them (%s); ticking the ones known",
-            exc or type(exc).__name__,
+            said(exc),
         )
         self._failing = True
 

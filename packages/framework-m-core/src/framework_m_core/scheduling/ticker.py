@@ -19,7 +19,7 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
-from ..runtime.events import first_of, reraise_if_cancelled
+from ..runtime.events import first_of, reraise_if_cancelled, retrieved, said
 from . import control
 from .clocks import CHECK_EVERY, ClockCheck
 from .following import RuntimeFollower
@@ -433,13 +433,13 @@ class InProcessTickerAdapter:
                         "%s: no missed slot enqueued: its latest enqueued slot could not be "
                         "read (%s)",
                         spec.name,
-                        exc or type(exc).__name__,
+                        said(exc),
                     )
                     return None
                 log.warning(
                     "%s: could not read its latest enqueued slot (%s); retrying",
                     spec.name,
-                    exc or type(exc).__name__,
+                    said(exc),
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, _PUBLISH_RETRY_MAX)
@@ -535,7 +535,7 @@ class InProcessTickerAdapter:
                     "%s: late enqueue of %s failed (%s); retrying",
                     spec.name,
                     tick_deduplication_id(spec.name, slot),
-                    exc or type(exc).__name__,
+                    said(exc),
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _PUBLISH_RETRY_MAX)
@@ -580,7 +580,7 @@ class InProcessTickerAdapter:
                     spec.name,
                     tick_deduplication_id(spec.name, slot),
                     self.grace,
-                    error,
+                    said(error),
                 )
                 await self._publish_late(spec, slot)
                 return
@@ -591,7 +591,7 @@ class InProcessTickerAdapter:
                 "%s: enqueue of %s failed (%s); retrying",
                 spec.name,
                 tick_deduplication_id(spec.name, slot),
-                error,
+                said(error),
             )
             await asyncio.sleep(delay)
             if self._latest.get(spec.name) != slot:
@@ -603,7 +603,9 @@ class InProcessTickerAdapter:
         """``spec``'s state: read once, then again when the steering record moved (read
         once per tick, after the tick began) or after :data:`_STATE_KEPT` seconds."""
         if self._steering_read is None or self._steering_read[0] != wake:
-            self._steering_read = (wake, asyncio.ensure_future(self._read_steering()))
+            reading = asyncio.ensure_future(self._read_steering())
+            reading.add_done_callback(retrieved)  # its waiters may have timed out
+            self._steering_read = (wake, reading)
         await asyncio.shield(self._steering_read[1])
         kept = self._states.get(spec.name)
         if kept is not None and time.monotonic() - kept[1] < _STATE_KEPT:
@@ -630,7 +632,7 @@ class InProcessTickerAdapter:
                 "%s: could not read whether slot %s is paused (%s); enqueuing it",
                 spec.name,
                 slot,
-                exc or type(exc).__name__,
+                said(exc),
             )
             return False
         if not state.pauses(slot):
@@ -726,7 +728,7 @@ class InProcessTickerAdapter:
             within = f"before the ticker stopped (slot {self._clock() - slot:.1f}s old)"
         within = within or f"within grace {self.grace:g}s"
         if not unanswered:
-            self._failed(spec, slot, error, within=within)
+            self._failed(spec, slot, said(error), within=within)
             return
         self.stats.unknown += 1
         self.observer.tick(spec.name, "unknown", slot)
