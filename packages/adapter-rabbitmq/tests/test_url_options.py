@@ -102,3 +102,26 @@ async def test_a_url_pointed_at_something_else_fails_within_5s_saying_so(
         server.close()
     assert time.monotonic() - started < 5
     assert f"127.0.0.1:{port} accepted the connection but {said}" in str(refused.value)
+
+
+def test_a_cluster_url_names_each_node_in_order_with_the_same_credentials_and_vhost() -> None:
+    broker = RabbitBroker.from_url(
+        "amqp://app:s3cret@10.0.0.1:5673,rabbit-2,[::1]:5674/prod?queue=q&heartbeat=30"
+    )
+    assert broker.settings.connection_urls == (
+        "amqp://app:s3cret@10.0.0.1:5673/prod?heartbeat=30&name=framework-m",
+        "amqp://app:s3cret@rabbit-2/prod?heartbeat=30&name=framework-m",
+        "amqp://app:s3cret@[::1]:5674/prod?heartbeat=30&name=framework-m",
+    )
+    assert broker.settings.connection_url == broker.settings.connection_urls[0]
+    assert broker.settings.management is not None
+    assert broker.settings.management.base_url == "http://10.0.0.1:15672"
+    assert "s3cret" not in broker.display_url
+    assert broker.node is None  # not connected yet
+
+
+@pytest.mark.parametrize("hosts", ["h1:5672,", "h1:5672,h2:x", ",h2", "h1:99999"])
+def test_a_host_that_is_no_host_port_is_refused(hosts: str) -> None:
+    with pytest.raises(ConfigurationError, match="is not a host:port") as raised:
+        RabbitBroker.from_url(f"amqp://app:s3cret@{hosts}/")
+    assert "s3cret" not in str(raised.value)

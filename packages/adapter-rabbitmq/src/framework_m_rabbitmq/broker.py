@@ -95,6 +95,10 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._same_id: dict[str, tuple[asyncio.Lock, list[None]]] = {}
 
     @property
+    def node(self) -> str | None:
+        return self.link.node if len(self.settings.connection_urls) > 1 else None
+
+    @property
     def visibility_timeout(self) -> float:
         return _CONSUMER_TIMEOUT
 

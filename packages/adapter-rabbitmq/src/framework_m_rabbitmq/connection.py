@@ -27,6 +27,17 @@ log = logging.getLogger("framework_m.rabbitmq")
 AMQP_ERRORS = (aiormq.exceptions.AMQPError, ConnectionError, ChannelInvalidStateError)
 
 
+class _LostConnectionTraceback(logging.Filter):
+    """aiormq logs a lost connection at WARNING with the socket error's traceback; Link
+    says it in one line (``connection ... lost; reconnecting``) and then reconnects."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Cancelling cause reader exited abnormally")
+
+
+logging.getLogger("aiormq.connection").addFilter(_LostConnectionTraceback())
+
+
 class Link:
     """The connection and channel an adapter instance works on.
 
@@ -42,6 +53,7 @@ class Link:
         self._reopening = asyncio.Lock()  # one reconnect at a time, whoever notices first
         self._lost_at: float | None = None
         self._wanted = False  # between open() and close(): keep a connection up
+        self.node: str | None = None  # host:port of the connection, for logs and m status
 
     def channel(self) -> AbstractChannel:
         if self._channel is None:
@@ -49,12 +61,32 @@ class Link:
         return self._channel
 
     async def _connect(self) -> AbstractConnection:
+        """A connection to the first of the URL's hosts that takes one, tried in order."""
+        urls = self.settings.connection_urls or (self.settings.connection_url,)
+        failures = []
+        for url in urls:
+            try:
+                connection = await self._connect_to(url)
+            except BrokerError as exc:
+                if len(urls) == 1:
+                    raise
+                failures.append(f"{node_of(url)}: {exc}")
+                continue
+            if len(urls) > 1 and node_of(url) != self.node:
+                log.info("amqp: connected to node %s", node_of(url))
+            self.node = node_of(url)
+            return connection
+        raise BrokerError(
+            f"cannot connect to any host of {self.settings.display_url}: {'; '.join(failures)}"
+        )
+
+    async def _connect_to(self, url: str) -> AbstractConnection:
         connecting = asyncio.ensure_future(
-            aio_pika.connect(self.settings.connection_url, timeout=self.settings.connect_timeout)
+            aio_pika.connect(url, timeout=self.settings.connect_timeout)
         )
         try:
             await asyncio.wait({connecting}, timeout=greeting.AFTER)
-            if not connecting.done() and (problem := await self._not_amqp()) is not None:
+            if not connecting.done() and (problem := await _not_amqp(url)) is not None:
                 raise ConfigurationError(problem)
             return await connecting
         except (*AMQP_ERRORS, OSError) as exc:
@@ -64,14 +96,6 @@ class Link:
                 connecting.cancel()
                 with contextlib.suppress(BaseException):
                     await connecting
-
-    async def _not_amqp(self) -> str | None:
-        """Why the URL's host and port are no AMQP server, if they are not (amqps:// is not
-        asked: its port speaks TLS first)."""
-        parts = urlsplit(self.settings.connection_url)
-        if parts.scheme != "amqp" or not parts.hostname:
-            return None
-        return await greeting.problem(parts.hostname, parts.port or 5672)
 
     async def open(self) -> None:
         self._wanted = True
@@ -123,12 +147,21 @@ class Link:
             if self._is_open():  # another task reconnected while this one waited
                 return
             if self._lost_at is None:
-                log.warning("amqp: connection to %s lost; reconnecting", self.settings.display_url)
+                log.warning(
+                    "amqp: connection to %s (node %s) lost; reconnecting",
+                    self.settings.display_url,
+                    self.node,
+                )
                 self._lost_at = time.monotonic()
             await self._reopen_now()
         if self._lost_at is not None:
             down, self._lost_at = time.monotonic() - self._lost_at, None
-            log.warning("amqp: reconnected to %s after %.1fs", self.settings.display_url, down)
+            log.warning(
+                "amqp: reconnected to %s (node %s) after %.1fs",
+                self.settings.display_url,
+                self.node,
+                down,
+            )
 
     async def side_channel(self) -> AbstractChannel:
         """A channel of its own, so that a refusal on it closes that one only."""
@@ -211,3 +244,19 @@ def _quiet(logger: str) -> Iterator[None]:
         yield
     finally:
         target.removeFilter(drop)
+
+
+def node_of(url: str) -> str:
+    """``host:port`` of a one-host AMQP URL, its credentials left out."""
+    parts = urlsplit(url)
+    default = 5671 if parts.scheme == "amqps" else 5672
+    return f"{parts.hostname or 'localhost'}:{parts.port or default}"
+
+
+async def _not_amqp(url: str) -> str | None:
+    """Why the URL's host and port are no AMQP server, if they are not (amqps:// is not
+    asked: its port speaks TLS first)."""
+    parts = urlsplit(url)
+    if parts.scheme != "amqp" or not parts.hostname:
+        return None
+    return await greeting.problem(parts.hostname, parts.port or 5672)

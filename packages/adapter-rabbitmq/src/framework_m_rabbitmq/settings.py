@@ -46,6 +46,8 @@ class RabbitSettings:
 
     display_url: str
     connection_url: str = field(repr=False)  # for aio-pika: framework-m's own options removed
+    # One URL a host of the URL, in its order (a cluster's nodes); the first is connection_url.
+    connection_urls: tuple[str, ...] = field(default=(), repr=False)
     queue: str = "framework_m"
     dedup_window: float = 120.0
     cache_size: int = 1_000_000
@@ -141,9 +143,15 @@ def parse_url(url: str) -> RabbitSettings:
     persistence = _cache_persistence(opts)
     window, cache_size, prefetch, delivery_limit, priority = _sizes(opts, shown)
     passed, timeout = _connection_options(opts)
+    urls = tuple(
+        urlunsplit((parts.scheme, netloc, parts.path, urlencode(passed), ""))
+        for netloc in _netlocs(parts.netloc, shown)
+    )
+    first = urls[0]
     return RabbitSettings(
         display_url=shown,
-        connection_url=urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(passed), "")),
+        connection_url=first,
+        connection_urls=urls,
         queue=queue,
         dedup_window=window,
         cache_size=cache_size,
@@ -153,8 +161,35 @@ def parse_url(url: str) -> RabbitSettings:
         delivery_limit=delivery_limit,
         policy_priority=priority,
         connect_timeout=float(timeout),
-        management=_management(url, opts, passed),
+        management=_management(first, opts, passed),
     )
+
+
+def _netlocs(netloc: str, shown: str) -> list[str]:
+    """``user:password@host1:port1,host2:port2`` as one netloc a host, in order."""
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not hosts:
+        return [netloc]  # aio-pika's default host
+    out = []
+    for host in hosts.split(","):
+        name, port = host, ""
+        if host.startswith("["):
+            name, _, after = host.partition("]")
+            name += "]"
+            port = after.removeprefix(":") if after.startswith(":") else after or ""
+            if after and not after.startswith(":"):
+                name = ""
+        elif ":" in host:
+            name, _, port = host.rpartition(":")
+        if name in ("", "[]") or (
+            port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
+        ):
+            raise ConfigurationError(
+                f"broker URL {shown!r}: {host!r} is not a host:port (hosts of a cluster "
+                "are separated by ',')"
+            )
+        out.append(f"{userinfo}{at}{host}")
+    return out
 
 
 def _queue(opts: dict[str, object]) -> str:

@@ -41,6 +41,7 @@ async def status(args: argparse.Namespace) -> int:
             reports.append(
                 {
                     "queue": broker.display_url,
+                    "node": getattr(broker, "node", None),
                     **dataclasses.asdict(stats),
                     "dedup_window": broker.dedup_window,
                     "visibility_timeout": broker.visibility_timeout,
@@ -87,6 +88,7 @@ def _print_status(r: dict[str, Any]) -> None:
     )
     rows = [
         ("queue", r["queue"]),
+        *([("node", r["node"])] if r["node"] else []),
         ("ready", count("ready")),
         ("reserved", count("reserved") + ("" if r["scheduled"] is not None else " (with retries)")),
         ("retry-scheduled", count("scheduled")),

@@ -88,6 +88,12 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return self.settings.display_url
 
     @property
+    def node(self) -> str | None:
+        """The server this broker is connected to now (``host:port``) when its URL names
+        several, for logs and ``m status``; None when there is only one, or it cannot tell."""
+        return None
+
+    @property
     def dedup_window(self) -> float:
         """The URL's window; adapters that read the broker's own override this."""
         return self.settings.dedup_window
