@@ -17,6 +17,7 @@ from framework_m_core import (
     InProcessTickerAdapter,
     JobContext,
     JobMessage,
+    PublishResult,
     SchemaConflictError,
     SchemaMissingError,
     Worker,
@@ -510,3 +511,31 @@ async def test_a_schema_gone_is_synced_again_when_the_worker_may(
             assert (broker.syncs, worker.stats.succeeded) == (before, 0)
     says = "the broker's schema is gone (consumer group workers does not exist): syncing it again"
     assert (says in caplog.text) is may_sync
+
+
+async def test_a_broker_that_answers_no_publish_makes_a_ticking_worker_unready(
+    queue_name: str,
+) -> None:
+    class Quorumless(MemoryBroker):
+        storing = True
+
+        async def _publish(self, message: JobMessage, body: bytes) -> PublishResult:
+            if not self.storing:
+                await asyncio.Event().wait()  # accepted, never confirmed
+            return await super()._publish(message, body)
+
+    broker = await synced(Quorumless(MemorySettings(queue_name, dedup_window=30)))
+    app = App()
+
+    @app.job(every=1)
+    async def beat(ctx: JobContext) -> None: ...
+
+    ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=0.5)
+    async with running_worker(app, broker, ticker=ticker) as worker:
+        await wait_until(lambda: ticker.stats.published >= 1, timeout=5)
+        assert worker.readiness() == (True, "ok")
+        broker.storing = False
+        await wait_until(lambda: not worker.readiness()[0], timeout=5)
+        assert "the broker answers no publish since" in worker.readiness()[1]
+        broker.storing = True
+        await wait_until(lambda: worker.readiness()[0], timeout=5)

@@ -249,7 +249,8 @@ class Worker:
         return True, "ok" if self._prepared else "starting"
 
     def readiness(self) -> tuple[bool, str]:
-        """Whether it takes work: schema checked, broker reachable, not shutting down."""
+        """Whether it takes work: schema checked, broker reachable and storing what the
+        ticker publishes, not shutting down."""
         if self._failure is not None:
             return False, self._failure
         if not self._prepared and self._health.problem is not None:
@@ -260,6 +261,9 @@ class Worker:
             return False, "shutting down"
         if self._health.problem is not None:
             return False, f"the broker is out of reach: {self._health.problem}"
+        storing = getattr(self.ticker, "store_problem", None)  # tickers of ours say it
+        if storing is not None:
+            return False, storing
         return True, "ok"
 
     async def run(self) -> None:

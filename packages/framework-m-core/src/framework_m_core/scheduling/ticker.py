@@ -147,6 +147,9 @@ class InProcessTickerAdapter:
         self._latest: dict[str, int] = {}  # per job: the latest slot fired
         # Brokers with shared state keep each schedule's pause and latest slot.
         self._stateful = Capability.STATE in broker.capabilities
+        # Set while publishes get no answer (a broker that takes connections but stores
+        # nothing: RabbitMQ without quorum); the worker's readiness says it.
+        self.store_problem: str | None = None
         self._paused_jobs: set[str] = set()  # jobs whose last slot looked at was paused
         # Schedule states read before, kept while the steering record does not move.
         self._states: dict[str, tuple[control.ScheduleState, float]] = {}
@@ -529,7 +532,7 @@ class InProcessTickerAdapter:
                 self.observer.broker_error("publish" if publishing else "state")
                 last = exc
                 if isinstance(exc, TimeoutError) and publishing:
-                    self.stats.unanswered += 1
+                    self._unanswered()
                     unanswered = True
                 log.warning(
                     "%s: late enqueue of %s failed (%s); retrying",
@@ -543,6 +546,7 @@ class InProcessTickerAdapter:
                     self._skipped(spec, 1, slot, "a later slot is due and is enqueued instead")
                     return
                 continue
+            self.store_problem = None
             if result.duplicate:
                 self.stats.duplicates += 1
                 self.observer.tick(spec.name, "duplicate", slot)
@@ -691,8 +695,9 @@ class InProcessTickerAdapter:
             reraise_if_cancelled()
             self.observer.broker_error("publish")
             if isinstance(exc, TimeoutError):
-                self.stats.unanswered += 1
+                self._unanswered()
             return exc
+        self.store_problem = None
         if result.duplicate:
             self.stats.duplicates += 1
             self.observer.tick(spec.name, "duplicate", slot)
@@ -718,6 +723,15 @@ class InProcessTickerAdapter:
             scheduled_at=slot,
             not_after=(now if late else slot) + self.grace + self._skew,
         )
+
+    def _unanswered(self) -> None:
+        self.stats.unanswered += 1
+        if self.store_problem is None:
+            since = time.strftime("%H:%M:%S", time.gmtime())
+            self.store_problem = (
+                f"the broker answers no publish since {since} UTC: it may take connections "
+                "but store nothing (a cluster without quorum?)"
+            )
 
     def _gave_up(
         self, spec: Ticked, slot: int, error: Exception, unanswered: bool, *, within: str = ""
