@@ -1163,6 +1163,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_acked_jobs_outside_the_window_leave_the_rest_stay",
     ),
     m(
+        "nats-trim-whole-subject",
+        "nats-trim",
+        "nothing is purged before a job was acked (a purge below 2 is the whole subject)",
+        f"{NATS}/trimming.py",
+        "            if upto > max(info.state.first_seq, self._floors.get(subject, 0)):\n",
+        "            if upto > self._floors.get(subject, 0):\n",
+        "test_acked_jobs_outside_the_window_leave_the_rest_stay",
+    ),
+    m(
         "nats-trim-inside-window",
         "nats-trim",
         "the dedup window's messages stay (deduplication survives a restart)",

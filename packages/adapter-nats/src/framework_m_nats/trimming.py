@@ -102,7 +102,9 @@ class StreamTrimmer:
             acked = await js.consumer_info(s.stream, consumer)
             floor = acked.ack_floor.stream_seq + 1 if acked.ack_floor else 0
             upto = min(floor, below)
-            if upto > self._floors.get(subject, 0):
+            # Only above the stream's first sequence: nats-server 2.9 reads a filtered
+            # purge below 2 as "the whole subject".
+            if upto > max(info.state.first_seq, self._floors.get(subject, 0)):
                 await js.purge_stream(s.stream, seq=upto, subject=subject)
                 self._floors[subject] = upto
                 purged = True
