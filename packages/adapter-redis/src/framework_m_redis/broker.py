@@ -103,6 +103,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._replicated_calls: PassBatch[_Call, Any] = PassBatch(
             self._run_replicated, most=scripts.PIPELINED_MOST
         )
+        self._enqueue_calls: PassBatch[_Call, Any] = PassBatch(
+            self._run_pipelined, most=scripts.PIPELINED_MOST
+        )
 
     @property
     def visibility_timeout(self) -> float:
@@ -153,6 +156,11 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._connected(self._client)
         if self.settings.replicas_to_wait_for and name in _REPLICATED:
             return await self._replicated_calls.submit(_Call(name, keys, args))
+        if name == "ENQUEUE" and not self.settings.cluster:  # the pass's enqueues: one pipeline
+            return await self._enqueue_calls.submit(_Call(name, keys, args))
+        return await self._direct(name, keys, args)
+
+    async def _direct(self, name: str, keys: list[str], args: list[Any]) -> Any:
         with publishing.redis_errors(name, self.settings):
             return await self._scripts[name](keys=keys, args=args)
 
@@ -425,7 +433,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         or its own error."""
         if len(calls) == 1:
             ((call, future),) = calls
-            answer(future, await self._run(*call))
+            answer(future, await self._direct(*call))
             return
         await self._pipelined(calls)
 
