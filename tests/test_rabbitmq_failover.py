@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from framework_m_core.adapters.registry import open_broker
+from framework_m_core.adapters.registry import connect
 from framework_m_core.testing.scenarios import Processes, wait_for_line
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -22,21 +22,13 @@ SHARED = os.environ.get("M_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:567
 
 
 async def synced(url: str) -> None:
-    broker = open_broker(url)
-    await broker.connect()
-    try:
-        await broker.sync_schema()
-    finally:
-        await broker.close()
+    async with connect(url, sync_schema=True):
+        pass
 
 
 async def enqueue(url: str) -> str:
-    broker = open_broker(url)
-    await broker.connect()
-    try:
+    async with connect(url) as broker:
         return await broker.enqueue("marked")
-    finally:
-        await broker.close()
 
 
 def test_a_worker_whose_node_dies_moves_to_the_next_host_of_the_url(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from framework_m_core import BrokerError
-from framework_m_core.adapters.registry import open_broker
+from framework_m_core.adapters.registry import connect, open_broker
 from framework_m_core.runtime.worker import FETCH_BACKOFF_MAX
 from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import (
@@ -204,12 +204,8 @@ def test_a_worker_syncs_the_schema_again_after_a_restart_without_persistence(
         strict.wait_for(r"--no-sync-schema forbids creating it: run `m sync-schema`", timeout=30)
 
         async def enqueue() -> str:
-            broker = open_broker(url)
-            await broker.connect()
-            try:
+            async with connect(url) as broker:
                 return await broker.enqueue("marked")
-            finally:
-                await broker.close()
 
         job = asyncio.run(enqueue())
         wait_for_line(marks, "marked", timeout=30)
@@ -254,12 +250,8 @@ def test_a_write_no_replica_acknowledged_in_time_is_an_error_until_one_has_it(
             time.sleep(0.1)
 
     async def enqueue(dedup: str) -> str:
-        broker = open_broker(url)  # a connection of its own: WAIT is per connection
-        await broker.connect()
-        try:
+        async with connect(url) as broker:  # a connection of its own: WAIT is per connection
             return await broker.enqueue("marked", deduplication_id=dedup)
-        finally:
-            await broker.close()
 
     async def scenario() -> None:
         await enqueue("before")  # the replicas answer: it counts

@@ -52,14 +52,9 @@ class DelayMover:
             self._task = asyncio.create_task(self._run(), name="framework-m delayed jobs")
 
     async def stop(self) -> None:
-        """Stop moving; bounded, since nats-py may swallow a cancellation (a fetch on a
-        connection that closed raises ConnectionClosedError instead)."""
+        """Stop moving (bounded: see :func:`stop_task`)."""
         task, self._task, self._stopped = self._task, None, True
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
-                async with asyncio.timeout(_STOP_WAIT):
-                    await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         psub: JetStreamContext.PullSubscription | None = None
@@ -105,3 +100,13 @@ class DelayMover:
 def _left(due: int | None) -> float:
     """Seconds until ``due`` (unix ms); 0 or less once due or without a due time."""
     return 0.0 if due is None else due / 1000 - time.time()
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` and wait for it, at most a few seconds: nats-py may swallow a
+    cancellation (a fetch on a connection that closed raises ConnectionClosedError)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+            async with asyncio.timeout(_STOP_WAIT):
+                await task

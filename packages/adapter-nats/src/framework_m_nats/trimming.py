@@ -13,20 +13,19 @@ messages, and every job not acked yet stay.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from nats.js import JetStreamContext
 
+from .delays import stop_task
 from .errors import describe
 from .settings import NatsSettings
 
 log = logging.getLogger("framework_m.nats")
 
 MARGIN = 2.0  # seconds beyond the dedup window before a sample counts as outside it
-_STOP_WAIT = 5.0
 
 
 def trim_every(window: float) -> float:
@@ -55,11 +54,7 @@ class StreamTrimmer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
-                async with asyncio.timeout(_STOP_WAIT):
-                    await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         failed = False
