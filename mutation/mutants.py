@@ -38,6 +38,8 @@ SUITES = {
     "worker": "packages/framework-m-core/tests/test_worker.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
+    # Repeated warnings held back, with a count; job records never.
+    "logs": "packages/framework-m-core/tests/test_log_repeats.py",
     # The stall watchdog: a blocked event loop named once, while it is blocked.
     "stalls": "packages/framework-m-core/tests/test_stalls.py",
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
@@ -1116,6 +1118,24 @@ MUTANTS: tuple[Mutant, ...] = (
         '                pipe.execute_command("WAIT", *wait, target_nodes=node)\n',
         '                pipe.execute_command("WAIT", *wait)\n',
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "core-repeats-hold-job-records",
+        "logs",
+        "records about jobs are never held back",
+        f"{CORE}/observability/logs.py",
+        'or record.name == "framework_m.job":',
+        ":",
+        "test_job_outcomes_other_templates_info_and_other_loggers_pass",
+    ),
+    m(
+        "core-repeats-uncounted",
+        "logs",
+        "the record after held-back ones says how many were not logged",
+        f"{CORE}/observability/logs.py",
+        "        if seen is not None and seen[1]:\n",
+        "        if False:\n",
+        "test_one_record_of_a_template_every_few_seconds_then_the_count",
     ),
     m(
         "core-stall-unwatched",

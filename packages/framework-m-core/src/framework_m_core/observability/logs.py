@@ -11,7 +11,8 @@ import json
 import logging
 import logging.config
 import sys
-from collections.abc import Mapping, MutableMapping
+import time
+from collections.abc import Callable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,41 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+REPEATS_EVERY = 5.0  # seconds between two records of one template, while it repeats
+
+
+class Repeats(logging.Filter):
+    """Lets one WARNING or ERROR record of a template through every ``every`` seconds
+    from framework-m's loggers, job outcomes (``framework_m.job``) aside: an outage
+    makes the ticker, the consumer and the adapters say the same thing many times a
+    second. The next record let through says how many were held back."""
+
+    def __init__(
+        self, every: float = REPEATS_EVERY, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.every = every
+        self._clock = clock
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}  # first let through, held
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not logging.WARNING <= record.levelno < logging.CRITICAL:
+            return True
+        if not record.name.startswith("framework_m.") or record.name == "framework_m.job":
+            return True
+        key, now = (record.name, str(record.msg)), self._clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.every:
+            self._seen[key] = (seen[0], seen[1] + 1)
+            return False
+        self._seen[key] = (now, 0)
+        if seen is not None and seen[1]:
+            record.msg = (
+                f"{record.msg} ({seen[1]} more like it in the last {now - seen[0]:.0f}s not logged)"
+            )
+        return True
+
+
 def level_name(text: str) -> str:
     """A log level in any case; ConfigurationError naming the choices otherwise."""
     name = text.strip().upper()
@@ -79,7 +115,7 @@ def configure(level: str, fmt: str = "text", config_file: str | None = None) -> 
     With ``config_file`` (JSON for :func:`logging.config.dictConfig`) that is all. When
     the app configured logging itself (the root logger has handlers) its setup stays
     and only framework-m's loggers get ``level``. Otherwise one stderr handler in
-    ``fmt`` (``text`` or ``json``).
+    ``fmt`` (``text`` or ``json``), which holds back repeated warnings (:class:`Repeats`).
     """
     if fmt not in FORMATS:
         raise ConfigurationError(f"log format must be text or json, got {fmt!r}")
@@ -98,5 +134,6 @@ def configure(level: str, fmt: str = "text", config_file: str | None = None) -> 
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(Repeats())
     root.addHandler(handler)
     root.setLevel(level)
