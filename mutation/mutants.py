@@ -38,6 +38,8 @@ SUITES = {
     "worker": "packages/framework-m-core/tests/test_worker.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
+    # RabbitMQ: a tick first delivered past its deadline (stored late) is not run.
+    "rabbitmq-late": "packages/adapter-rabbitmq/tests/test_late_ticks.py",
     # Repeated warnings held back, with a count; job records never.
     "logs": "packages/framework-m-core/tests/test_log_repeats.py",
     # The stall watchdog: a blocked event loop named once, while it is blocked.
@@ -1118,6 +1120,24 @@ MUTANTS: tuple[Mutant, ...] = (
         '                pipe.execute_command("WAIT", *wait, target_nodes=node)\n',
         '                pipe.execute_command("WAIT", *wait)\n',
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "rabbitmq-late-tick-run",
+        "rabbitmq-late",
+        "a tick first delivered past its deadline says so (RabbitMQ tells no store time)",
+        f"{RABBIT}/broker.py",
+        "stored_by=msg.arrived if attempt == 1 else None)",
+        "stored_by=None)",
+        "test_a_tick_first_delivered_past_its_deadline_is_expired_not_run",
+    ),
+    m(
+        "core-late-without-skew",
+        "rabbitmq-late",
+        "a worker's clock a little ahead of the ticker's drops no tick",
+        f"{CORE}/runtime/execution.py",
+        "        late = delivery.stored_by - DELIVERY_SKEW - message.not_after\n",
+        "        late = delivery.stored_by - message.not_after\n",
+        "test_a_tick_first_delivered_past_its_deadline_is_expired_not_run",
     ),
     m(
         "core-repeats-hold-job-records",

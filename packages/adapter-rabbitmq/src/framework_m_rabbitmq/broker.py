@@ -225,7 +225,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         for msg in [m for m in self._handed_out.values() if self._acked(m)]:
             del self._handed_out[id(msg)]  # settled since: forget
         self._handed_out.update((id(m), m) for m in out)
-        return [Delivery(m.body, wire.attempt(m.headers), m) for m in out]
+        return [_delivery(m) for m in out]
 
     async def _consume(self) -> None:
         try:
@@ -377,3 +377,11 @@ def _retrieved(task: asyncio.Future[None]) -> None:
     """Mark a shielded task's outcome seen: whoever awaited it got the error already."""
     if not task.cancelled():
         task.exception()
+
+
+def _delivery(msg: Received) -> Delivery:
+    """``msg`` as a Delivery; a first delivery says when it arrived, by which RabbitMQ had
+    stored it (it cannot say when it did: a quorum queue stores a message only once a
+    majority has it, which an outage can delay past the message's deadline)."""
+    attempt = wire.attempt(msg.headers)
+    return Delivery(msg.body, attempt, msg, stored_by=msg.arrived if attempt == 1 else None)

@@ -9,6 +9,7 @@ it on the channel it came on.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aiormq.abc import AbstractChannel, DeliveredMessage
@@ -18,8 +19,8 @@ class Received:
     """One delivery of the jobs queue: its body, the properties the adapter reads, and
     its delivery tag on ``channel``."""
 
-    __slots__ = ("body", "channel", "content_type", "delivery_tag", "headers", "message_id",
-                 "settled")  # fmt: skip
+    __slots__ = ("arrived", "body", "channel", "content_type", "delivery_tag", "headers",
+                 "message_id", "settled")  # fmt: skip
 
     def __init__(self, delivered: DeliveredMessage) -> None:
         properties = delivered.header.properties
@@ -30,6 +31,7 @@ class Received:
         self.delivery_tag: int | None = delivered.delivery_tag
         self.channel: AbstractChannel = delivered.channel
         self.settled = False  # acked on its own (a multiple ack is counted by ChannelAcks)
+        self.arrived = time.time()  # RabbitMQ had stored it by then (no store time is told)
 
     @property
     def closed(self) -> bool:

@@ -52,6 +52,9 @@ class Delivery:
     attempt: int  # 1 for the first delivery
     handle: Any = field(default=None, repr=False)  # adapter-private token
     stored_at: float | None = None  # when the broker stored the message, by its clock, if known
+    # Where the broker cannot say when it stored the message: a time it had stored it by
+    # (the first delivery's arrival, by this process's clock).
+    stored_by: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

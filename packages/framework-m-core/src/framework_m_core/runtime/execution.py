@@ -80,11 +80,23 @@ def _schedule_of(spec: JobSpec, message: JobMessage) -> str | None:
     return spec.name if spec.schedule is not None else None
 
 
-def _stored_late(message: JobMessage, delivery: Delivery) -> bool:
-    """Whether the broker says it stored ``message`` after its ``not_after``."""
-    if message.not_after is None or delivery.stored_at is None:
-        return False
-    return delivery.stored_at > message.not_after
+# A worker's clock may be ahead of the ticker's that set a tick's deadline by this much.
+DELIVERY_SKEW = 5.0
+
+
+def _late(message: JobMessage, delivery: Delivery) -> float | None:
+    """How many seconds past its ``not_after`` ``message`` was stored, if it was: by the
+    broker's word (``stored_at``), or, where it cannot say, by the time it was first
+    delivered (``stored_by``) less a clock skew."""
+    if message.not_after is None:
+        return None
+    if delivery.stored_at is not None:
+        late = delivery.stored_at - message.not_after
+    elif delivery.stored_by is not None:
+        late = delivery.stored_by - DELIVERY_SKEW - message.not_after
+    else:
+        return None
+    return late if late > 0 else None
 
 
 def bounded(reason: str) -> str:
@@ -169,8 +181,8 @@ class Execution:
         task = asyncio.current_task()
         if task is not None:  # named for the stall watchdog's warning
             task.set_name(f"{message.job_name}[{message.id}]")
-        if _stored_late(message, delivery):
-            await self._expire(delivery, message)
+        if (late := _late(message, delivery)) is not None:
+            await self._expire(delivery, message, late)
             return
         spec = self.app.jobs.get(message.job_name)
         if spec is None:
@@ -423,7 +435,7 @@ class Execution:
                 "%s cancelled by request %s", label, "while it ran" if duration else "before it ran"
             )
 
-    async def _expire(self, delivery: Delivery, message: JobMessage) -> None:
+    async def _expire(self, delivery: Delivery, message: JobMessage, late: float) -> None:
         label = f"{message.job_name}[{message.id}]"
         why = "expired: the tick was stored after its slot's grace"
         spec = self.app.jobs.get(message.job_name)
@@ -432,10 +444,13 @@ class Execution:
             self.stats.expired += 1
             self.observer.job_finished(self._job_name(message.job_name), "expired", None)
             _job_log(message, delivery).warning(
-                "%s expired: stored %.1fs after its deadline (slot %s); the tick was "
+                "%s expired: %s %.1fs after its deadline (slot %s); the tick was "
                 "enqueued later than grace allows, not run",
                 label,
-                (delivery.stored_at or 0) - (message.not_after or 0),
+                "stored"
+                if delivery.stored_at is not None
+                else "first delivered (the broker cannot say when it stored it)",
+                late,
                 message.scheduled_at,
             )
 
