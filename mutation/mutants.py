@@ -1117,8 +1117,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "redis-failover",
         "on a cluster, the WAIT goes to the queue's primary, on the writes' connection",
         f"{REDIS}/broker.py",
-        '                pipe.execute_command("WAIT", *wait, target_nodes=node)\n',
-        '                pipe.execute_command("WAIT", *wait)\n',
+        "publishing.replicated(pipe, s, raise_on_error=False, target_nodes=node)",
+        "publishing.replicated(pipe, s, raise_on_error=False)",
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
     ),
     m(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from framework_m_core.ports import ConfigurationError, query_params, redact_url
+from framework_m_core.ports import ConfigurationError, host_ports, query_params, redact_url
 
 from .management import ManagementAPI, Policy
 
@@ -170,26 +170,8 @@ def _netlocs(netloc: str, shown: str) -> list[str]:
     userinfo, at, hosts = netloc.rpartition("@")
     if not hosts:
         return [netloc]  # aio-pika's default host
-    out = []
-    for host in hosts.split(","):
-        name, port = host, ""
-        if host.startswith("["):
-            name, _, after = host.partition("]")
-            name += "]"
-            port = after.removeprefix(":") if after.startswith(":") else after or ""
-            if after and not after.startswith(":"):
-                name = ""
-        elif ":" in host:
-            name, _, port = host.rpartition(":")
-        if name in ("", "[]") or (
-            port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
-        ):
-            raise ConfigurationError(
-                f"broker URL {shown!r}: {host!r} is not a host:port (hosts of a cluster "
-                "are separated by ',')"
-            )
-        out.append(f"{userinfo}{at}{host}")
-    return out
+    host_ports(hosts, shown)  # each one a host:port
+    return [f"{userinfo}{at}{host}" for host in hosts.split(",")]
 
 
 def _queue(opts: dict[str, object]) -> str:

@@ -218,9 +218,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 for call, _ in calls:
                     sha = self._scripts[call.name].sha
                     pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
-                wait = (s.replicas_to_wait_for, max(1, round(s.wait_timeout * 1000)))
-                pipe.execute_command("WAIT", *wait, target_nodes=node)
-                return list(await pipe.execute(raise_on_error=False))
+                return await publishing.replicated(pipe, s, raise_on_error=False, target_nodes=node)
         except (RedisError, OSError):
             # The slot's primary may have moved: a command routed by the key makes the
             # client learn where, which a pipeline sent to a fixed node does not.

@@ -56,10 +56,14 @@ def enqueue_call(
     return {"keys": keys, "args": args}
 
 
-async def replicated(pipe: Any, s: RedisSettings, *, raise_on_error: bool = True) -> list[Any]:
+async def replicated(
+    pipe: Any, s: RedisSettings, *, raise_on_error: bool = True, **route: Any
+) -> list[Any]:
     """Run ``pipe`` with a ``WAIT`` for ``s``'s replicas after it, on its one
-    connection: its replies, then how many replicas have every write made so far."""
-    pipe.execute_command("WAIT", s.replicas_to_wait_for, max(1, round(s.wait_timeout * 1000)))
+    connection (``route``: a cluster pipeline's ``target_nodes``): its replies, then how
+    many replicas have every write made so far."""
+    wait_ms = max(1, round(s.wait_timeout * 1000))
+    pipe.execute_command("WAIT", s.replicas_to_wait_for, wait_ms, **route)
     return list(await pipe.execute(raise_on_error=raise_on_error))
 
 

@@ -8,7 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
-from framework_m_core.ports import ConfigurationError, options_of, query_params, redact_url
+from framework_m_core.ports import (
+    ConfigurationError,
+    host_ports,
+    options_of,
+    query_params,
+    redact_url,
+)
 
 DEFAULT_QUEUE = "framework_m"
 DEFAULT_GROUP = "workers"
@@ -143,7 +149,10 @@ def _parse_sentinel(url: str, shown: str) -> RedisSettings:
     path = (slash + tail).partition("?")[0].partition("#")[0]
     netloc = netloc.partition("?")[0].partition("#")[0]
     userinfo, at, hosts = netloc.rpartition("@")
-    sentinels = tuple(_host_port(h, shown) for h in hosts.split(","))
+    sentinels = tuple(
+        (host, port or DEFAULT_SENTINEL_PORT)
+        for host, port in host_ports(hosts, shown, "a sentinel's host:port")
+    )
     names = [p for p in path.split("/") if p]
     if not names:
         raise ConfigurationError(
@@ -169,24 +178,6 @@ def _parse_sentinel(url: str, shown: str) -> RedisSettings:
     )
     _validate(settings, shown)
     return settings
-
-
-def _host_port(given: str, shown: str) -> tuple[str, int]:
-    """``host:port``, ``host`` or ``[v6]:port`` of one sentinel."""
-    host, port = given, ""
-    if given.startswith("["):
-        host, _, after = given[1:].partition("]")
-        if after and not after.startswith(":"):
-            host = ""
-        port = after[1:]
-    elif ":" in given:
-        host, _, port = given.rpartition(":")
-    if not host or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
-        raise ConfigurationError(
-            f"broker URL {shown!r}: {given!r} is not a sentinel's host:port "
-            "(hosts are separated by ',')"
-        )
-    return host, int(port) if port else DEFAULT_SENTINEL_PORT
 
 
 def _check_db(db: str, shown: str) -> None:

@@ -66,7 +66,7 @@ from .state import (
     validate_wait,
     version_of,
 )
-from .urls import MASK, options_of, query_params, redact_url, scheme_of
+from .urls import MASK, host_ports, options_of, query_params, redact_url, scheme_of
 
 __all__ = [
     "MASK",
@@ -115,6 +115,7 @@ __all__ = [
     "decode_message",
     "failing_all",
     "first_bytes",
+    "host_ports",
     "options_of",
     "query_params",
     "redact_url",

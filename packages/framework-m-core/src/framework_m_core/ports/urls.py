@@ -64,6 +64,28 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def host_ports(hosts: str, shown: str, what: str = "a host:port") -> list[tuple[str, int | None]]:
+    """``host:port``, ``host`` and ``[v6]:port`` entries of a comma-separated list (the
+    nodes of a cluster in a URL), in order, as (host, port or None); raises
+    :class:`ConfigurationError` naming an entry that is ``what`` not."""
+    out: list[tuple[str, int | None]] = []
+    for given in hosts.split(","):
+        host, port = given, ""
+        if given.startswith("["):
+            host, _, after = given[1:].partition("]")
+            if after and not after.startswith(":"):
+                host = ""
+            port = after[1:]
+        elif ":" in given:
+            host, _, port = given.rpartition(":")
+        if not host or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
+            raise ConfigurationError(
+                f"broker URL {shown!r}: {given!r} is not {what} (hosts are separated by ',')"
+            )
+        out.append((host, int(port) if port else None))
+    return out
+
+
 def _secret(name: str) -> bool:
     name = name.lower()
     return name in _SECRET_PARAMS or name.endswith(("_password", "_token", "_secret"))
