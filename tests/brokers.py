@@ -269,23 +269,30 @@ class SentinelSet:
         self.wait_for(lambda role: role == ["master", self.primary.port])
 
     def primary_port(self) -> int | None:
-        """The primary's port as a sentinel reports it now."""
-        out = redis_cli(self.sentinels[0].port, "sentinel", "get-master-addr-by-name", self.master)
-        words = out.split()
-        return int(words[1]) if len(words) == 2 else None
+        """The primary's port, once every sentinel names the same one (two sentinels can
+        each run a failover of their own, one after the other)."""
+        named = set()
+        for sentinel in self.sentinels:
+            out = redis_cli(sentinel.port, "sentinel", "get-master-addr-by-name", self.master)
+            words = out.split()
+            named.add(int(words[1]) if len(words) == 2 else None)
+        return named.pop() if len(named) == 1 else None
 
     def wait_for(
         self, ok: Callable[[list[object]], bool], timeout: float = 30.0, replicas: int | None = None
     ) -> None:
-        """Until ``replicas`` replicas (default all) are in sync with the primary the
-        sentinels name and ``ok`` holds for ``["master", port]``."""
+        """Until ``replicas`` replicas (default all) are in sync with, and acknowledge
+        writes of, the primary every sentinel names, and ``ok`` holds for
+        ``["master", port]``."""
         deadline = time.monotonic() + timeout
         want = len(self.replicas) if replicas is None else replicas
         while True:
             port = self.primary_port()
             if port is not None and ok(["master", port]):
                 info = redis_cli(port, "info", "replication")
-                if info.count("state=online") >= want:
+                # WAIT: the replicas do acknowledge what the primary writes
+                acked = redis_cli(port, "wait", str(want), "500").strip()
+                if info.count("state=online") >= want and acked.isdigit() and int(acked) >= want:
                     return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"sentinel set not settled (primary {port})")
