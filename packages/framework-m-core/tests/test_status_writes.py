@@ -10,6 +10,8 @@ import pytest
 
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.ports.messages import decode_message
+from framework_m_core.ports.records import Delivery
 from framework_m_core.ports.statuses import JobState, decode_status
 from framework_m_core.runtime.statuses import RUNNING_AFTER
 from framework_m_core.testing import running_worker, synced, wait_until
@@ -109,3 +111,46 @@ async def test_an_enqueue_beside_its_status_create_returns_once_both_landed(
     job_id = await broker.enqueue("quick")  # no deduplication id: created beside the publish
     assert broker.puts == [(job_id, JobState.QUEUED)]
     assert (await job_status(broker, job_id)).state is JobState.QUEUED
+
+
+class _LosingAcks(MemoryBroker):
+    """The first ack of each job never reaches it (a lost connection, a partition): the
+    job comes back after the visibility timeout."""
+
+    def __init__(self, settings: MemorySettings) -> None:
+        super().__init__(settings)
+        self.lost: set[str] = set()
+
+    async def ack(self, delivery: Delivery) -> None:
+        job_id = decode_message(delivery.body).id
+        if job_id not in self.lost:
+            self.lost.add(job_id)
+            return
+        await super().ack(delivery)
+
+
+async def test_a_job_whose_ack_was_lost_is_acked_not_run_again(queue_name: str) -> None:
+    broker = await synced(_LosingAcks(MemorySettings(queue_name, 120.0, 0.3)))
+    app = App()
+    runs: list[tuple[str, int]] = []
+
+    @app.job
+    async def once(ctx: JobContext) -> None:
+        runs.append(("once", ctx.attempt))
+
+    @app.job(backoff=0.01)
+    async def flaky(ctx: JobContext) -> None:
+        runs.append(("flaky", ctx.attempt))
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    once_id, flaky_id = await broker.enqueue("once"), await broker.enqueue("flaky")
+    async with running_worker(app, broker, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.already_finished == 2, timeout=10)
+        assert worker.stats.succeeded == 2
+    # A retried attempt is no finished one: flaky's second attempt ran.
+    assert sorted(runs) == [("flaky", 1), ("flaky", 2), ("once", 1)]
+    for job_id, attempts in ((once_id, 1), (flaky_id, 2)):
+        status = await job_status(broker, job_id)
+        assert (status.state, status.attempts) == (JobState.SUCCEEDED, attempts)
+    assert await broker.receive(1, 0.5) == []  # the redeliveries were acked

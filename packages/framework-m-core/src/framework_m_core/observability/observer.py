@@ -12,7 +12,14 @@ TickOutcome = Literal[
     "enqueued", "caught_up", "duplicate", "skipped", "failed", "unknown", "clock_held", "paused"
 ]
 JobOutcome = Literal[
-    "succeeded", "retried", "dead_lettered", "released", "expired", "skipped", "cancelled"
+    "succeeded",
+    "retried",
+    "dead_lettered",
+    "released",
+    "expired",
+    "skipped",
+    "cancelled",
+    "already_finished",
 ]
 BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state", "memo"]
 UNKNOWN_JOB = "unknown"

@@ -29,7 +29,7 @@ from ..ports.capabilities import Capability
 from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message, schedule_of
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
-from ..ports.statuses import JobState, ResultError, encode_result
+from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
 from . import leases
 from .cancels import Cancellation, CancelWatch
 from .heartbeats import Heartbeats
@@ -54,6 +54,8 @@ class WorkerStats:
     expired: int = 0  # ticks stored after their not_after (past grace): acked, not run
     skipped: int = 0  # slots whose schedule's previous run was still running: acked, not run
     cancelled: int = 0  # jobs cancelled by request, before or while they ran: acked
+    # redeliveries of jobs an earlier attempt finished, its ack lost: acked, not run
+    already_finished: int = 0
     waiting: int = 0  # runs waiting now for their schedule's run or a limit's place
 
 
@@ -189,18 +191,7 @@ class Execution:
             reason = f"unknown job {message.job_name!r}: not registered in this app"
             await self._dead_letter(delivery, reason, message)
             return
-        if delivery.attempt > spec.max_attempts:
-            # Earlier deliveries ended unsettled: the worker died or lost the job.
-            reason = (
-                f"delivered {delivery.attempt} times, more than max_attempts="
-                f"{spec.max_attempts} (earlier attempts ended without a result)"
-            )
-            await self._dead_letter(delivery, reason, message)
-            return
-        problem = spec.kwargs_problem(message.kwargs)
-        if problem is not None:
-            reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
-            await self._dead_letter(delivery, reason, message)
+        if await self._settled_unrun(spec, message, delivery):
             return
         if self.cancels.on and self.notes.keep(spec, message)[0] > 0:
             cancellation = Cancellation()
@@ -215,6 +206,29 @@ class Execution:
                 self.cancels.end(message.id)
         else:
             await self._admitted(spec, message, delivery)
+
+    async def _settled_unrun(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> bool:
+        """Settle ``delivery`` without running it, and say so, when it must not run:
+        out of attempts, kwargs that do not fit, or a job an earlier attempt finished."""
+        if delivery.attempt > spec.max_attempts:
+            # Earlier deliveries ended unsettled: the worker died or lost the job.
+            reason = (
+                f"delivered {delivery.attempt} times, more than max_attempts="
+                f"{spec.max_attempts} (earlier attempts ended without a result)"
+            )
+            await self._dead_letter(delivery, reason, message)
+            return True
+        problem = spec.kwargs_problem(message.kwargs)
+        if problem is not None:
+            reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
+            await self._dead_letter(delivery, reason, message)
+            return True
+        if delivery.attempt > 1 and self.notes.on:
+            done = await self.notes.finished_before(spec, message)
+            if done is not None:
+                await self._finished_before(delivery, message, done)
+                return True
+        return False
 
     async def _admitted(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
         """Run ``delivery`` once its overlap policy and limits let it."""
@@ -452,6 +466,24 @@ class Execution:
                 else "first delivered (the broker cannot say when it stored it)",
                 late,
                 message.scheduled_at,
+            )
+
+    async def _finished_before(
+        self, delivery: Delivery, message: JobMessage, status: JobStatus
+    ) -> None:
+        """A redelivery of a job an earlier attempt finished: that attempt's ack never
+        reached the broker (a lost connection, a cluster partition). Acked, not run."""
+        label = f"{message.job_name}[{message.id}]"
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.stats.already_finished += 1
+            self.observer.job_finished(message.job_name, "already_finished", None)
+            _job_log(message, delivery).info(
+                "%s delivered again (attempt %d) after attempt %d %s; its ack was lost, "
+                "so it is acked, not run again",
+                label,
+                delivery.attempt,
+                status.attempts,
+                status.state,
             )
 
     async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:

@@ -24,6 +24,7 @@ from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import (
     JobState,
     JobStatus,
+    decode_status,
     encode_status,
     pending_ttl,
     status_key,
@@ -34,6 +35,8 @@ log = logging.getLogger("framework_m.worker")
 _QUIET = 60.0  # seconds between two warnings of failing status writes
 #: Seconds a run goes on before its status says running.
 RUNNING_AFTER = 0.1
+# The states an attempt ends a job in and that settle it with an ack.
+_ENDED = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
 
 
 class StatusNotes:
@@ -98,6 +101,21 @@ class StatusNotes:
             has_result=with_result and result_json is not None,
         )
         await self._put(status, keep, result_json if status.has_result else None)
+
+    async def finished_before(self, spec: JobSpec, message: JobMessage) -> JobStatus | None:
+        """For a delivery after the first: the status of ``message``'s job if an earlier
+        attempt finished it (succeeded, or cancelled: skipped, expired or by request);
+        else None, also when it keeps no status or the status cannot be read."""
+        if self.keep(spec, message)[0] <= 0:
+            return None
+        try:
+            found = await self.broker.get_memo(status_key(message.id))
+            status = None if found is None else decode_status(message.id, found)
+        except Exception as exc:  # not known to have finished: it runs, as it would have
+            self.observer.broker_error("memo")
+            log.warning("%s: its status could not be read (%s); running it", message.id, exc)
+            return None
+        return status if status is not None and status.state in _ENDED else None
 
     async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
         try:
