@@ -1113,6 +1113,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
     ),
     m(
+        "redis-cluster-seeds-ignored",
+        "redis-failover",
+        "a cluster URL's seeds are tried in order, not its first host alone",
+        f"{REDIS}/connection.py",
+        "for host, port in s.seeds] or None",
+        "for host, port in s.seeds[:1]] or None",
+        "test_a_cluster_primary_failover_loses_and_repeats_no_slot_and_no_job",
+    ),
+    m(
         "redis-cluster-wait-untargeted",
         "redis-failover",
         "on a cluster, the WAIT goes to the queue's primary, on the writes' connection",

@@ -155,12 +155,18 @@ def test_a_cluster_primary_failover_loses_and_repeats_no_slot_and_no_job(
         queue = url.split("queue=")[1].split("&")[0]
         slot = int(redis_cli(nodes[0].port, "cluster", "keyslot", f"fm:{{{queue}}}:jobs"))
         owner = next(n for n in nodes if _owns(n.port, slot))
+        # Every node a seed, the one to be killed first: a process started after the
+        # kill finds the cluster through the next.
+        seeds = ",".join(f"127.0.0.1:{n.port}" for n in [owner, *(n for n in nodes if n != owner)])
+        url = url.replace(f"127.0.0.1:{nodes[0].port}", seeds)
 
         def settle() -> None:
             deadline = time.monotonic() + 60
             while not any(_owns(n.port, slot) for n in nodes if n is not owner):
                 assert time.monotonic() < deadline, "no replica took over the queue's slot"
                 time.sleep(0.2)
+            status = procs.m("status", "--broker", url)
+            assert status.wait(timeout=60) == 0, status.output
 
         fail_over_under_load(procs, url, tmp_path, lambda: owner.stop(signal.SIGKILL), settle)
     finally:

@@ -79,6 +79,28 @@ def test_a_sentinel_url_names_its_sentinels_master_and_credentials() -> None:
     assert isinstance(open_broker("redis+sentinel://127.0.0.1:26379/m"), RedisBroker)
 
 
+def test_a_cluster_url_names_its_seeds_in_order() -> None:
+    s = parse_url("redis://app:p%40ss@n1:7000,n2,[::1]:7002/0?cluster=1&socket_timeout=2")
+    assert s.seeds == (("n1", 7000), ("n2", 6379), ("::1", 7002))
+    assert s.client_url == "redis://app:p%40ss@n1:7000/0?socket_timeout=2"  # for redis-py
+    assert "p%40ss" not in s.display_url
+    assert "n2,[::1]:7002" in s.display_url
+    assert parse_url("redis://n1:7000/0?cluster=1").seeds == ()  # one host: redis-py's own
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://n1:7000,n2:7001/0", "names several hosts: that is for a Redis Cluster's seeds"),
+        ("redis://n1:7000,:7001/0?cluster=1", "':7001' is not a cluster node's host:port"),
+        ("redis://n1:7000,n2:70000?cluster=1", "'n2:70000' is not a cluster node's host:port"),
+    ],
+)
+def test_invalid_cluster_urls(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        parse_url(url)
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [

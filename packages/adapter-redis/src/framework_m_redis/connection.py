@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.connection import parse_url as parse_redis_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -28,7 +28,10 @@ async def open_client(s: RedisSettings) -> Any:
     client: Any = None
     try:
         if s.cluster:
-            client = RedisCluster.from_url(s.client_url, max_connections=s.max_connections)
+            seeds = [ClusterNode(host, port) for host, port in s.seeds] or None
+            client = RedisCluster.from_url(
+                s.client_url, startup_nodes=seeds, max_connections=s.max_connections
+            )
             await client.initialize()
         elif s.sentinels:
             client = _sentinel_client(s)

@@ -22,6 +22,7 @@ DEFAULT_DEDUP_WINDOW = 120.0
 DEFAULT_VISIBILITY = 30.0
 DEFAULT_MAX_LEN = 1_000_000
 DEFAULT_DEAD_MAX_LEN = 100_000
+DEFAULT_PORT = 6379
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_WAIT_TIMEOUT = 1.0
 SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
@@ -57,6 +58,8 @@ class RedisSettings:
     max_len: int = DEFAULT_MAX_LEN
     dead_letter_max_len: int = DEFAULT_DEAD_MAX_LEN
     cluster: bool = False
+    # cluster=1 with several hosts: the nodes asked for the topology, in order (seeds).
+    seeds: tuple[tuple[str, int], ...] = ()
     max_connections: int = 64
     # Sentinel: where to ask for the primary of ``master`` (empty: a plain URL).
     sentinels: tuple[tuple[str, int], ...] = ()
@@ -107,14 +110,16 @@ class RedisSettings:
 
 
 # Our options (the settings' fields); the redis-py ones above go to redis-py untouched.
-_OURS = options_of(RedisSettings, exclude=("client_url", "display_url", "master"))
+_OURS = options_of(RedisSettings, exclude=("client_url", "display_url", "master", "seeds"))
 _SENTINEL_ONLY = ("sentinel_username", "sentinel_password")
 
 
 def parse_url(url: str) -> RedisSettings:
     """Parse and validate; raise :class:`ConfigurationError` naming the problem.
 
-    ``redis[s]://[user:password@]host:port[/db][?options]``, or
+    ``redis[s]://[user:password@]host:port[/db][?options]``; with ``cluster=1`` the
+    hosts may be several (``host:port,host:port``), the seeds asked for the cluster's
+    topology in order; or
     ``redis[s]+sentinel://[user:password@]host:port[,host:port...]/MASTER[/db][?options]``
     where the hosts are sentinels, the credentials the data nodes', and the sentinels'
     own come as ``sentinel_username`` and ``sentinel_password``.
@@ -125,21 +130,47 @@ def parse_url(url: str) -> RedisSettings:
         raise ConfigurationError(f"not a redis://, rediss:// or redis+sentinel:// URL: {shown!r}")
     if scheme.endswith("+sentinel"):
         return _parse_sentinel(url, shown)
-    parts = urlsplit(url)
+    ours, passed = _options(url)
+    netloc, seeds = _seeds(url, shown, cluster=bool(ours.get("cluster")))
+    parts = urlsplit(url)._replace(netloc=netloc)
     if not parts.hostname:
         raise ConfigurationError(f"broker URL {shown!r} names no host")
     db = parts.path.strip("/")
     _check_db(db, shown)
-    ours, passed = _options(url)
     for name in _SENTINEL_ONLY:
         if name in ours:
             raise ConfigurationError(f"option {name!r} is for redis+sentinel:// URLs ({shown!r})")
     client_url = urlunsplit(
         (parts.scheme, parts.netloc, parts.path, urlencode(passed), parts.fragment)
     )
-    settings = RedisSettings(client_url=client_url, display_url=shown, **ours)  # type: ignore[arg-type]
+    settings = RedisSettings(
+        client_url=client_url,
+        display_url=shown,
+        seeds=seeds,
+        **ours,  # type: ignore[arg-type]
+    )
     _validate(settings, shown)
     return settings
+
+
+def _seeds(url: str, shown: str, *, cluster: bool) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """For a URL naming several hosts: its first host's netloc (what redis-py parses)
+    and every host as a seed; for one host: its netloc as given and no seeds."""
+    netloc = urlsplit(url).netloc
+    userinfo, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return netloc, ()
+    if not cluster:
+        raise ConfigurationError(
+            f"broker URL {shown!r} names several hosts: that is for a Redis Cluster's "
+            "seeds (add cluster=1) or for sentinels (redis+sentinel://)"
+        )
+    seeds = tuple(
+        (host, port or DEFAULT_PORT)
+        for host, port in host_ports(hosts, shown, "a cluster node's host:port")
+    )
+    host, port = seeds[0]
+    return f"{userinfo}{at}{f'[{host}]' if ':' in host else host}:{port}", seeds
 
 
 def _parse_sentinel(url: str, shown: str) -> RedisSettings:
