@@ -47,6 +47,8 @@ SUITES = {
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
     "redis-own": "packages/adapter-redis/tests/test_redis_adapter.py",
     "redis-failover": "tests/test_redis_failover.py",
+    # A 3-node RabbitMQ cluster losing quorum under three ticking replicas.
+    "rabbitmq-quorum": "tests/test_rabbitmq_quorum.py",
 }
 
 
@@ -1138,6 +1140,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "stored_by=msg.arrived if attempt == 1 else None)",
         "stored_by=None)",
         "test_a_tick_first_delivered_past_its_deadline_is_expired_not_run",
+    ),
+    m(
+        "rabbitmq-quorum-late-run",
+        "rabbitmq-quorum",
+        "ticks a quorum queue stored when quorum returned do not run past their deadline",
+        f"{RABBIT}/broker.py",
+        "stored_by=msg.arrived if attempt == 1 else None)",
+        "stored_by=None)",
+        "test_quorum_lost_and_back_runs_no_slot_late_twice_or_reported_failed",
+    ),
+    m(
+        "rabbitmq-quorum-unknown-as-failed",
+        "rabbitmq-quorum",
+        "a slot whose publish quorum loss left unanswered is not reported failed",
+        f"{CORE}/scheduling/ticker.py",
+        "        if not unanswered:\n            self._failed(",
+        "        if True:\n            self._failed(",
+        "test_quorum_lost_and_back_runs_no_slot_late_twice_or_reported_failed",
+    ),
+    m(
+        "rabbitmq-late-return-said-with-body",
+        "rabbitmq-late",
+        "a return after its publish was given up is said at INFO, without the body",
+        f"{RABBIT}/connection.py",
+        'logging.getLogger("aiormq.channel").addFilter(_LateReturn())\n',
+        "\n",
+        "test_a_return_after_the_publish_was_given_up_is_said_without_its_body",
     ),
     m(
         "core-late-without-skew",

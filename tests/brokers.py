@@ -101,12 +101,19 @@ class ServerProcess:
     def pause(self, seconds: float) -> tuple[float, float]:
         """Freeze the server (SIGSTOP) for ``seconds``: its sockets stay open and nothing
         it is sent is handled until SIGCONT. Returns when it was stopped and continued."""
-        self._signal(signal.SIGSTOP)
-        stopped = time.time()
+        stopped = self.freeze()
         time.sleep(seconds)
-        continued = time.time()
+        return stopped, self.thaw()
+
+    def freeze(self) -> float:
+        """SIGSTOP the server; return when."""
+        self._signal(signal.SIGSTOP)
+        return time.time()
+
+    def thaw(self) -> float:
+        """SIGCONT the server; return when."""
         self._signal(signal.SIGCONT)
-        return stopped, continued
+        return time.time()
 
     def _signal(self, sig: int) -> None:
         assert self.proc is not None

@@ -3,18 +3,20 @@ cannot say when it stored it, so one first delivered past its deadline is not ru
 
 from __future__ import annotations
 
+import logging
 import time
 
 import aio_pika
 import pytest
+from aiormq.abc import DeliveredMessage
+from pamqp.commands import Basic
+from pamqp.header import ContentHeader
 
 from framework_m_core import App, JobContext, JobMessage
 from framework_m_core.runtime.execution import DELIVERY_SKEW
 from framework_m_core.testing import receive_all, running_worker, wait_until
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace
-
-pytestmark = pytest.mark.anyio
 
 
 async def stored_directly(broker: RabbitBroker, message: JobMessage) -> None:
@@ -29,6 +31,7 @@ async def stored_directly(broker: RabbitBroker, message: JobMessage) -> None:
         await connection.close()
 
 
+@pytest.mark.anyio
 async def test_a_tick_first_delivered_past_its_deadline_is_expired_not_run(
     namespace: RabbitNamespace,
 ) -> None:
@@ -56,3 +59,23 @@ async def test_a_tick_first_delivered_past_its_deadline_is_expired_not_run(
             await wait_until(lambda: worker.stats.expired == 1 and len(ran) == 2)
         assert sorted(ran) == [2, 3]
         assert await receive_all(broker) == []
+
+
+def test_a_return_after_the_publish_was_given_up_is_said_without_its_body(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What aiormq logs for a basic.return whose confirm nobody waits for any more."""
+    returned = DeliveredMessage(
+        delivery=Basic.Return(reply_code=312, reply_text="NO_ROUTE"),
+        header=ContentHeader(properties=Basic.Properties(message_id="job-1")),
+        body=b'{"kwargs": {"token": "s3cret"}}',
+        channel=None,  # type: ignore[arg-type]
+    )
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("aiormq.channel").error("Unhandled message %r returning", returned)
+    [record] = caplog.records
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == (
+        "amqp: message job-1 came back after its publish was given up: not stored (NO_ROUTE)"
+    )
+    assert "s3cret" not in caplog.text

@@ -35,7 +35,26 @@ class _LostConnectionTraceback(logging.Filter):
         return not str(record.msg).startswith("Cancelling cause reader exited abnormally")
 
 
+class _LateReturn(logging.Filter):
+    """A publish given up for want of a confirm (a cluster without quorum) can still come
+    back later as a basic.return, which aiormq logs at ERROR with the whole message,
+    kwargs included. Say instead, at INFO and without the body, that it was not stored."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "Unhandled message %r returning" or not record.args:
+            return True
+        returned = record.args[0] if isinstance(record.args, tuple) else None
+        frame = getattr(returned, "delivery", None)
+        header = getattr(returned, "header", None)
+        message_id = getattr(getattr(header, "properties", None), "message_id", None)
+        record.name, record.levelno, record.levelname = log.name, logging.INFO, "INFO"
+        record.msg = "amqp: message %s came back after its publish was given up: not stored (%s)"
+        record.args = (message_id, getattr(frame, "reply_text", "returned"))
+        return True
+
+
 logging.getLogger("aiormq.connection").addFilter(_LostConnectionTraceback())
+logging.getLogger("aiormq.channel").addFilter(_LateReturn())
 
 
 class Link:

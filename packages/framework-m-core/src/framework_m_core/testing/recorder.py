@@ -1,7 +1,7 @@
 """The app the multi-process tests run in ``m worker`` processes.
 
-``record`` runs every second (``overlap="allow"``) and appends ``slot pid attempt`` to
-$FM_SLOT_LOG;
+``record`` runs every second (``overlap="allow"``) and appends ``slot pid attempt start``
+(unix time) to $FM_SLOT_LOG;
 ``slow`` appends ``start``/``end`` lines around a sleep to $FM_SLOW_LOG.
 With $FM_OVERLAP_LOG set, ``overlapping`` runs every second for 2.5 s (``overlap="skip"``)
 and appends ``start|end time slot pid attempt`` lines; with $FM_LIMIT_LOG set,
@@ -43,7 +43,8 @@ def _append(variable: str, line: str) -> None:
 @app.job(every=1, overlap="allow")
 async def record(ctx: JobContext) -> None:
     assert ctx.scheduled_at is not None
-    _append("FM_SLOT_LOG", f"{int(ctx.scheduled_at.timestamp())} {os.getpid()} {ctx.attempt}\n")
+    slot, pid = int(ctx.scheduled_at.timestamp()), os.getpid()
+    _append("FM_SLOT_LOG", f"{slot} {pid} {ctx.attempt} {time.time():.3f}\n")
 
 
 @app.job(max_attempts=3)

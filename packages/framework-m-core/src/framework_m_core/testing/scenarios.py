@@ -174,10 +174,16 @@ def slot_runs(path: Path) -> list[tuple[int, int, int]]:
     """``(slot, pid, attempt)`` for each run the recorder logged to ``path``."""
     if not path.exists():
         return []
-    return [
-        (int(slot), int(pid), int(attempt))
-        for slot, pid, attempt in (line.split() for line in path.read_text().splitlines() if line)
-    ]
+    lines = (line.split() for line in path.read_text().splitlines() if line)
+    return [(int(slot), int(pid), int(attempt)) for slot, pid, attempt, *_ in lines]
+
+
+def slot_starts(path: Path) -> list[tuple[int, float]]:
+    """``(slot, unix time its run started)`` for each run the recorder logged to ``path``."""
+    if not path.exists():
+        return []
+    lines = (line.split() for line in path.read_text().splitlines() if line)
+    return [(int(words[0]), float(words[3])) for words in lines]
 
 
 def wait_for_slot(path: Path, slot: int, timeout: float) -> None:
