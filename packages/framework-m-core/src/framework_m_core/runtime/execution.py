@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
 from ..app import App
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
@@ -347,16 +348,17 @@ class Execution:
         why = f"skipped: the previous run of the schedule was still running ({running})"
         spec = self.app.jobs.get(message.job_name)
         await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
-        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-            self.stats.skipped += 1
-            self.observer.job_finished(message.job_name, "skipped", None)
-            _job_log(message, delivery).info(
-                "%s skipped: slot %s came while the previous run was still running (%s); "
-                "overlap='skip'",
-                label,
-                message.scheduled_at,
-                running,
-            )
+        await self._acked_unrun(
+            delivery,
+            message,
+            "skipped",
+            logging.INFO,
+            "%s skipped: slot %s came while the previous run was still running (%s); "
+            "overlap='skip'",
+            label,
+            message.scheduled_at,
+            running,
+        )
 
     async def _release(self, key: str, holder: str) -> None:
         try:
@@ -454,37 +456,55 @@ class Execution:
         why = "expired: the tick was stored after its slot's grace"
         spec = self.app.jobs.get(message.job_name)
         await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
-        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-            self.stats.expired += 1
-            self.observer.job_finished(self._job_name(message.job_name), "expired", None)
-            _job_log(message, delivery).warning(
-                "%s expired: %s %.1fs after its deadline (slot %s); the tick was "
-                "enqueued later than grace allows, not run",
-                label,
-                "stored"
-                if delivery.stored_at is not None
-                else "first delivered (the broker cannot say when it stored it)",
-                late,
-                message.scheduled_at,
-            )
+        await self._acked_unrun(
+            delivery,
+            message,
+            "expired",
+            logging.WARNING,
+            "%s expired: %s %.1fs after its deadline (slot %s); the tick was "
+            "enqueued later than grace allows, not run",
+            label,
+            "stored"
+            if delivery.stored_at is not None
+            else "first delivered (the broker cannot say when it stored it)",
+            late,
+            message.scheduled_at,
+        )
 
     async def _finished_before(
         self, delivery: Delivery, message: JobMessage, status: JobStatus
     ) -> None:
         """A redelivery of a job an earlier attempt finished: that attempt's ack never
         reached the broker (a lost connection, a cluster partition). Acked, not run."""
+        await self._acked_unrun(
+            delivery,
+            message,
+            "already_finished",
+            logging.INFO,
+            "%s delivered again (attempt %d) after attempt %d %s; its ack was lost, "
+            "so it is acked, not run again",
+            f"{message.job_name}[{message.id}]",
+            delivery.attempt,
+            status.attempts,
+            status.state,
+        )
+
+    async def _acked_unrun(
+        self,
+        delivery: Delivery,
+        message: JobMessage,
+        outcome: Literal["skipped", "expired", "already_finished"],
+        level: int,
+        text: str,
+        *args: object,
+    ) -> None:
+        """Ack ``delivery`` without running it; once acked, count it as ``outcome``
+        (a counter of :class:`WorkerStats` too) and log ``text % args`` at ``level``."""
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-            self.stats.already_finished += 1
-            self.observer.job_finished(message.job_name, "already_finished", None)
-            _job_log(message, delivery).info(
-                "%s delivered again (attempt %d) after attempt %d %s; its ack was lost, "
-                "so it is acked, not run again",
-                label,
-                delivery.attempt,
-                status.attempts,
-                status.state,
-            )
+            setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+            self.observer.job_finished(self._job_name(message.job_name), outcome, None)
+            _job_log(message, delivery).log(level, text, *args)
 
     async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
         """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.
