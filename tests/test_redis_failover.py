@@ -254,12 +254,15 @@ def test_a_write_no_replica_acknowledged_in_time_is_an_error_until_one_has_it(
         replicas: list[RedisServer] = sentinels.replicas
     else:
         nodes: list[RedisServer] = request.getfixturevalue("cluster")
-        url = namespace(nodes[0].url).url(cluster=1, wait_timeout=0.3, wait_replicas=1)
-        queue = url.split("queue=")[1].split("&")[0]
-        slot = int(redis_cli(nodes[0].port, "cluster", "keyslot", f"fm:{{{queue}}}:jobs"))
-        owner = next(n for n in nodes if _owns(n.port, slot))
-        # Connect through another primary: a WAIT sent to the client's default node
-        # instead of the queue's primary must not pass.
+        # A queue whose primary is not the cluster client's default node (the one that
+        # serves slot 0): a WAIT sent there instead of to the queue's primary must not pass.
+        while True:
+            url = namespace(nodes[0].url).url(cluster=1, wait_timeout=0.3, wait_replicas=1)
+            queue = url.split("queue=")[1].split("&")[0]
+            slot = int(redis_cli(nodes[0].port, "cluster", "keyslot", f"fm:{{{queue}}}:jobs"))
+            owner = next(n for n in nodes if _owns(n.port, slot))
+            if not _owns(owner.port, 0):
+                break
         other = next(n for n in nodes if n is not owner and "role:master" in _replication(n.port))
         url = url.replace(f"127.0.0.1:{nodes[0].port}/", f"127.0.0.1:{other.port}/")
         replicas = [n for n in nodes if f"master_port:{owner.port}" in _replication(n.port)]
