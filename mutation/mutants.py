@@ -47,6 +47,8 @@ SUITES = {
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
     "redis-own": "packages/adapter-redis/tests/test_redis_adapter.py",
     "redis-failover": "tests/test_redis_failover.py",
+    # RabbitMQ's index of state records: nothing a namespace's drop misses.
+    "rabbitmq-state": "packages/adapter-rabbitmq/tests/test_state_index.py",
     # A 3-node RabbitMQ cluster losing quorum under three ticking replicas.
     "rabbitmq-quorum": "tests/test_rabbitmq_quorum.py",
 }
@@ -1140,6 +1142,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "stored_by=msg.arrived if attempt == 1 else None)",
         "stored_by=None)",
         "test_a_tick_first_delivered_past_its_deadline_is_expired_not_run",
+    ),
+    m(
+        "rabbitmq-state-declared-before-listed",
+        "rabbitmq-state",
+        "a state record's queue is in the index before it exists",
+        f"{RABBIT}/state.py",
+        "            await channel.declare_queue(index, durable=True)\n",
+        "            await channel.declare_queue(queue, durable=True)\n"
+        "            await channel.declare_queue(index, durable=True)\n",
+        "test_a_record_queue_is_listed_before_it_is_declared",
     ),
     m(
         "rabbitmq-quorum-late-run",

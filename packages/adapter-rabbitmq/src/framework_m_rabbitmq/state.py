@@ -13,8 +13,8 @@ is held by another reader or a writer for a moment, and is read again. A write t
 died between its publish and its ack leaves both records; readers take the greater
 version, and the next write drops the other.
 
-When a record is created its queue's name and key go, once, to ``{queue}.state.index``,
-so that whatever drops (or lists) every record finds them.
+Before a record's queue is declared its name and key go to ``{queue}.state.index``, so
+that whatever drops every record finds them.
 """
 
 from __future__ import annotations
@@ -143,26 +143,27 @@ class State:
             pause = min(pause * 2, 0.05)
 
     async def _create(self, key: str, queue: str) -> None:
-        """Declare the new record's queue and list it in the index (once: under the
-        key's lock)."""
+        """List the new record's queue in the index, then declare it (under the key's
+        lock): a write that dies in between leaves an entry for a queue that does not
+        exist, which a drop deletes harmlessly, never a queue no drop finds."""
         index = index_queue(self.settings)
         channel = await self.link.side_channel()
         try:
-            await channel.declare_queue(queue, durable=True)
             await channel.declare_queue(index, durable=True)
+            await self.link.channel().default_exchange.publish(
+                aio_pika.Message(
+                    queue.encode(),
+                    headers={KEY: key},
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                ),
+                routing_key=index,
+                mandatory=True,
+            )
+            await channel.declare_queue(queue, durable=True)
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise BrokerError(f"state queue {queue} or {index} exists otherwise: {exc}") from None
         finally:
             await _close(channel)
-        await self.link.channel().default_exchange.publish(
-            aio_pika.Message(
-                queue.encode(),
-                headers={KEY: key},
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            ),
-            routing_key=index,
-            mandatory=True,
-        )
 
     @asynccontextmanager
     async def _locked(self, key: str, queue: str) -> AsyncIterator[None]:
