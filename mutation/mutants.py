@@ -1711,6 +1711,26 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_job_whose_ack_was_lost_is_acked_not_run_again",
     ),
     m(
+        "core-redelivery-runs-beside-itself",
+        "statuses",
+        "a job delivered again while it runs in this process waits for that run",
+        f"{CORE}/runtime/execution.py",
+        "        ongoing = self._here.get(message.id)\n",
+        "        ongoing = None\n",
+        "test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once",
+    ),
+    m(
+        "core-redelivery-waits-unreserved",
+        "statuses",
+        "a delivery waiting for its job's run here is kept reserved",
+        f"{CORE}/runtime/execution.py",
+        "            beat = self.heartbeats.start(delivery)\n            try:\n"
+        "                await ongoing.wait()\n            finally:\n"
+        "                self.heartbeats.stop(beat)\n",
+        "            await ongoing.wait()\n",
+        "test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once",
+    ),
+    m(
         "core-status-running-sweep-stops",
         "statuses",
         "every run going on past RUNNING_AFTER says running, not only the first",

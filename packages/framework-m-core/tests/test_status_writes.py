@@ -5,6 +5,7 @@ and a running status still being written when the run ends lands before the fina
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -154,3 +155,42 @@ async def test_a_job_whose_ack_was_lost_is_acked_not_run_again(queue_name: str) 
         status = await job_status(broker, job_id)
         assert (status.state, status.attempts) == (JobState.SUCCEEDED, attempts)
     assert await broker.receive(1, 0.5) == []  # the redeliveries were acked
+
+
+class _FirstExtendsLost(MemoryBroker):
+    """A first delivery's extensions never reach it (a network blip): a long job comes
+    back to the worker that still runs it."""
+
+    def __init__(self, settings: MemorySettings) -> None:
+        super().__init__(settings)
+        self.attempts: list[int] = []
+
+    async def receive(self, max_messages: int, timeout: float) -> Sequence[Delivery]:
+        got = await super().receive(max_messages, timeout)
+        self.attempts += [d.attempt for d in got]
+        return got
+
+    async def extend(self, delivery: Delivery) -> None:
+        if delivery.attempt > 1:
+            await super().extend(delivery)
+
+
+async def test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once(
+    queue_name: str,
+) -> None:
+    broker = await synced(_FirstExtendsLost(MemorySettings(queue_name, 120.0, 0.3)))
+    app = App()
+    runs: list[int] = []
+
+    @app.job
+    async def lasting(ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        await asyncio.sleep(1.0)  # the reservation lapses meanwhile: delivered again
+
+    job_id = await broker.enqueue("lasting")
+    async with running_worker(app, broker, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.already_finished == 1, timeout=10)
+    assert runs == [1]
+    assert broker.attempts == [1, 2]  # the second was kept reserved while it waited
+    status = await job_status(broker, job_id)
+    assert (status.state, status.attempts) == (JobState.SUCCEEDED, 1)

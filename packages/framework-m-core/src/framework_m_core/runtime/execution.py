@@ -144,6 +144,7 @@ class Execution:
         self.cancels = CancelWatch(broker, self.observer)
         self.heartbeats = Heartbeats(broker)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
+        self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
 
     def _job_name(self, name: str | None) -> str:
         """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
@@ -192,6 +193,27 @@ class Execution:
             reason = f"unknown job {message.job_name!r}: not registered in this app"
             await self._dead_letter(delivery, reason, message)
             return
+        ongoing = self._here.get(message.id)
+        if ongoing is not None:
+            # Delivered again while this process still runs it (its reservation lapsed,
+            # or a partition made the broker take it back): its leases are this run's
+            # too, so wait for it; its status then says whether this one must run.
+            log.info("%s[%s] delivered again while it runs here; waiting", spec.name, message.id)
+            beat = self.heartbeats.start(delivery)
+            try:
+                await ongoing.wait()
+            finally:
+                self.heartbeats.stop(beat)
+        here = self._here[message.id] = asyncio.Event()
+        try:
+            await self._deliver(spec, message, delivery)
+        finally:
+            if self._here.get(message.id) is here:
+                del self._here[message.id]
+            here.set()
+
+    async def _deliver(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
+        """Settle ``delivery`` of one of the app's jobs: unrun, cancelled, or run."""
         if await self._settled_unrun(spec, message, delivery):
             return
         if self.cancels.on and self.notes.keep(spec, message)[0] > 0:
