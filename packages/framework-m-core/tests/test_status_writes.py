@@ -16,7 +16,7 @@ from framework_m_core.ports.records import Delivery
 from framework_m_core.ports.statuses import JobState, decode_status
 from framework_m_core.runtime.statuses import RUNNING_AFTER
 from framework_m_core.testing import running_worker, synced, wait_until
-from framework_m_core.tracking.queries import job_status
+from framework_m_core.tracking.queries import cancel_job, job_status
 
 pytestmark = pytest.mark.anyio
 
@@ -194,3 +194,24 @@ async def test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once(
     assert broker.attempts == [1, 2]  # the second was kept reserved while it waited
     status = await job_status(broker, job_id)
     assert (status.state, status.attempts) == (JobState.SUCCEEDED, 1)
+
+
+async def test_a_job_cancelled_while_waiting_to_retry_counts_as_cancelled(
+    queue_name: str,
+) -> None:
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
+    app = App()
+    runs: list[int] = []
+
+    @app.job(backoff=1.0)
+    async def fails_once(ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        raise RuntimeError("first attempt fails")
+
+    job_id = await broker.enqueue("fails_once")
+    async with running_worker(app, broker, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.retried == 1, timeout=10)
+        assert await cancel_job(broker, job_id) is True  # its status: cancelled
+        await wait_until(lambda: worker.stats.cancelled == 1, timeout=10)
+        assert worker.stats.already_finished == 0
+    assert runs == [1]

@@ -232,7 +232,7 @@ class Execution:
 
     async def _settled_unrun(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> bool:
         """Settle ``delivery`` without running it, and say so, when it must not run:
-        out of attempts, kwargs that do not fit, or a job an earlier attempt finished."""
+        out of attempts, or kwargs that do not fit."""
         if delivery.attempt > spec.max_attempts:
             # Earlier deliveries ended unsettled: the worker died or lost the job.
             reason = (
@@ -246,15 +246,17 @@ class Execution:
             reason = f"kwargs do not match handler of {spec.name!r}: {problem}"
             await self._dead_letter(delivery, reason, message)
             return True
+        return False
+
+    async def _admitted(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
+        """Run ``delivery`` once its overlap policy and limits let it, unless an earlier
+        attempt finished its job (read after its cancel mark: a job cancelled while it
+        waited to be retried counts as cancelled)."""
         if delivery.attempt > 1 and self.notes.on:
             done = await self.notes.finished_before(spec, message)
             if done is not None:
                 await self._finished_before(delivery, message, done)
-                return True
-        return False
-
-    async def _admitted(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
-        """Run ``delivery`` once its overlap policy and limits let it."""
+                return
         schedule = _schedule_of(spec, message)
         kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
         if not (kept and self.leases):
