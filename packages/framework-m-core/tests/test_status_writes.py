@@ -5,6 +5,7 @@ and a running status still being written when the run ends lands before the fina
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import pytest
@@ -130,7 +131,9 @@ class _LosingAcks(MemoryBroker):
         await super().ack(delivery)
 
 
-async def test_a_job_whose_ack_was_lost_is_acked_not_run_again(queue_name: str) -> None:
+async def test_a_job_whose_ack_was_lost_is_acked_not_run_again(
+    queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     broker = await synced(_LosingAcks(MemorySettings(queue_name, 120.0, 0.3)))
     app = App()
     runs: list[tuple[str, int]] = []
@@ -146,9 +149,12 @@ async def test_a_job_whose_ack_was_lost_is_acked_not_run_again(queue_name: str) 
             raise RuntimeError("first attempt fails")
 
     once_id, flaky_id = await broker.enqueue("once"), await broker.enqueue("flaky")
-    async with running_worker(app, broker, heartbeat=0) as worker:
-        await wait_until(lambda: worker.stats.already_finished == 2, timeout=10)
-        assert worker.stats.succeeded == 2
+    with caplog.at_level(logging.INFO, logger="framework_m"):
+        async with running_worker(app, broker, heartbeat=0) as worker:
+            await wait_until(lambda: worker.stats.already_finished == 2, timeout=10)
+            assert worker.stats.succeeded == 2
+    [stopped] = [m for m in caplog.messages if m.startswith("worker stopped:")]
+    assert "2 already finished" in stopped, stopped
     # A retried attempt is no finished one: flaky's second attempt ran.
     assert sorted(runs) == [("flaky", 1), ("flaky", 2), ("once", 1)]
     for job_id, attempts in ((once_id, 1), (flaky_id, 2)):
