@@ -364,7 +364,6 @@ class Execution:
             self.observer.waiting(spec.name, -1)
 
     async def _skip(self, delivery: Delivery, message: JobMessage, key: str) -> None:
-        label = f"{message.job_name}[{message.id}]"
         try:
             running = ", ".join(await self.broker.lease_holders(key)) or "a run just ending"
         except BrokerError as exc:
@@ -377,9 +376,7 @@ class Execution:
             message,
             "skipped",
             logging.INFO,
-            "%s skipped: slot %s came while the previous run was still running (%s); "
-            "overlap='skip'",
-            label,
+            "skipped: slot %s came while the previous run was still running (%s); overlap='skip'",
             message.scheduled_at,
             running,
         )
@@ -476,7 +473,6 @@ class Execution:
             )
 
     async def _expire(self, delivery: Delivery, message: JobMessage, late: float) -> None:
-        label = f"{message.job_name}[{message.id}]"
         why = "expired: the tick was stored after its slot's grace"
         spec = self.app.jobs.get(message.job_name)
         await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
@@ -485,9 +481,8 @@ class Execution:
             message,
             "expired",
             logging.WARNING,
-            "%s expired: %s %.1fs after its deadline (slot %s); the tick was "
+            "expired: %s %.1fs after its deadline (slot %s); the tick was "
             "enqueued later than grace allows, not run",
-            label,
             "stored"
             if delivery.stored_at is not None
             else "first delivered (the broker cannot say when it stored it)",
@@ -505,9 +500,8 @@ class Execution:
             message,
             "already_finished",
             logging.INFO,
-            "%s delivered again (attempt %d) after attempt %d %s; its ack was lost, "
+            "delivered again (attempt %d) after attempt %d %s; its ack was lost, "
             "so it is acked, not run again",
-            f"{message.job_name}[{message.id}]",
             delivery.attempt,
             status.attempts,
             status.state,
@@ -523,12 +517,13 @@ class Execution:
         *args: object,
     ) -> None:
         """Ack ``delivery`` without running it; once acked, count it as ``outcome``
-        (a counter of :class:`WorkerStats` too) and log ``text % args`` at ``level``."""
+        (a counter of :class:`WorkerStats` too) and log ``text % args`` at ``level``,
+        after the job's ``name[id]``."""
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
             self.observer.job_finished(self._job_name(message.job_name), outcome, None)
-            _job_log(message, delivery).log(level, text, *args)
+            _job_log(message, delivery).log(level, "%s " + text, label, *args)
 
     async def _settle(self, label: str, what: str, call: Callable[[], Awaitable[None]]) -> bool:
         """Run an ack/retry/dead-letter call, retrying it while the broker is unreachable.
