@@ -203,11 +203,19 @@ def test_a_worker_syncs_the_schema_again_after_a_restart_without_persistence(
         env = {"FM_STATUS_LOG": str(marks)}
         [worker] = procs.workers(url, 1, "--no-scheduler", env=env)
         [strict] = procs.workers(url, 1, "--no-scheduler", "--no-sync-schema", env=env)
-        server.stop(signal.SIGKILL)
-        server.start()  # empty: no group, no layout marker
+        # Paused until the strict worker has met the empty server: a sync by the other
+        # one first would hide the gone schema from it.
+        worker.signal(signal.SIGSTOP)
+        try:
+            server.stop(signal.SIGKILL)
+            server.start()  # empty: no group, no layout marker
+            strict.wait_for(
+                r"--no-sync-schema forbids creating it: run `m sync-schema`", timeout=30
+            )
+        finally:
+            worker.signal(signal.SIGCONT)
         worker.wait_for(r"the broker's schema is gone .*: syncing it again", timeout=30)
         worker.wait_for(r"schema synced again: ", timeout=30)
-        strict.wait_for(r"--no-sync-schema forbids creating it: run `m sync-schema`", timeout=30)
 
         async def enqueue() -> str:
             async with connect(url) as broker:
