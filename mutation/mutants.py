@@ -1725,10 +1725,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "a delivery waiting for its job's run here is kept reserved",
         f"{CORE}/runtime/execution.py",
         "            beat = self.heartbeats.start(delivery)\n            try:\n"
-        "                await ongoing.wait()\n            finally:\n"
+        "                with self._waiting(spec):\n"
+        "                    await ongoing.wait()\n            finally:\n"
         "                self.heartbeats.stop(beat)\n",
-        "            await ongoing.wait()\n",
+        "            with self._waiting(spec):\n                await ongoing.wait()\n",
         "test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once",
+    ),
+    m(
+        "core-redelivery-wait-takes-a-place",
+        "statuses",
+        "a delivery waiting for its job's run here takes none of the worker's places",
+        f"{CORE}/runtime/execution.py",
+        "                with self._waiting(spec):\n                    await ongoing.wait()\n",
+        "                await ongoing.wait()\n",
+        "test_a_delivery_waiting_for_its_run_here_takes_no_place_of_the_worker",
     ),
     m(
         "core-status-running-sweep-stops",

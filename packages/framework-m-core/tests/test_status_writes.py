@@ -202,6 +202,37 @@ async def test_a_job_delivered_again_while_it_runs_here_waits_and_runs_once(
     assert (status.state, status.attempts) == (JobState.SUCCEEDED, 1)
 
 
+async def test_a_delivery_waiting_for_its_run_here_takes_no_place_of_the_worker(
+    queue_name: str,
+) -> None:
+    broker = await synced(_FirstExtendsLost(MemorySettings(queue_name, 120.0, 0.3)))
+    app = App()
+    other_ran = asyncio.Event()
+    ended: list[str] = []
+
+    @app.job
+    async def lasting(ctx: JobContext) -> None:
+        try:  # runs until the other job ran, which needs a place while its redelivery waits
+            async with asyncio.timeout(5):
+                await other_ran.wait()
+            ended.append("after the other job")
+        except TimeoutError:
+            ended.append("timed out")
+
+    @app.job
+    async def other(ctx: JobContext) -> None:
+        other_ran.set()
+
+    await broker.enqueue("lasting")
+    async with running_worker(app, broker, heartbeat=0, concurrency=2) as worker:
+        await wait_until(lambda: broker.attempts == [1, 2], timeout=10)
+        await wait_until(lambda: worker.stats.waiting == 1, timeout=10)
+        await broker.enqueue("other")
+        await wait_until(lambda: worker.stats.already_finished == 1, timeout=10)
+        assert worker.stats.waiting == 0
+    assert ended == ["after the other job"]
+
+
 async def test_a_job_cancelled_while_waiting_to_retry_counts_as_cancelled(
     queue_name: str,
 ) -> None:

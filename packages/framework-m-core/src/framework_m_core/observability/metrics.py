@@ -252,7 +252,8 @@ class _Collector:
         yield GaugeMetricFamily("frameworkm_jobs_running", "Handlers running", m.running_jobs)
         waiting = GaugeMetricFamily(
             "frameworkm_jobs_waiting",
-            "Runs waiting for a concurrency limit's place or their schedule's running run",
+            "Runs waiting for a concurrency limit's place, their schedule's running run or"
+            " their own run in this process",
             labels=["job"],
         )
         for job, value in sorted(m.waiting_jobs.items()):

@@ -50,8 +50,9 @@ class Observer:
         """The number of handlers running changed by ``delta``."""
 
     def waiting(self, job: str, delta: int) -> None:
-        """The number of runs of ``job`` waiting for a lease (a limit's place, or the
-        schedule's running run under ``buffer_one``) changed by ``delta``."""
+        """The number of runs of ``job`` waiting (for a limit's place, the schedule's
+        running run under ``buffer_one``, or, delivered again, their own run going on in
+        this process) changed by ``delta``."""
 
     def loop_lag(self, seconds: float) -> None:
         """The event loop woke ``seconds`` later than asked, a few times a second."""

@@ -8,12 +8,13 @@ task tree relies on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,7 +58,9 @@ class WorkerStats:
     cancelled: int = 0  # jobs cancelled by request, before or while they ran: acked
     # redeliveries of jobs an earlier attempt finished, its ack lost: acked, not run
     already_finished: int = 0
-    waiting: int = 0  # runs waiting now for their schedule's run or a limit's place
+    # runs waiting now for their schedule's run, a limit's place or, delivered again,
+    # their own run going on in this process
+    waiting: int = 0
 
 
 # A waiting run tries again for its lease after a random pause in this range (seconds):
@@ -201,7 +204,8 @@ class Execution:
             log.info("%s[%s] delivered again while it runs here; waiting", spec.name, message.id)
             beat = self.heartbeats.start(delivery)
             try:
-                await ongoing.wait()
+                with self._waiting(spec):
+                    await ongoing.wait()
             finally:
                 self.heartbeats.stop(beat)
         here = self._here[message.id] = asyncio.Event()
@@ -348,17 +352,26 @@ class Execution:
         """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
         is this run's. Waiting uses no attempt and no place of the worker's."""
         beat = self.heartbeats.start(delivery, also_held, holder)
+        log.debug("%s waits for a place under %s", holder, key)
+        try:
+            with self._waiting(spec):
+                while True:
+                    await asyncio.sleep(random.uniform(*_WAIT_POLL))
+                    if await self._acquire(key, holder, ttl, limit):
+                        return
+        finally:
+            self.heartbeats.stop(beat)
+
+    @contextlib.contextmanager
+    def _waiting(self, spec: JobSpec) -> Iterator[None]:
+        """Count a delivery as waiting, not running, while the block runs: it holds no
+        place of the worker's and shows in the waiting gauge."""
         self.stats.waiting += 1
         self.on_waiting(1)
         self.observer.waiting(spec.name, 1)
-        log.debug("%s waits for a place under %s", holder, key)
         try:
-            while True:
-                await asyncio.sleep(random.uniform(*_WAIT_POLL))
-                if await self._acquire(key, holder, ttl, limit):
-                    return
+            yield
         finally:
-            self.heartbeats.stop(beat)
             self.stats.waiting -= 1
             self.on_waiting(-1)
             self.observer.waiting(spec.name, -1)

@@ -64,8 +64,9 @@ class Worker:
     :param broker: where they come from; not connected here (the caller connects it).
     :param ticker: the ticker to run beside the consumer (``m worker``), or None for a
         worker that only runs jobs (``m worker --no-scheduler``).
-    :param concurrency: jobs run at once. Runs waiting for a lease (a limit's place)
-        do not count, up to as many again: the worker holds at most twice this many.
+    :param concurrency: jobs run at once. Runs waiting for a lease (a limit's place),
+        or for their own run going on here, do not count, up to as many again: the
+        worker holds at most twice this many.
     :param shutdown_timeout: seconds running jobs may finish after :meth:`stop`; the
         rest are cancelled and released.
     :param fetch_timeout: seconds one receive waits for deliveries.
@@ -123,7 +124,7 @@ class Worker:
         self._aborting = False  # stopping without waiting for the receive in progress
         self._receiving: asyncio.Future[Sequence[Delivery]] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
-        self._waiting = 0  # of those, runs waiting for a lease: up to concurrency, not counted
+        self._waiting = 0  # of those, runs waiting (a lease, their own run here): not counted
         self._execution.on_waiting = self._waiting_changed
         self._slot_free = asyncio.Event()
         self._prepared = False
