@@ -226,7 +226,9 @@ class RedisSentinel(ServerProcess):
         self.conf.write_text(
             f"bind 127.0.0.1\nport {self.port}\ndir {self.dir}\n"
             f"sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n"
-            f"sentinel down-after-milliseconds {master} 1000\n"
+            # 1 s left a new primary's PINGs unanswered on a loaded machine now and then:
+            # a second, spurious failover right after the first.
+            f"sentinel down-after-milliseconds {master} 2500\n"
             f"sentinel failover-timeout {master} 10000\n"
             f"sentinel parallel-syncs {master} 2\n"
         )
@@ -286,24 +288,47 @@ class SentinelSet:
         return named.pop() if len(named) == 1 else None
 
     def wait_for(
-        self, ok: Callable[[list[object]], bool], timeout: float = 30.0, replicas: int | None = None
-    ) -> None:
+        self,
+        ok: Callable[[list[object]], bool],
+        timeout: float = 30.0,
+        replicas: int | None = None,
+        steady: float = 0.0,
+    ) -> float:
         """Until ``replicas`` replicas (default all) are in sync with, and acknowledge
-        writes of, the primary every sentinel names, and ``ok`` holds for
-        ``["master", port]``."""
+        writes of, the primary every sentinel names, no other server still running says
+        it is a primary, and ``ok`` holds for ``["master", port]``; all of it without a
+        break for ``steady`` seconds (a second failover may follow the first). Returns
+        when (time.time()) that began."""
         deadline = time.monotonic() + timeout
         want = len(self.replicas) if replicas is None else replicas
+        since: tuple[int, float, float] | None = None  # primary, when settled (mono, wall)
         while True:
             port = self.primary_port()
-            if port is not None and ok(["master", port]):
-                info = redis_cli(port, "info", "replication")
-                # WAIT: the replicas do acknowledge what the primary writes
-                acked = redis_cli(port, "wait", str(want), "500").strip()
-                if info.count("state=online") >= want and acked.isdigit() and int(acked) >= want:
-                    return
+            if port is not None and ok(["master", port]) and self._settled(port, want):
+                if since is None or since[0] != port:
+                    since = (port, time.monotonic(), time.time())
+                if time.monotonic() - since[1] >= steady:
+                    return since[2]
+            else:
+                since = None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"sentinel set not settled (primary {port})")
             time.sleep(0.2)
+
+    def _settled(self, port: int, want: int) -> bool:
+        """The server on ``port`` is the only primary running, and ``want`` replicas are
+        in sync with it and acknowledge its writes (WAIT)."""
+        for server in (self.primary, *self.replicas):
+            running = server.proc is not None and server.proc.poll() is None
+            if (
+                running
+                and server.port != port
+                and "role:master" in redis_cli(server.port, "info", "replication")
+            ):
+                return False
+        info = redis_cli(port, "info", "replication")
+        acked = redis_cli(port, "wait", str(want), "500").strip()
+        return info.count("state=online") >= want and acked.isdigit() and int(acked) >= want
 
     def stop(self) -> None:
         for server in self.servers:

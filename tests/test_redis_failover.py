@@ -85,13 +85,17 @@ def wait_all_ran(path: Path, ids: list[str], timeout: float) -> None:
 
 
 def fail_over_under_load(
-    procs: Processes, url: str, tmp_path: Path, kill: Callable[[], None], settle: Callable[[], None]
+    procs: Processes,
+    url: str,
+    tmp_path: Path,
+    kill: Callable[[], None],
+    settle: Callable[[], float | None],
 ) -> None:
     """Three ticking replicas, one worker-only replica and a client enqueueing ``marked``
     jobs; ``kill`` SIGKILLs the primary a third of the way through, ``settle`` returns once
-    a replica took over. Every slot runs once (those due during the failover coalesce into
-    the latest, as the grace rule says), no slot is enqueued twice, and every enqueue that
-    returned ran."""
+    a replica took over (with when it did, if that was not just now). Every slot runs once
+    (those due during the failover coalesce into the latest, as the grace rule says), no
+    slot is enqueued twice, and every enqueue that returned ran."""
     slots, marks = tmp_path / "slots.log", tmp_path / "marked.log"
     env = {"FM_SLOT_LOG": str(slots), "FM_STATUS_LOG": str(marks)}
     args = ("--grace", str(GRACE), "--clock-skew", str(SKEW))
@@ -102,8 +106,7 @@ def fail_over_under_load(
         wait_for_slot(slots, first + 4, timeout=30)
         killed = time.time()
         kill()
-        settle()
-        back = time.time()
+        back = settle() or time.time()
         wait_for_slot(slots, int(back) + 8, timeout=60)
     last = int(time.time()) - 2
     assert len(enqueuer.acked) > 50, (len(enqueuer.acked), enqueuer.errors)
@@ -112,13 +115,25 @@ def fail_over_under_load(
     twice = [job for (job, attempt), n in marked_runs(marks).items() if n > 1]
     assert not twice, f"jobs enqueued once but run twice at the same attempt: {twice}"
     reach = GRACE + SKEW + FETCH_BACKOFF_MAX + 1
-    assert_each_slot_once(
-        slot_runs(slots),
-        first,
-        last,
-        redelivery=[(killed - reach, back + 1)],
-        outage=(killed - 1, back + 4),
-    )
+    try:
+        assert_each_slot_once(
+            slot_runs(slots),
+            first,
+            last,
+            redelivery=[(killed - reach, back + 1)],
+            outage=(killed - 1, back + 4),
+        )
+    except AssertionError as exc:
+        said = [
+            f"[{w.pid}] {line}"
+            for w in workers
+            for line in w.lines
+            if " WARNING " in line or " ERROR " in line or " INFO framework_m.ticker" in line
+        ]
+        raise AssertionError(
+            f"{exc}\nkilled {killed:.3f}, settled {back:.3f}; the workers said:\n"
+            + "\n".join(said[-80:])
+        ) from None
     assert "Traceback" not in "".join(w.output for w in workers)
 
 
@@ -138,8 +153,8 @@ def test_a_sentinel_failover_loses_and_repeats_no_slot_and_no_job(
     url = namespace(sentinels.url()).url(visibility_timeout=2)
     old = sentinels.primary_port()
 
-    def settle() -> None:
-        sentinels.wait_for(lambda role: role[1] != old, timeout=60, replicas=1)
+    def settle() -> float:
+        return sentinels.wait_for(lambda role: role[1] != old, timeout=60, replicas=1, steady=3)
 
     fail_over_under_load(
         procs, url, tmp_path, lambda: sentinels.primary.stop(signal.SIGKILL), settle
