@@ -13,6 +13,8 @@ from framework_m_core.testing.scenarios import (
     slot_runs,
     stop_all,
     wait_for_slot,
+    wait_ticking,
+    what_workers_said,
 )
 
 # Settings under which the scenario checks the grace rule: a tick is stored no later
@@ -42,6 +44,7 @@ def replicas_ride_out(
         url, replicas, "--grace", str(GRACE), "--clock-skew", str(SKEW),
         env={"FM_SLOT_LOG": str(log)},
     )  # fmt: skip
+    wait_ticking(workers)
     first = int(time.time()) + 1
     wait_for_slot(log, first + 3, timeout=20)
     disrupted = time.time()
@@ -59,9 +62,15 @@ def replicas_ride_out(
     reach = GRACE + SKEW + FETCH_BACKOFF_MAX + 1
     redelivery = [(down - reach, down + 1) for down in frozen]
     # Back: publishes waiting to retry wake within 2 s, then new slots go through.
-    assert_each_slot_once(
-        runs, first, last, redelivery=redelivery, outage=(disrupted - 1, back + 4)
-    )
+    try:
+        assert_each_slot_once(
+            runs, first, last, redelivery=redelivery, outage=(disrupted - 1, back + 4)
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\nfirst slot {first}, disrupted {disrupted:.3f}, back {back:.3f}; "
+            f"the workers said:\n{what_workers_said(workers)}"
+        ) from None
     if isinstance(windows, Sequence):
         ran = {slot for slot, _, _ in runs}
         for down, up in windows:

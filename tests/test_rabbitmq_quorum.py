@@ -26,6 +26,7 @@ from framework_m_core.testing.scenarios import (
     slot_starts,
     stop_all,
     wait_for_slot,
+    wait_ticking,
 )
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -81,8 +82,7 @@ def test_quorum_lost_and_back_runs_no_slot_late_twice_or_reported_failed(
         workers.append(
             procs.m("worker", *args, "--broker", url, "--http", f"127.0.0.1:{port}", env=env)
         )
-    for w in workers:
-        w.wait_for("worker starting: role=", timeout=60)
+    wait_ticking(workers, timeout=60)
     first = int(time.time()) + 2
     wait_for_slot(log, first + 2, timeout=60)
 

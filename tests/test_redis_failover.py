@@ -25,6 +25,8 @@ from framework_m_core.testing.scenarios import (
     stop_all,
     wait_for_line,
     wait_for_slot,
+    wait_ticking,
+    what_workers_said,
 )
 
 from .brokers import RedisServer, SentinelSet, redis_cli, redis_cluster
@@ -101,6 +103,7 @@ def fail_over_under_load(
     args = ("--grace", str(GRACE), "--clock-skew", str(SKEW))
     workers = procs.workers(url, 3, *args, env=env)
     workers += procs.workers(url, 1, "--no-scheduler", env=env)
+    wait_ticking(workers[:3])
     first = int(time.time()) + 1
     with Enqueuer(url) as enqueuer:
         wait_for_slot(slots, first + 4, timeout=30)
@@ -124,15 +127,9 @@ def fail_over_under_load(
             outage=(killed - 1, back + 4),
         )
     except AssertionError as exc:
-        said = [
-            f"[{w.pid}] {line}"
-            for w in workers
-            for line in w.lines
-            if " WARNING " in line or " ERROR " in line or " INFO framework_m.ticker" in line
-        ]
         raise AssertionError(
             f"{exc}\nkilled {killed:.3f}, settled {back:.3f}; the workers said:\n"
-            + "\n".join(said[-80:])
+            + what_workers_said(workers)
         ) from None
     assert "Traceback" not in "".join(w.output for w in workers)
 
