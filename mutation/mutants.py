@@ -36,6 +36,8 @@ SUITES = {
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
     # The worker's own promises (a schema gone is synced again).
     "worker": "packages/framework-m-core/tests/test_worker.py",
+    # Writes into key-value buckets wait out a bucket not yet taking writes.
+    "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
     # RabbitMQ: a tick first delivered past its deadline (stored late) is not run.
@@ -1485,6 +1487,42 @@ MUTANTS: tuple[Mutant, ...] = (
         'bool(reply.get("duplicate"))',
         "False",
         "test_a_duplicate_returns_the_original_id_stores_nothing_and_is_counted",
+    ),
+    m(
+        "nats-bucket-write-unanswered",
+        "nats-buckets",
+        "a write into a bucket found before its stream takes writes lands",
+        f"{NATS}/buckets.py",
+        "            if loop.time() + delay > deadline:\n",
+        "            if True:\n",
+        "test_a_write_waits_for_a_bucket_stream_to_take_its_subjects",
+    ),
+    m(
+        "nats-state-write-unanswered",
+        "nats-buckets",
+        "a state write into a bucket found before its stream takes writes lands",
+        f"{NATS}/state.py",
+        "await answered(partial(kv.create, _kv_key(key), value))",
+        "await kv.create(_kv_key(key), value)",
+        "test_a_write_waits_for_a_bucket_stream_to_take_its_subjects",
+    ),
+    m(
+        "nats-lease-write-unanswered",
+        "nats-buckets",
+        "a lease write into a bucket found before its stream takes writes lands",
+        f"{NATS}/leases.py",
+        "await answered(partial(kv.update, k, value, last=revision))",
+        "await kv.update(k, value, last=revision)",
+        "test_a_write_waits_for_a_bucket_stream_to_take_its_subjects",
+    ),
+    m(
+        "nats-memo-write-unanswered",
+        "nats-buckets",
+        "a memo put into a bucket found before its stream takes writes lands",
+        f"{NATS}/memos.py",
+        "await answered(partial(confirms.publish, subject, stored, _CREATE))",
+        "await confirms.publish(subject, stored, _CREATE)",
+        "test_a_write_waits_for_a_bucket_stream_to_take_its_subjects",
     ),
     m(
         "nats-memo-outlives-ttl",

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
 from .errors import server_errors
+
+log = logging.getLogger("framework_m.nats")
+T = TypeVar("T")
+
+#: How long a write into a bucket is asked again while no stream answers it.
+SETTLE = 2.0
 
 
 async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValue:
@@ -27,6 +37,25 @@ async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValu
         except BucketNotFoundError:
             pass
         raise
+
+
+async def answered(write: Callable[[], Awaitable[T]], settle: float = SETTLE) -> T:
+    """``write()``, asked again while no stream answers it, for up to ``settle`` seconds.
+
+    A bucket another connection is making can be found before its stream takes
+    writes: the server lists a new stream before it subscribes it to its subjects.
+    A write nobody answered was stored nowhere, so asking again is safe."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + settle, 0.01
+    while True:
+        try:
+            return await write()
+        except (nats.errors.NoRespondersError, NoStreamResponseError):
+            if loop.time() + delay > deadline:
+                raise
+            log.debug("nats: no stream answered a bucket write yet; asking again")
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, 0.25)
 
 
 class LazyBucket:

@@ -19,6 +19,7 @@ import random
 import re
 import time
 from collections.abc import Callable
+from functools import partial
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
@@ -26,7 +27,7 @@ from nats.js.kv import KeyValue
 
 from framework_m_core.ports import BrokerError, answer, failing_all
 
-from .buckets import open_bucket
+from .buckets import answered, open_bucket
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -143,7 +144,8 @@ class Leases:
                 if not changed:
                     return results
                 try:
-                    await kv.update(k, json.dumps(places).encode(), last=revision)
+                    value = json.dumps(places).encode()
+                    await answered(partial(kv.update, k, value, last=revision))
                 except KeyWrongLastSequenceError:
                     await asyncio.sleep(random.uniform(0, 0.005))
                     continue

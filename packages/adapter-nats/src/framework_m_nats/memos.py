@@ -14,6 +14,7 @@ import base64
 import re
 import struct
 import time
+from functools import partial
 
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
@@ -21,7 +22,7 @@ from nats.js.kv import KeyValue
 
 from framework_m_core.ports import MAX_MEMO_TTL
 
-from .buckets import LazyBucket
+from .buckets import LazyBucket, answered
 from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
@@ -84,10 +85,10 @@ class Memos:
         subject = f"$KV.{self._bucket.name}.{k}"
         with server_errors(f"putting memo {key!r}"):
             if not create:
-                await confirms.publish(subject, stored)
+                await answered(partial(confirms.publish, subject, stored))
                 return True
             try:
-                await confirms.publish(subject, stored, _CREATE)
+                await answered(partial(confirms.publish, subject, stored, _CREATE))
                 return True
             except APIError as exc:
                 if exc.err_code != _WRONG_LAST_SEQUENCE:
@@ -96,7 +97,7 @@ class Memos:
             if held is not None or revision is None:
                 return False  # an unexpired memo (or one deleted meanwhile: a race lost)
             try:
-                await kv.update(k, stored, last=revision)
+                await answered(partial(kv.update, k, stored, last=revision))
                 return True
             except KeyWrongLastSequenceError:
                 return False

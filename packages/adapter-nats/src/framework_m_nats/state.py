@@ -24,6 +24,7 @@ import base64
 import contextlib
 import logging
 import re
+from functools import partial
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -33,7 +34,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from framework_m_core.ports import StateEntry, version_of
 
-from .buckets import LazyBucket
+from .buckets import LazyBucket, answered
 from .errors import server_errors
 from .settings import NatsSettings
 
@@ -105,8 +106,8 @@ class State:
         with server_errors(f"writing state {key!r}"):
             try:
                 if version is None:
-                    return int(await kv.create(_kv_key(key), value))
-                return int(await kv.update(_kv_key(key), value, last=version))
+                    return int(await answered(partial(kv.create, _kv_key(key), value)))
+                return int(await answered(partial(kv.update, _kv_key(key), value, last=version)))
             except KeyWrongLastSequenceError:
                 return None
 
