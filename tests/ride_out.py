@@ -14,7 +14,6 @@ from framework_m_core.testing.scenarios import (
     stop_all,
     wait_for_slot,
     wait_ticking,
-    what_workers_said,
 )
 
 # Settings under which the scenario checks the grace rule: a tick is stored no later
@@ -62,15 +61,15 @@ def replicas_ride_out(
     reach = GRACE + SKEW + FETCH_BACKOFF_MAX + 1
     redelivery = [(down - reach, down + 1) for down in frozen]
     # Back: publishes waiting to retry wake within 2 s, then new slots go through.
-    try:
-        assert_each_slot_once(
-            runs, first, last, redelivery=redelivery, outage=(disrupted - 1, back + 4)
-        )
-    except AssertionError as exc:
-        raise AssertionError(
-            f"{exc}\nfirst slot {first}, disrupted {disrupted:.3f}, back {back:.3f}; "
-            f"the workers said:\n{what_workers_said(workers)}"
-        ) from None
+    assert_each_slot_once(
+        runs,
+        first,
+        last,
+        redelivery=redelivery,
+        outage=(disrupted - 1, back + 4),
+        workers=workers,
+        context=f"disrupted {disrupted:.3f}, back {back:.3f}",
+    )
     if isinstance(windows, Sequence):
         ran = {slot for slot, _, _ in runs}
         for down, up in windows:

@@ -108,6 +108,8 @@ def test_quorum_lost_and_back_runs_no_slot_late_twice_or_reported_failed(
         last,
         redelivery=[(lost_at - GRACE - SKEW, back_at + GRACE + SKEW)],
         outage=(lost_at - GRACE - SKEW, back_at + 10),
+        workers=workers,
+        context=f"quorum lost {lost_at:.3f}, back {back_at:.3f}",
     )
     deadline = GRACE + SKEW + DELIVERY_SKEW + RUN_SLACK
     late = [(slot, round(start - slot, 1)) for slot, start in slot_starts(log)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -12,6 +13,7 @@ from framework_m_core import App, ConfigurationError, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.jobs import State
 from framework_m_core.testing import drain, run_job, ticks_between
+from framework_m_core.testing.scenarios import Processes, assert_each_slot_once
 
 pytestmark = pytest.mark.anyio
 
@@ -151,3 +153,31 @@ async def test_drain_reports_slots_skipped_while_their_schedules_run_was_running
         t.deduplication_id for t in ticks
     )
     assert ran.retried == []
+
+
+def test_assert_each_slot_once_tells_a_redelivery_from_a_second_enqueue() -> None:
+    # (slot, start, attempt)
+    assert_each_slot_once([(10, 0, 1), (11, 0, 1), (11, 0, 2)], 10, 11, around=[11.5])
+    assert_each_slot_once([(9, 0, 1), (9, 0, 2), (10, 0, 1)], 10, 10)  # warm-up redelivery
+    with pytest.raises(AssertionError, match=r"run more than once: \[11\]"):
+        assert_each_slot_once([(10, 0, 1), (11, 0, 1), (11, 0, 2)], 10, 11, around=[20])
+    with pytest.raises(AssertionError, match=r"enqueued more than once: \[9\]"):
+        assert_each_slot_once([(9, 0, 1), (9, 0, 1), (10, 0, 1)], 10, 10)
+    with pytest.raises(AssertionError, match=r"never run between 10 and 12: \[11\]"):
+        assert_each_slot_once([(10, 0, 1), (12, 0, 1)], 10, 12)
+    assert_each_slot_once([(10, 0, 1), (12, 0, 1)], 10, 12, outage=(10.5, 11.5))
+
+
+def test_a_failed_slot_check_names_its_context_and_what_the_workers_said() -> None:
+    procs = Processes()
+    try:
+        said = procs.start(sys.executable, "-c", "print('12:00 WARNING framework_m.x: lost')")
+        assert said.wait() == 0
+        with pytest.raises(AssertionError) as failed:
+            assert_each_slot_once([], 10, 10, workers=[said], context="killed 9.500")
+    finally:
+        procs.close()
+    message = str(failed.value)
+    assert "never run between 10 and 10: [10]" in message
+    assert "first slot 10, killed 9.500" in message
+    assert f"[{said.pid}] 12:00 WARNING framework_m.x: lost" in message

@@ -227,6 +227,8 @@ def assert_each_slot_once(
     around: Sequence[float] = (),
     redelivery: Sequence[tuple[float, float]] = (),
     outage: tuple[float, float] | None = None,
+    workers: Sequence[Process] = (),
+    context: str = "",
 ) -> None:
     """Every slot from ``first`` to ``last`` ran; none was enqueued twice.
 
@@ -236,8 +238,26 @@ def assert_each_slot_once(
     a slot inside a ``redelivery`` window (start, end). Slots due during ``outage``
     (start, end) may be missing: the tickers enqueue only the latest slot once the
     broker is back. Slots before ``first`` (a warm-up, a broker still settling) are
-    checked only for a second enqueue.
+    checked only for a second enqueue. A failure's message adds ``context`` (the
+    scenario's instants) and what the ``workers`` said.
     """
+    try:
+        _check_each_slot_once(runs, first, last, around, redelivery, outage)
+    except AssertionError as exc:
+        said = f"; the workers said:\n{what_workers_said(workers)}" if workers else ""
+        raise AssertionError(
+            f"{exc}\nfirst slot {first}{', ' if context else ''}{context}{said}"
+        ) from None
+
+
+def _check_each_slot_once(
+    runs: list[tuple[int, int, int]],
+    first: int,
+    last: int,
+    around: Sequence[float],
+    redelivery: Sequence[tuple[float, float]],
+    outage: tuple[float, float] | None,
+) -> None:
     count = Counter(slot for slot, _, _ in runs)
     excused = range(int(outage[0]), int(outage[1]) + 1) if outage else range(0)
     missing = [s for s in range(first, last + 1) if count[s] == 0 and s not in excused]

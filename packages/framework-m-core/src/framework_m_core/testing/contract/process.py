@@ -114,7 +114,14 @@ class ProcessContract(ContractBase):
         await asyncio.to_thread(wait_for_slot, log, int(killed_at) + 4, timeout=20)
         last = int(time.time()) - 2
         await asyncio.to_thread(stop_all, workers[1:])
-        assert_each_slot_once(slot_runs(log), first, last, around=[killed_at])
+        assert_each_slot_once(
+            slot_runs(log),
+            first,
+            last,
+            around=[killed_at],
+            workers=workers,
+            context=f"killed {killed_at:.3f}",
+        )
         assert last - first >= 5
 
     @requires(
