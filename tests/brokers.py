@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 # The server binaries these tests start: set them to run the same tests against another
@@ -42,12 +42,13 @@ def free_port() -> int:
     raise RuntimeError("no free port for a test server")
 
 
-def free_cluster_port() -> int:
-    """A free port whose Redis Cluster bus port (port + 10000) is free too, both outside
-    the range outgoing connections use."""
+def free_cluster_port(taken: Collection[int] = ()) -> int:
+    """A free port, not in ``taken``, whose Redis Cluster bus port (port + 10000) is free
+    too. Ports are below 20000 and bus ports from 20000 on, so no node of a cluster
+    listens on another's bus port; both are outside the range outgoing connections use."""
     for _ in range(500):
-        port = random.randrange(_SERVER_PORTS[0] - 10000, _SERVER_PORTS[1] - 10000)
-        if _bindable(port) and _bindable(port + 10000):
+        port = random.randrange(_SERVER_PORTS[0] - 10000, _SERVER_PORTS[0])
+        if port not in taken and _bindable(port) and _bindable(port + 10000):
             return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
@@ -184,8 +185,10 @@ def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
 class RedisServer(ServerProcess):
     """One redis-server (optionally a cluster node) with its own directory."""
 
-    def __init__(self, workdir: Path, *, cluster: bool = False, persist: bool = False) -> None:
-        self.port = free_cluster_port() if cluster else free_port()
+    def __init__(
+        self, workdir: Path, *, cluster: bool = False, persist: bool = False, port: int = 0
+    ) -> None:
+        self.port = port or (free_cluster_port() if cluster else free_port())
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.cluster = cluster
@@ -347,36 +350,42 @@ def redis_cluster(
 ) -> list[RedisServer]:
     """Start ``masters`` cluster nodes with ``replicas`` each and join them with
     ``redis-cli --cluster create``; ``extra`` goes to every node's command line."""
-    nodes = [RedisServer(workdir, cluster=True) for _ in range(masters * (1 + replicas))]
-    for node in nodes:
-        node.start(*extra)
+    ports: list[int] = []
+    for _ in range(masters * (1 + replicas)):
+        ports.append(free_cluster_port(taken=ports))  # none free yet is picked twice
+    nodes = [RedisServer(workdir, cluster=True, port=port) for port in ports]
+    try:
+        for node in nodes:
+            node.start(*extra)
+        failed = _create_cluster(nodes, replicas)
+        if failed:
+            raise RuntimeError(f"no redis cluster on ports {ports}: {failed}")
+    except BaseException:
+        for node in nodes:
+            node.stop(signal.SIGKILL)
+        raise
+    return nodes
+
+
+def _create_cluster(nodes: list[RedisServer], replicas: int) -> str:
+    """Join ``nodes`` into a cluster: "" once it is ok, else what went wrong."""
     addresses = [f"127.0.0.1:{n.port}" for n in nodes]
-    subprocess.run(
-        [
-            "redis-cli",
-            "--cluster",
-            "create",
-            *addresses,
-            "--cluster-replicas",
-            str(replicas),
-            "--cluster-yes",
-        ],
-        check=True,
+    options = ["--cluster-replicas", str(replicas), "--cluster-yes"]
+    created = subprocess.run(
+        ["redis-cli", "--cluster", "create", *addresses, *options],
         capture_output=True,
+        text=True,
         timeout=60,
     )
+    if created.returncode != 0:
+        return f"redis-cli exited {created.returncode}:\n{created.stdout}{created.stderr}"
     deadline = time.monotonic() + 30
     while True:
-        info = subprocess.run(
-            ["redis-cli", "-p", str(nodes[0].port), "cluster", "info"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout
+        info = redis_cli(nodes[0].port, "cluster", "info")
         if "cluster_state:ok" in info:
-            return nodes
+            return ""
         if time.monotonic() > deadline:
-            raise TimeoutError(f"redis cluster not ok: {info}")
+            return f"cluster not ok 30 s after its create:\n{info}"
         time.sleep(0.2)
 
 
