@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 
 # The server binaries these tests start: set them to run the same tests against another
@@ -33,22 +33,30 @@ def _bindable(port: int) -> bool:
 _SERVER_PORTS = (20000, 32000)
 
 
+# Every port handed out by this process: servers picked before any of them starts (a
+# cluster's nodes, their bus ports) would otherwise be free to pick twice.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     """A free port for a test server, outside the range outgoing connections use."""
     for _ in range(500):
         port = random.randrange(*_SERVER_PORTS)
-        if _bindable(port):
+        if port not in _HANDED_OUT and _bindable(port):
+            _HANDED_OUT.add(port)
             return port
     raise RuntimeError("no free port for a test server")
 
 
-def free_cluster_port(taken: Collection[int] = ()) -> int:
-    """A free port, not in ``taken``, whose Redis Cluster bus port (port + 10000) is free
-    too. Ports are below 20000 and bus ports from 20000 on, so no node of a cluster
-    listens on another's bus port; both are outside the range outgoing connections use."""
+def free_cluster_port() -> int:
+    """A free port whose Redis Cluster bus port (port + 10000) is free too. Ports are
+    below 20000 and bus ports from 20000 on, so no node listens on another's bus port;
+    both are outside the range outgoing connections use."""
     for _ in range(500):
         port = random.randrange(_SERVER_PORTS[0] - 10000, _SERVER_PORTS[0])
-        if port not in taken and _bindable(port) and _bindable(port + 10000):
+        pair = {port, port + 10000}
+        if not pair & _HANDED_OUT and _bindable(port) and _bindable(port + 10000):
+            _HANDED_OUT.update(pair)
             return port
     raise RuntimeError("no free port pair for a Redis Cluster node")
 
@@ -185,10 +193,8 @@ def nats_cluster(workdir: Path, size: int = 3) -> list[NatsServer]:
 class RedisServer(ServerProcess):
     """One redis-server (optionally a cluster node) with its own directory."""
 
-    def __init__(
-        self, workdir: Path, *, cluster: bool = False, persist: bool = False, port: int = 0
-    ) -> None:
-        self.port = port or (free_cluster_port() if cluster else free_port())
+    def __init__(self, workdir: Path, *, cluster: bool = False, persist: bool = False) -> None:
+        self.port = free_cluster_port() if cluster else free_port()
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.cluster = cluster
@@ -350,16 +356,13 @@ def redis_cluster(
 ) -> list[RedisServer]:
     """Start ``masters`` cluster nodes with ``replicas`` each and join them with
     ``redis-cli --cluster create``; ``extra`` goes to every node's command line."""
-    ports: list[int] = []
-    for _ in range(masters * (1 + replicas)):
-        ports.append(free_cluster_port(taken=ports))  # none free yet is picked twice
-    nodes = [RedisServer(workdir, cluster=True, port=port) for port in ports]
+    nodes = [RedisServer(workdir, cluster=True) for _ in range(masters * (1 + replicas))]
     try:
         for node in nodes:
             node.start(*extra)
         failed = _create_cluster(nodes, replicas)
         if failed:
-            raise RuntimeError(f"no redis cluster on ports {ports}: {failed}")
+            raise RuntimeError(f"no redis cluster on ports {[n.port for n in nodes]}: {failed}")
     except BaseException:
         for node in nodes:
             node.stop(signal.SIGKILL)
