@@ -1489,6 +1489,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_duplicate_returns_the_original_id_stores_nothing_and_is_counted",
     ),
     m(
+        "nats-close-keeps",
+        "nats",
+        "close releases reserved deliveries",
+        f"{NATS}/broker.py",
+        "            for res in held:  # release what this consumer still holds\n",
+        "            for res in []:\n",
+        "test_close_releases_reserved_deliveries_at_once",
+    ),
+    m(
         "nats-bucket-write-unanswered",
         "nats-buckets",
         "a write into a bucket found before its stream takes writes lands",
