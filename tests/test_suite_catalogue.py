@@ -51,3 +51,16 @@ def _defined_tests(suite: str) -> set[str]:
 def test_mutant_ids_are_unique() -> None:
     ids = [m.id for m in CATALOGUE.MUTANTS]
     assert len(ids) == len(set(ids))
+
+
+def test_no_two_areas_define_a_test_of_one_name() -> None:
+    """The areas are mixins of one class: a test named as one of another area would
+    hide it, and the suite would lose that test without a word."""
+    from framework_m_core.testing.contract.broker import AREAS
+
+    seen: dict[str, str] = {}
+    for area in AREAS:
+        for name in vars(area):
+            if name.startswith("test_"):
+                assert name not in seen, f"{name} is in {seen[name]} and {area.__name__}"
+                seen[name] = area.__name__

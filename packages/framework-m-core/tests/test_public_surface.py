@@ -92,6 +92,7 @@ TESTING = [
     "WorkerContract",
     "HostileInputContract",
     "StatsContract",
+    "StoreContract",
     "LeaseContract",
     "StateContract",
     "MemoContract",

@@ -31,9 +31,11 @@ from framework_m_core.ports import (
     StateEntry,
 )
 from framework_m_core.ports import Capability as C
+from framework_m_core.ports.store import StoreProtocol
 
 from . import schema
 from .settings import SqliteSettings, parse_url
+from .store import SqliteStore
 
 T = TypeVar("T")
 _POLL = (0.005, 0.05)  # receive polls the table, backing off from the first to the second
@@ -65,6 +67,11 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
         self._stored: dict[str, float] = {}
         self._held: dict[tuple[int, str], Delivery] = {}
         self._settled: set[tuple[int, str]] = set()
+        self._records = SqliteStore(settings.queue, self._run)
+
+    @property
+    def store(self) -> StoreProtocol:
+        return self._records
 
     @property
     def dedup_window(self) -> float:

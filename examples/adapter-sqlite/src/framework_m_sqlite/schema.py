@@ -25,6 +25,10 @@ TABLES = {
     # A row per state record; version counts its writes.
     "fm_state": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
     "version INTEGER NOT NULL, PRIMARY KEY (queue, key)",
+    # The store: a row per record (expires NULL: none), versions drawn from fm_versions.
+    "fm_records": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
+    "version INTEGER NOT NULL, expires REAL, PRIMARY KEY (queue, key)",
+    "fm_versions": "queue TEXT NOT NULL PRIMARY KEY, last INTEGER NOT NULL",
     # A row per memo; a row whose expires has passed is no memo.
     "fm_memos": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
     "expires REAL NOT NULL, PRIMARY KEY (queue, key)",

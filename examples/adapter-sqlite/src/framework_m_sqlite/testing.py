@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 from framework_m_core.testing.namespaces import Namespace, with_options
 
+from . import schema
+
 
 class SqliteNamespace(Namespace):
     """Queue ``fmtest_<tag>`` in the database of ``server`` (``sqlite:///path/jobs.db``)."""
@@ -24,7 +26,7 @@ class SqliteNamespace(Namespace):
         try:
             with db:
                 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-                for table in ("fm_jobs", "fm_dedup", "fm_dead", "fm_meta"):
+                for table in schema.TABLES:
                     if table in tables:
                         db.execute(f"DELETE FROM {table} WHERE queue = ?", (self.name,))
         finally:

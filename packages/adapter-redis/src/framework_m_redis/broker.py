@@ -42,10 +42,12 @@ from framework_m_core.ports import (
     answer,
 )
 from framework_m_core.ports import Capability as C
+from framework_m_core.ports.store import StoreProtocol
 
 from . import connection, deadletters, publishing, schema, scripts, stats
 from .schema import text
 from .settings import RedisSettings, parse_url
+from .store import RedisStore
 
 log = logging.getLogger("framework_m.redis")
 
@@ -82,6 +84,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.LEASES,
             C.STATE,
             C.MEMOS,
+            C.STORE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -106,6 +109,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._enqueue_calls: PassBatch[_Call, Any] = PassBatch(
             self._run_pipelined, most=scripts.PIPELINED_MOST
         )
+        self._store = RedisStore(settings, self._run, lambda: self.client)
 
     @property
     def visibility_timeout(self) -> float:
@@ -114,6 +118,10 @@ class RedisBroker(BaseBroker[RedisSettings]):
     @property
     def client(self) -> Any:
         return self._connected(self._client)
+
+    @property
+    def store(self) -> StoreProtocol:
+        return self._store
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -141,6 +149,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 await self.release(delivery)
             except BrokerError as exc:
                 log.debug("could not release %s on close: %s", delivery.handle, exc)
+        await self._store.close()
         await connection.forget_consumer(self._client, self.settings, self.consumer)
         client, self._client = self._client, None
         await connection.close_client(client)

@@ -135,10 +135,12 @@ _COMMANDS = (
     "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME", "HGETALL {lease}",
     "HSET {lease} h 1", "HDEL {lease} h", "PEXPIREAT {lease} 1", "PTTL {lease}",
     "HMGET {state} v d", "HSET {state} v 1 d x", "PEXPIRE {dedup} 1", "WAIT 0 0",
+    "HMGET {record} v d", "HSET {record} v 1 d x", "PERSIST {record}", "DEL {record}",
+    "INCR {versions}", "PUBLISH {changes} k", "SUBSCRIBE {changes}",
 )  # fmt: skip
 _CATEGORIES = {
     "X": "@stream", "Z": "@sortedset", "H": "@hash", "S": "@string", "D": "@keyspace",
-    "P": "@keyspace", "W": "+wait",
+    "P": "@keyspace", "W": "+wait", "I": "@string", "PUBLISH": "@pubsub", "SUBSCRIBE": "@pubsub",
 }  # fmt: skip
 
 
@@ -147,6 +149,7 @@ async def check_permissions(client: Any, s: RedisSettings) -> None:
     command the adapter needs; a worker would otherwise retry forever."""
     keys = {"stream": s.stream, "dead": s.dead, "delayed": s.delayed, "meta": s.meta}
     keys["lease"], keys["state"] = s.lease_key("check"), s.state_key("check")
+    keys["record"], keys["versions"], keys["changes"] = s.record_key("check"), s.versions, s.changes
     commands = [c.format(dedup=s.dedup_key("check"), **keys) for c in _COMMANDS]
     try:
         denied = await client.eval(scripts.DENIED, 1, s.stream, *commands)
@@ -162,7 +165,9 @@ async def check_permissions(client: Any, s: RedisSettings) -> None:
         raise BrokerError(f"cannot check the Redis user's permissions: {exc}") from None
     if denied:
         names = sorted({text(c).split()[0] for c in denied})
-        categories = sorted({_CATEGORIES.get(n[0], "@fast") for n in names if n != "TIME"})
+        categories = sorted(
+            {_CATEGORIES.get(n, _CATEGORIES.get(n[0], "@fast")) for n in names if n != "TIME"}
+        )
         categories += ["+time"] if "TIME" in names else []
         raise ConfigurationError(
             f"the Redis user of {s.display_url} may not run {', '.join(names)} on the keys "

@@ -269,6 +269,76 @@ end
 return out
 """
 
+# The store: one hash per record, fields v (the version) and d (the value), expiring by
+# PEXPIRE; every version comes from one counter (KEYS[1] below), so none is given twice.
+# Every change publishes the record's key on the store's channel, for watches.
+
+# KEYS: the record hashes. Returns {version, value} per key, or false where there is none.
+STORE_READ = """
+local out = {}
+for i = 1, #KEYS do
+  local got = redis.call('HMGET', KEYS[i], 'v', 'd')
+  if got[1] then out[i] = {tonumber(got[1]), got[2]} else out[i] = false end
+end
+return out
+"""
+
+# KEYS: the version counter, then one record hash per write.
+# ARGV: the channel, then per write: "s" (store) or "d" (delete), the condition ("*": any,
+# "": no record, else the version), the value, the ttl ms ("" for none).
+# Returns per write the new version (a delete: the version removed), or 0 when refused.
+STORE_WRITE = """
+local out = {}
+for i = 2, #KEYS do
+  local a = 4 * (i - 2) + 1
+  local op, cond = ARGV[a + 1], ARGV[a + 2]
+  local current = redis.call('HGET', KEYS[i], 'v')
+  if not (cond == '*' or (cond == '' and not current) or (current and current == cond)) then
+    out[#out + 1] = 0
+  elseif op == 'd' then
+    if current then
+      redis.call('DEL', KEYS[i])
+      redis.call('PUBLISH', ARGV[1], KEYS[i])
+      out[#out + 1] = tonumber(current)
+    else
+      out[#out + 1] = 0
+    end
+  else
+    local v = redis.call('INCR', KEYS[1])
+    redis.call('HSET', KEYS[i], 'v', v, 'd', ARGV[a + 3])
+    if ARGV[a + 4] == '' then
+      redis.call('PERSIST', KEYS[i])
+    else
+      redis.call('PEXPIRE', KEYS[i], ARGV[a + 4])
+    end
+    redis.call('PUBLISH', ARGV[1], KEYS[i])
+    out[#out + 1] = v
+  end
+end
+return out
+"""
+
+# KEYS: the version counter, then the record hashes to claim one of, in order.
+# ARGV: the channel, the value, the ttl ms.
+# Returns {index of the key taken (0-based), version}, or false when every key is held.
+STORE_CLAIM = """
+local taken = false
+for i = 2, #KEYS do
+  local held = redis.call('HGET', KEYS[i], 'd')
+  if held == ARGV[2] then
+    taken = i
+    break
+  end
+  if not held and not taken then taken = i end
+end
+if not taken then return false end
+local v = redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[taken], 'v', v, 'd', ARGV[2])
+redis.call('PEXPIRE', KEYS[taken], ARGV[3])
+redis.call('PUBLISH', ARGV[1], KEYS[taken])
+return {taken - 2, v}
+"""
+
 NAMES = (
     "ENQUEUE",
     "MEMO_PUTS",
@@ -285,6 +355,9 @@ NAMES = (
     "LEASE_HOLDERS",
     "STATE_READ",
     "STATE_WRITE",
+    "STORE_READ",
+    "STORE_WRITE",
+    "STORE_CLAIM",
 )
 
 # Which of the commands in ARGV (one per argument, space-separated) the user may not

@@ -105,6 +105,19 @@ class RedisSettings:
     def memo_key(self, key: str) -> str:
         return self.key(f"memo:{key}")
 
+    def record_key(self, key: str) -> str:
+        return self.key(f"rec:{key}")
+
+    @property
+    def versions(self) -> str:
+        """The counter every record version of the store is drawn from."""
+        return self.key("versions")
+
+    @property
+    def changes(self) -> str:
+        """The channel a store write publishes the key it changed on."""
+        return self.key("changes")
+
     def dedup_key(self, dedup_id: str) -> str:
         return self.key(f"dedup:{dedup_id}")
 

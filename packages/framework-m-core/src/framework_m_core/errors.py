@@ -43,6 +43,11 @@ class InvalidMemoError(FrameworkMError):
     """A memo call was refused before anything was sent (bad key, value or ttl)."""
 
 
+class InvalidRecordError(FrameworkMError):
+    """A store call was refused before anything was sent (bad key, value, version, ttl
+    or timeout)."""
+
+
 class MessageDecodeError(FrameworkMError):
     """Bytes taken from a broker are not a framework-m job message."""
 

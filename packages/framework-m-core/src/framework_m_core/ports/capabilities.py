@@ -59,6 +59,9 @@ class Capability(StrEnum):
     #: ``put_memo()`` and ``get_memo()`` keep expiring values in the broker, shared by
     #: every process: job statuses, results and cancellation need them.
     MEMOS = "memos"
+    #: ``store`` keeps records in the broker, shared by every process: versioned,
+    #: written by compare-and-set, expiring, watched (:mod:`~.store`).
+    STORE = "store"
 
     @property
     def promise(self) -> str:
@@ -86,6 +89,7 @@ _PROMISES = {
     Capability.STATE: "versioned records in the broker, written by compare-and-set",
     Capability.WATCHED_STATE: "wait_state() returns within a second of a write anywhere",
     Capability.MEMOS: "expiring values in the broker, created at most once while they last",
+    Capability.STORE: "records in the broker: compare-and-set, expiring, watched, claimed",
 }
 
 

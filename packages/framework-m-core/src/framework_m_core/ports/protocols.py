@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StateEntry,
     )
     from .schema import SchemaPlan
+    from .store import StoreProtocol
 
 
 @runtime_checkable
@@ -478,6 +479,18 @@ class BrokerProtocol(
         connected to an existing queue this is the window the queue keeps, also for a
         replica that only plans.
         """
+
+    @property
+    def store(self) -> StoreProtocol:
+        """The broker's store of records (:mod:`~.store`), over this broker's connection:
+        usable between :meth:`connect` and :meth:`close`.
+
+        *Optional* (:attr:`~.Capability.STORE`): without it every call of this store
+        raises :class:`~.errors.BrokerError` (reading the attribute itself never does).
+        """
+        from .store_base import NoStore
+
+        return NoStore(type(self).__name__)
 
     @property
     @abstractmethod

@@ -22,6 +22,7 @@ marked xfail on its own:
 - :class:`WorkerContract`: the worker runtime and the ticker on this broker;
 - :class:`HostileInputContract`: bodies that are not jobs;
 - :class:`StatsContract`: ``queue_stats``;
+- :class:`StoreContract`: the store's records: compare-and-set, expiry, claims, watches;
 - :class:`LeaseContract`: leases, in one process and across processes;
 - :class:`StateContract`: shared state, written by compare-and-set;
 - :class:`MemoContract`: memos, expiring values created at most once;
@@ -54,6 +55,7 @@ _LAZY = {
     "WorkerContract": ".contract.worker",
     "HostileInputContract": ".contract.hostile_input",
     "StatsContract": ".contract.stats",
+    "StoreContract": ".contract.store",
     "LeaseContract": ".contract.lease",
     "StateContract": ".contract.state",
     "MemoContract": ".contract.memo",

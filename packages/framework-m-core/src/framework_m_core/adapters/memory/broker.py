@@ -27,8 +27,10 @@ from ...ports import (
     version_of,
 )
 from ...ports import Capability as C
+from ...ports.store import StoreProtocol
 from . import schema, server
 from .settings import MemorySettings, parse_url
+from .store import MemoryStore
 
 # Settled tokens remembered per broker, so that a repeated settle call is a no-op.
 _SETTLED_MEMORY = 10_000
@@ -52,6 +54,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.STATE,
             C.WATCHED_STATE,
             C.MEMOS,
+            C.STORE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -63,6 +66,11 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         self._settled: dict[int, None] = {}  # tokens this instance settled, oldest first
         #: The wall clock server_time() reads: the process's (a test shifting time shifts it).
         self.clock: Callable[[], float] = time.time
+        self._store = MemoryStore(lambda: self._q)
+
+    @property
+    def store(self) -> StoreProtocol:
+        return self._store
 
     @property
     def dedup_window(self) -> float:

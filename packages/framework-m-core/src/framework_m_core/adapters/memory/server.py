@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ...ports import DeadLetter, StateEntry
+from ...ports.store import Record
 
 _MAX_DEAD_LETTERS = 10_000
 
@@ -46,6 +47,11 @@ class Queue:
     # memo key -> (value, expires at by the monotonic clock); a heap of expiries
     memos: dict[str, tuple[bytes, float]] = field(default_factory=dict)
     memo_expiry: list[tuple[float, str]] = field(default_factory=list)
+    # the store: key -> (record, expires at by the monotonic clock or None); versions
+    # count up across every key
+    records: dict[str, tuple[Record, float | None]] = field(default_factory=dict)
+    record_waiters: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
+    versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def memo(self, key: str, now: float) -> bytes | None:
         """The unexpired memo under ``key`` (expired ones are dropped on the way)."""
@@ -71,6 +77,21 @@ class Queue:
         if not places:
             del self.leases[key]
         return places
+
+    def record(self, key: str, now: float) -> Record | None:
+        """The unexpired record under ``key`` (an expired one is dropped)."""
+        held = self.records.get(key)
+        if held is None:
+            return None
+        if held[1] is not None and held[1] <= now:
+            del self.records[key]
+            return None
+        return held[0]
+
+    def wrote_record(self, key: str) -> None:
+        for fut in self.record_waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
 
     def wrote_state(self, key: str) -> None:
         for fut in self.state_waiters.pop(key, ()):

@@ -16,6 +16,7 @@ from .schema import SchemaContract
 from .state import StateContract
 from .stats import StatsContract
 from .status import StatusContract
+from .store import StoreContract
 from .worker import WorkerContract
 
 
@@ -29,6 +30,7 @@ class BrokerContract(
     WorkerContract,
     HostileInputContract,
     StatsContract,
+    StoreContract,
     LeaseContract,
     StateContract,
     MemoContract,

@@ -94,7 +94,7 @@ class StateContract(ContractBase):
         assert (entry.value, entry.version) == (b"second", second)
 
     @requires(Capability.STATE)
-    async def test_keys_are_independent(self, broker: BrokerProtocol) -> None:
+    async def test_state_keys_are_independent(self, broker: BrokerProtocol) -> None:
         one, two = _key(), _key()
         v1 = await broker.write_state(one, b"one", version=None)
         assert v1 is not None
