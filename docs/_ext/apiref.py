@@ -41,7 +41,8 @@ from sphinx.pycode import ModuleAnalyzer
 OWN = ("framework_m_core", "framework_m_nats", "framework_m_redis", "framework_m_rabbitmq")
 CORE = "framework_m_core"
 PORTS = [
-    "protocols", "records", "capabilities", "schema", "base", "messages", "batching", "urls",
+    "protocols", "store", "store_base", "records", "capabilities", "schema", "base", "messages",
+    "batching", "urls",
     "greeting",
 ]  # fmt: skip
 CORE_LAYERS = [

@@ -60,7 +60,7 @@ class Capability(StrEnum):
     #: every process: job statuses, results and cancellation need them.
     MEMOS = "memos"
     #: ``store`` keeps records in the broker, shared by every process: versioned,
-    #: written by compare-and-set, expiring, watched (:mod:`~.store`).
+    #: written by compare-and-set, expiring, watched (:mod:`framework_m_core.ports.store`).
     STORE = "store"
 
     @property

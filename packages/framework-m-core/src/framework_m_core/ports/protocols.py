@@ -482,8 +482,8 @@ class BrokerProtocol(
 
     @property
     def store(self) -> StoreProtocol:
-        """The broker's store of records (:mod:`~.store`), over this broker's connection:
-        usable between :meth:`connect` and :meth:`close`.
+        """The broker's store of records (:mod:`framework_m_core.ports.store`), over this
+        broker's connection: usable between :meth:`connect` and :meth:`close`.
 
         *Optional* (:attr:`~.Capability.STORE`): without it every call of this store
         raises :class:`~.errors.BrokerError` (reading the attribute itself never does).

@@ -28,14 +28,14 @@ from .store import (
 
 __all__ = ["POLL", "BaseStore", "NoStore"]
 
-#: How often the default :meth:`BaseStore._watch` reads the key again, in seconds.
+#: How often the default ``BaseStore._watch`` reads the key again, in seconds.
 POLL = WATCH_DELAY / 4
 
 
 class BaseStore(StoreProtocol):
     """Validates every call (:class:`~.errors.InvalidRecordError`, nothing sent) and
     hands the valid ones to the hooks an adapter implements: :meth:`_read`,
-    :meth:`_write`, :meth:`_claim`, and :meth:`_watch` where the broker can notify."""
+    :meth:`_write`, :meth:`_claim`, and ``_watch`` where the broker can notify."""
 
     async def read(self, keys: Sequence[str]) -> list[Record | None]:
         valid = validate_keys(keys)
