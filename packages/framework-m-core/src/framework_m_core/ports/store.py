@@ -146,7 +146,8 @@ class StoreProtocol(Protocol):
 
         A key whose record already holds ``value`` is taken again instead: its ttl
         restarts and it gets a new version, so a claim asked again (a reply lost) never
-        takes a second key. ``keys`` are 1 to :data:`~framework_m_core.ports.store.MAX_CLAIM_KEYS` distinct keys.
+        takes a second key. ``keys`` are 1 to
+        :data:`~framework_m_core.ports.store.MAX_CLAIM_KEYS` distinct keys.
         Claims at once never take one key twice: with n keys, at most n values hold
         them. How leases take a place under a limit in one round trip.
         """
@@ -157,8 +158,9 @@ class StoreProtocol(Protocol):
         once the key has a record), or as it is read when ``timeout`` seconds passed.
 
         Returns at once when the record already differs. A write or a delete of the
-        key, from any connection, makes it return within :data:`~framework_m_core.ports.store.WATCH_DELAY` seconds;
-        an expiry may be seen only at the timeout. It returns before the timeout only
+        key, from any connection, makes it return within
+        :data:`~framework_m_core.ports.store.WATCH_DELAY` seconds; an expiry may be seen
+        only at the timeout. It returns before the timeout only
         with a record that differs. ``timeout`` is above 0 and at most
         :data:`~framework_m_core.ports.store.MAX_WATCH` seconds.
         """
