@@ -180,7 +180,7 @@ def test_bad_limits_are_refused_at_import(options: dict[str, object], says: str)
 
 
 class _NoLeases(MemoryBroker):
-    capabilities = MemoryBroker.capabilities - {Capability.LEASES}
+    capabilities = MemoryBroker.capabilities - {Capability.LEASES, Capability.STORE}
 
 
 async def test_a_limit_on_a_broker_without_leases_is_refused_at_start(queue_name: str) -> None:

@@ -166,7 +166,7 @@ async def test_tickers_follow_set_change_and_delete_within_seconds(
 class _PolledMemory(MemoryBroker):
     """memory:// as a broker without a watch would be: waits on state poll."""
 
-    capabilities = MemoryBroker.capabilities - {Capability.WATCHED_STATE}
+    capabilities = MemoryBroker.capabilities - {Capability.WATCHED_STATE, Capability.STORE}
 
 
 @pytest.mark.parametrize("watched", [True, False])

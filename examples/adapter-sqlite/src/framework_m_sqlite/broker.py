@@ -28,7 +28,6 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
-    StateEntry,
 )
 from framework_m_core.ports import Capability as C
 from framework_m_core.ports.store import StoreProtocol
@@ -57,7 +56,8 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
     # Every optional promise but REDELIVER_ON_DISCONNECT: a killed process's rows
     # stay reserved until their visibility timeout. STORE_DEADLINE: _store checks it.
-    capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT, C.WATCHED_STATE}
+    # Leases, state and memos are core's, on the store (store.py).
+    capabilities = frozenset(C) - {C.REDELIVER_ON_DISCONNECT}
     parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: SqliteSettings) -> None:
@@ -290,134 +290,3 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
                 )
 
         return int(await self._run(remove))
-
-    # -- leases: rows of fm_leases, written in BEGIN IMMEDIATE transactions ---------------
-
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        q = self.settings.queue
-
-        def acquire(db: sqlite3.Connection) -> bool:
-            now = time.time()
-            with _transaction(db):
-                db.execute(
-                    "DELETE FROM fm_leases WHERE queue = ? AND key = ? AND expires <= ?",
-                    (q, key, now),
-                )
-                (others,) = db.execute(
-                    "SELECT COUNT(*) FROM fm_leases WHERE queue = ? AND key = ? AND holder != ?",
-                    (q, key, holder),
-                ).fetchone()
-                mine = db.execute(
-                    "SELECT 1 FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
-                    (q, key, holder),
-                ).fetchone()
-                if mine is None and others >= limit:
-                    return False
-                db.execute(
-                    "INSERT OR REPLACE INTO fm_leases VALUES (?, ?, ?, ?, ?)",
-                    (q, key, holder, now + ttl, ttl),
-                )
-                return True
-
-        return await self._run(acquire)
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        q = self.settings.queue
-        return bool(
-            await self._run(
-                lambda db: (
-                    db.execute(
-                        "UPDATE fm_leases SET expires = ? + ttl "
-                        "WHERE queue = ? AND key = ? AND holder = ? AND expires > ?",
-                        (time.time(), q, key, holder, time.time()),
-                    ).rowcount
-                )
-            )
-        )
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        q = self.settings.queue
-
-        def release(db: sqlite3.Connection) -> bool:
-            now = time.time()
-            with _transaction(db):
-                held = db.execute(
-                    "SELECT expires FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
-                    (q, key, holder),
-                ).fetchone()
-                db.execute(
-                    "DELETE FROM fm_leases WHERE queue = ? AND key = ? AND holder = ?",
-                    (q, key, holder),
-                )
-            return held is not None and held[0] > now
-
-        return await self._run(release)
-
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        q = self.settings.queue
-        rows = await self._run(
-            lambda db: db.execute(
-                "SELECT holder FROM fm_leases WHERE queue = ? AND key = ? AND expires > ?",
-                (q, key, time.time()),
-            ).fetchall()
-        )
-        return [holder for (holder,) in rows]
-
-    # -- state: rows of fm_state, changed by UPDATE ... WHERE version = ? -----------------
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        q = self.settings.queue
-        row = await self._run(
-            lambda db: db.execute(
-                "SELECT value, version FROM fm_state WHERE queue = ? AND key = ?", (q, key)
-            ).fetchone()
-        )
-        return None if row is None else StateEntry(bytes(row[0]), int(row[1]))
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        q = self.settings.queue
-
-        def write(db: sqlite3.Connection) -> int | None:
-            with _transaction(db):
-                if version is None:
-                    done = db.execute(
-                        "INSERT OR IGNORE INTO fm_state VALUES (?, ?, ?, 1)", (q, key, value)
-                    ).rowcount
-                    return 1 if done else None
-                done = db.execute(
-                    "UPDATE fm_state SET value = ?, version = version + 1 "
-                    "WHERE queue = ? AND key = ? AND version = ?",
-                    (value, q, key, version),
-                ).rowcount
-                return version + 1 if done else None
-
-        return await self._run(write)
-
-    # -- memos: rows of fm_memos, expired by their time ------------------------------------
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        q = self.settings.queue
-
-        def put(db: sqlite3.Connection) -> bool:
-            now = time.time()
-            with _transaction(db):
-                return bool(
-                    db.execute(
-                        "INSERT INTO fm_memos VALUES (?, ?, ?, ?) ON CONFLICT (queue, key) "
-                        "DO UPDATE SET value = excluded.value, expires = excluded.expires "
-                        "WHERE NOT ? OR fm_memos.expires <= ?",
-                        (q, key, value, now + ttl, create, now),
-                    ).rowcount
-                )
-
-        return await self._run(put)
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        q = self.settings.queue
-        row = await self._run(
-            lambda db: db.execute(
-                "SELECT value FROM fm_memos WHERE queue = ? AND key = ? AND expires > ?",
-                (q, key, time.time()),
-            ).fetchone()
-        )
-        return None if row is None else bytes(row[0])

@@ -19,19 +19,10 @@ TABLES = {
     "expires REAL NOT NULL, UNIQUE (queue, dedup_id)",
     "fm_dead": "id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, body BLOB NOT NULL, "
     "reason TEXT NOT NULL, attempts INTEGER NOT NULL, dead_at REAL NOT NULL",
-    # A row per held place of a lease; a row whose expires has passed is free.
-    "fm_leases": "queue TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, "
-    "expires REAL NOT NULL, ttl REAL NOT NULL, PRIMARY KEY (queue, key, holder)",
-    # A row per state record; version counts its writes.
-    "fm_state": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
-    "version INTEGER NOT NULL, PRIMARY KEY (queue, key)",
     # The store: a row per record (expires NULL: none), versions drawn from fm_versions.
     "fm_records": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
     "version INTEGER NOT NULL, expires REAL, PRIMARY KEY (queue, key)",
     "fm_versions": "queue TEXT NOT NULL PRIMARY KEY, last INTEGER NOT NULL",
-    # A row per memo; a row whose expires has passed is no memo.
-    "fm_memos": "queue TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, "
-    "expires REAL NOT NULL, PRIMARY KEY (queue, key)",
 }
 _SETTINGS = ("layout", "dedup_window", "visibility_timeout")
 

@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
@@ -31,6 +31,9 @@ from .state import (
     version_of,
 )
 
+if TYPE_CHECKING:
+    from ..control.shared import SharedState
+
 __all__ = ["BaseBroker", "BrokerSettings"]
 
 log = logging.getLogger("framework_m.broker")
@@ -38,6 +41,10 @@ log = logging.getLogger("framework_m.broker")
 T = TypeVar("T")
 S = TypeVar("S", bound="BrokerSettings")
 _SCHEMA_ROUNDS = 3
+#: What core builds on the store of an adapter that declares ``STORE``.
+_ON_THE_STORE = frozenset(
+    {Capability.LEASES, Capability.STATE, Capability.WATCHED_STATE, Capability.MEMOS}
+)
 _BATCH_IN_FLIGHT = 100
 
 
@@ -66,10 +73,22 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.capabilities = as_capabilities(cls.capabilities, cls.__qualname__)
+        if Capability.STORE in cls.capabilities:  # built on the store, in core
+            cls.capabilities |= _ON_THE_STORE
 
     def __init__(self, settings: S) -> None:
         self.settings = settings
         self.stats = BrokerStats()
+        self._shared_state: SharedState | None = None
+
+    @property
+    def _shared(self) -> SharedState:
+        """Leases, state records and memos on :attr:`store` (adapters with ``STORE``)."""
+        if self._shared_state is None:
+            from ..control.shared import SharedState
+
+            self._shared_state = SharedState(self.store)
+        return self._shared_state
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url}>"
@@ -365,20 +384,21 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._lease_holders(key, limit)
 
     async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        """:meth:`acquire_lease` with valid arguments (adapters with ``LEASES``)."""
-        raise NotImplementedError
+        """:meth:`acquire_lease` with valid arguments: on the store, unless an adapter
+        with ``LEASES`` and no ``STORE`` overrides it."""
+        return await self._shared.acquire(key, holder, ttl, limit)
 
     async def _extend_lease(self, key: str, holder: str) -> bool:
-        """:meth:`extend_lease` with valid arguments (adapters with ``LEASES``)."""
-        raise NotImplementedError
+        """:meth:`extend_lease` with valid arguments (on the store, as above)."""
+        return await self._shared.extend(key, holder)
 
     async def _release_lease(self, key: str, holder: str) -> bool:
-        """:meth:`release_lease` with valid arguments (adapters with ``LEASES``)."""
-        raise NotImplementedError
+        """:meth:`release_lease` with valid arguments (on the store, as above)."""
+        return await self._shared.release(key, holder)
 
     async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        """:meth:`lease_holders` with valid arguments (adapters with ``LEASES``)."""
-        raise NotImplementedError
+        """:meth:`lease_holders` with valid arguments (on the store, as above)."""
+        return await self._shared.holders(key, limit)
 
     # -- state ---------------------------------------------------------------------------
 
@@ -405,9 +425,11 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._wait_state(key, version, timeout)
 
     async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
-        """:meth:`wait_state` with valid arguments (adapters with ``STATE``): a poll,
-        reading at the start and at the timeout; adapters with ``WATCHED_STATE``
-        override it."""
+        """:meth:`wait_state` with valid arguments: a watch of the store with ``STORE``;
+        otherwise a poll, reading at the start and at the timeout, which adapters with
+        ``WATCHED_STATE`` override."""
+        if Capability.STORE in self.capabilities:
+            return await self._shared.wait_state(key, version, timeout)
         entry = await self._read_state(key)
         if version_of(entry) != version:
             return entry
@@ -415,12 +437,13 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._read_state(key)
 
     async def _read_state(self, key: str) -> StateEntry | None:
-        """:meth:`read_state` with a valid key (adapters with ``STATE``)."""
-        raise NotImplementedError
+        """:meth:`read_state` with a valid key: on the store, unless an adapter with
+        ``STATE`` and no ``STORE`` overrides it."""
+        return await self._shared.read_state(key)
 
     async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        """:meth:`write_state` with valid arguments (adapters with ``STATE``)."""
-        raise NotImplementedError
+        """:meth:`write_state` with valid arguments (on the store, as above)."""
+        return await self._shared.write_state(key, value, version)
 
     # -- memos ---------------------------------------------------------------------------
 
@@ -438,12 +461,14 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._get_memo(key)
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        """:meth:`put_memo` with valid arguments (adapters with ``MEMOS``)."""
-        raise NotImplementedError
+        """:meth:`put_memo` with valid arguments: on the store, unless an adapter with
+        ``MEMOS`` and no ``STORE`` overrides it."""
+        (stored,) = await self._shared.put_memos([(key, value, ttl, create)])
+        return stored
 
     async def _get_memo(self, key: str) -> bytes | None:
-        """:meth:`get_memo` with a valid key (adapters with ``MEMOS``)."""
-        raise NotImplementedError
+        """:meth:`get_memo` with a valid key (on the store, as above)."""
+        return await self._shared.get_memo(key)
 
     # -- schema sync ---------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ __all__ = [
     "validate_writes",
 ]
 
-MAX_KEY = 200
+MAX_KEY = 256
 MAX_VALUE = 131_072
 MIN_TTL = 0.01
 MAX_TTL = 7 * 86_400.0

@@ -9,7 +9,6 @@ connections to one server. Nothing survives the process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,8 +22,6 @@ from ...ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
-    StateEntry,
-    version_of,
 )
 from ...ports import Capability as C
 from ...ports.store import StoreProtocol
@@ -50,11 +47,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.STORED_DEDUP_WINDOW,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
-            C.LEASES,
-            C.STATE,
-            C.WATCHED_STATE,
-            C.MEMOS,
-            C.STORE,
+            C.STORE,  # and so leases, state and memos, on it
         }
     )
     parse_url = staticmethod(parse_url)
@@ -141,8 +134,9 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             if original is not None:
                 return PublishResult(original, duplicate=True)
             q.remember(message.deduplication_id, message.id, now)
-        for memo in self.enqueue_memos(message, message.id):
-            self._keep_memo(memo.key, memo.value, memo.ttl, create=True)
+        memos = self.enqueue_memos(message, message.id)
+        if memos:  # the store's write awaits nothing: the job and its memos in one step
+            await self._shared.put_memos([(m.key, m.value, m.ttl, True) for m in memos])
         now = self.clock()
         entry = server.Entry(body, stored_at=now)
         if message.not_before is not None and message.not_before > now:
@@ -251,81 +245,3 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         dead.clear()
         dead.extend(kept)
         return removed
-
-    # -- leases ------------------------------------------------------------------------
-
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        q, now = self._q, time.monotonic()
-        places = q.holders(key, now)
-        if holder not in places and len(places) >= limit:
-            return False
-        q.leases.setdefault(key, places)[holder] = (now + ttl, ttl)
-        return True
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        q, now = self._q, time.monotonic()
-        places = q.holders(key, now)
-        held = places.get(holder)
-        if held is None:
-            return False
-        places[holder] = (now + held[1], held[1])
-        return True
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        q = self._q
-        places = q.holders(key, time.monotonic())
-        if places.pop(holder, None) is None:
-            return False
-        if not places:
-            q.leases.pop(key, None)
-        return True
-
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        return list(self._q.holders(key, time.monotonic()))
-
-    # -- state -------------------------------------------------------------------------
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        return self._q.state.get(key)
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        state = self._q.state
-        current = state.get(key)
-        if (current.version if current is not None else None) != version:
-            return None
-        new = 1 if current is None else current.version + 1
-        state[key] = StateEntry(value, new)
-        self._q.wrote_state(key)
-        return new
-
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
-        q = self._q
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                while version_of(q.state.get(key)) == version:
-                    fut = asyncio.get_running_loop().create_future()
-                    q.state_waiters.setdefault(key, set()).add(fut)
-                    try:
-                        await fut
-                    finally:
-                        waiting = q.state_waiters.get(key)
-                        if waiting is not None:
-                            waiting.discard(fut)
-                            if not waiting:
-                                del q.state_waiters[key]
-        return q.state.get(key)
-
-    # -- memos -------------------------------------------------------------------------
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        return self._keep_memo(key, value, ttl, create=create)
-
-    def _keep_memo(self, key: str, value: bytes, ttl: float, *, create: bool) -> bool:
-        now = time.monotonic()
-        if create and self._q.memo(key, now) is not None:
-            return False
-        self._q.keep_memo(key, value, now + ttl)
-        return True
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        return self._q.memo(key, time.monotonic())

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ...ports import DeadLetter, StateEntry
+from ...ports import DeadLetter
 from ...ports.store import Record
 
 _MAX_DEAD_LETTERS = 10_000
@@ -40,43 +40,12 @@ class Queue:
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     consumers: set[int] = field(default_factory=set)  # ids of brokers that received, open
     seq: itertools.count[int] = field(default_factory=itertools.count)
-    # lease key -> holder -> (expires at, by the monotonic clock; ttl)
-    leases: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
-    state: dict[str, StateEntry] = field(default_factory=dict)
-    state_waiters: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
-    # memo key -> (value, expires at by the monotonic clock); a heap of expiries
-    memos: dict[str, tuple[bytes, float]] = field(default_factory=dict)
-    memo_expiry: list[tuple[float, str]] = field(default_factory=list)
     # the store: key -> (record, expires at by the monotonic clock or None); versions
     # count up across every key
     records: dict[str, tuple[Record, float | None]] = field(default_factory=dict)
+    record_expiry: list[tuple[float, str]] = field(default_factory=list)  # a heap
     record_waiters: dict[str, set[asyncio.Future[None]]] = field(default_factory=dict)
     versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    def memo(self, key: str, now: float) -> bytes | None:
-        """The unexpired memo under ``key`` (expired ones are dropped on the way)."""
-        while self.memo_expiry and self.memo_expiry[0][0] <= now:
-            _, gone = heapq.heappop(self.memo_expiry)
-            held = self.memos.get(gone)
-            if held is not None and held[1] <= now:
-                del self.memos[gone]
-        held = self.memos.get(key)
-        return held[0] if held is not None and held[1] > now else None
-
-    def keep_memo(self, key: str, value: bytes, until: float) -> None:
-        self.memos[key] = (value, until)
-        heapq.heappush(self.memo_expiry, (until, key))
-
-    def holders(self, key: str, now: float) -> dict[str, tuple[float, float]]:
-        """The unexpired places under lease ``key`` (expired ones are dropped)."""
-        places = self.leases.get(key)
-        if places is None:
-            return {}
-        for holder in [h for h, (until, _) in places.items() if until <= now]:
-            del places[holder]
-        if not places:
-            del self.leases[key]
-        return places
 
     def record(self, key: str, now: float) -> Record | None:
         """The unexpired record under ``key`` (an expired one is dropped)."""
@@ -88,13 +57,19 @@ class Queue:
             return None
         return held[0]
 
+    def keep_record(self, key: str, record: Record, until: float | None, now: float) -> None:
+        """Store ``record`` under ``key`` until ``until`` (None: for good); records
+        expired by ``now`` are dropped on the way, so none outstays its ttl in memory."""
+        while self.record_expiry and self.record_expiry[0][0] <= now:
+            _, gone = heapq.heappop(self.record_expiry)
+            self.record(gone, now)
+        self.records[key] = (record, until)
+        if until is not None:
+            heapq.heappush(self.record_expiry, (until, key))
+        self.wrote_record(key)
+
     def wrote_record(self, key: str) -> None:
         for fut in self.record_waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(None)
-
-    def wrote_state(self, key: str) -> None:
-        for fut in self.state_waiters.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)
 

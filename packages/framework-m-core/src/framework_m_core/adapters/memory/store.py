@@ -31,17 +31,16 @@ class MemoryStore(BaseStore):
             if version is not ANY and version != (None if current is None else current.version):
                 out.append(None)
                 continue
-            if value is None:
-                if current is None:
-                    out.append(None)
-                    continue
-                del q.records[key]
-                out.append(current.version)
-            else:
+            if value is not None:
                 new = Record(value, next(q.versions))
-                q.records[key] = (new, None if ttl is None else now + ttl)
+                q.keep_record(key, new, None if ttl is None else now + ttl, now)
                 out.append(new.version)
-            q.wrote_record(key)
+            elif current is None:
+                out.append(None)
+            else:
+                del q.records[key]
+                q.wrote_record(key)
+                out.append(current.version)
         return out
 
     async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
@@ -57,8 +56,7 @@ class MemoryStore(BaseStore):
         if free is None:
             return None
         new = Record(value, next(q.versions))
-        q.records[free] = (new, now + ttl)
-        q.wrote_record(free)
+        q.keep_record(free, new, now + ttl, now)
         return Claim(free, new.version)
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:

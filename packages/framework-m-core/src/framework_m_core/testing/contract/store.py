@@ -18,7 +18,7 @@ import pytest
 from ...errors import BrokerError, InvalidRecordError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
-from ...ports.store import ANY, MAX_VALUE, WATCH_DELAY, Record, StoreProtocol, Write
+from ...ports.store import ANY, MAX_KEY, MAX_VALUE, WATCH_DELAY, Record, StoreProtocol, Write
 from ..helpers import BrokerFactory, many
 from ..scenarios import Process, Processes
 from .base import ContractBase
@@ -449,7 +449,7 @@ class StoreContract(ContractBase):
         bad_calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.read([""]),
             lambda: store.read([" padded"]),
-            lambda: store.read(["x" * 201]),
+            lambda: store.read(["x" * (MAX_KEY + 1)]),
             lambda: store.read(key),  # a string is no sequence of keys here
             lambda: store.write([Write(key, "text")]),  # type: ignore[arg-type]
             lambda: store.write([Write(key, b"x" * (MAX_VALUE + 1))]),
