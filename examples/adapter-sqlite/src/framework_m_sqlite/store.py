@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from framework_m_core.ports.store import ANY, Claim, Record, Write
+from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
 Run = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
@@ -95,18 +95,18 @@ class SqliteStore(BaseStore):
         result: list[int | None] = await self._run(write)
         return result
 
-    async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         def claim(db: sqlite3.Connection) -> Claim | None:
             with _transaction(db):
                 now = time.time()
                 free = None
-                for key in keys:
-                    current = self._current(db, key, now)
+                for place in (place_key(key, n) for n in range(places)):
+                    current = self._current(db, place, now)
                     if current is not None and current[0] == value:
-                        free = key
+                        free = place
                         break
                     if current is None and free is None:
-                        free = key
+                        free = place
                 if free is None:
                     return None
                 return Claim(free, self._put(db, free, value, now + ttl))

@@ -38,7 +38,6 @@ from framework_m_core.ports import (
     QueueStats,
     SchemaMissingError,
     SchemaPlan,
-    StateEntry,
     answer,
 )
 from framework_m_core.ports import Capability as C
@@ -81,10 +80,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.STORE_DEADLINE,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
-            C.LEASES,
-            C.STATE,
-            C.MEMOS,
-            C.STORE,
+            C.STORE,  # and so leases, state and memos, built on it in core
         }
     )
     parse_url = staticmethod(parse_url)
@@ -97,10 +93,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._held: dict[_Entry, Delivery] = {}  # unsettled, released on close
         # Each job still waits for its own entry's code; a failed call fails them all.
         self._acks: PassBatch[_Entry, int] = PassBatch(self._ack_many, most=scripts.ACK_MOST)
-        self._memo_puts: PassBatch[_MemoPut, bool] = PassBatch(
-            self._put_memos, most=scripts.MEMO_PUTS_MOST
-        )
-        self._lease_calls: PassBatch[_Call, Any] = PassBatch(
+        self._pipelined_calls: PassBatch[_Call, Any] = PassBatch(
             self._run_pipelined, most=scripts.PIPELINED_MOST
         )
         self._replicated_calls: PassBatch[_Call, Any] = PassBatch(
@@ -109,7 +102,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         self._enqueue_calls: PassBatch[_Call, Any] = PassBatch(
             self._run_pipelined, most=scripts.PIPELINED_MOST
         )
-        self._store = RedisStore(settings, self._run, lambda: self.client)
+        self._store = RedisStore(settings, self._run, self._in_pass, lambda: self.client)
 
     @property
     def visibility_timeout(self) -> float:
@@ -414,26 +407,15 @@ class RedisBroker(BaseBroker[RedisSettings]):
         seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
         return await stats.read(self._run, self.settings)
 
-    # -- leases ------------------------------------------------------------------------
+    # -- the store -------------------------------------------------------------------
 
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        ttl_ms = max(1, round(ttl * 1000))
-        keys = [self.settings.lease_key(key)]
-        return bool(await self._lease("LEASE_ACQUIRE", keys, [holder, ttl_ms, limit]))
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        return bool(await self._lease("LEASE_EXTEND", [self.settings.lease_key(key)], [holder]))
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        return bool(await self._lease("LEASE_RELEASE", [self.settings.lease_key(key)], [holder]))
-
-    async def _lease(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """A lease script, sent in one pipeline with the others of this pass (one at a
+    async def _in_pass(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A script call sent in one pipeline with the others of this pass (one at a
         time on a cluster, whose pipelines split by slot)."""
         if self.settings.cluster:
             return await self._run(name, keys, args)
         self._connected(self._client)
-        return await self._lease_calls.submit(_Call(name, keys, args))
+        return await self._pipelined_calls.submit(_Call(name, keys, args))
 
     async def _run_pipelined(self, calls: Calls[_Call, Any]) -> None:
         """The script calls of one pass in one pipeline; each caller gets its own reply,
@@ -444,58 +426,11 @@ class RedisBroker(BaseBroker[RedisSettings]):
             return
         await self._pipelined(calls)
 
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        found = await self._run("LEASE_HOLDERS", [self.settings.lease_key(key)], [])
-        return [text(holder) for holder in found]
-
-    # -- state -------------------------------------------------------------------------
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        found = await self._run("STATE_READ", [self.settings.state_key(key)], [])
-        if not found:
-            return None
-        version, value = found
-        return StateEntry(bytes(value), int(version))
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        expected = "" if version is None else str(version)
-        keys = [self.settings.state_key(key)]
-        new = int(await self._run("STATE_WRITE", keys, [expected, value]))
-        return new or None
-
-    # -- memos: keys with a PX expiry, made by SET ... NX when creating ----------------
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        self._connected(self._client)
-        put = _MemoPut(self.settings.memo_key(key), value, max(1, round(ttl * 1000)), create)
-        return await self._memo_puts.submit(put)
-
-    async def _put_memos(self, calls: Calls[_MemoPut, bool]) -> None:
-        """The memo puts of one pass (the statuses of the jobs ending in it) in one call."""
-        args: list[Any] = []
-        for put, _ in calls:
-            args += (put.value, put.ms, "1" if put.create else "0")
-        done = await self._run("MEMO_PUTS", [put.key for put, _ in calls], args)
-        for (_, future), code in zip(calls, done, strict=True):
-            answer(future, bool(code))
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        with publishing.redis_errors("memo get", self.settings):
-            found = await self.client.get(self.settings.memo_key(key))
-        return None if found is None else bytes(found)
-
 
 class _Call(NamedTuple):
     name: str  # the script's
     keys: list[str]
     args: list[Any]
-
-
-class _MemoPut(NamedTuple):
-    key: str  # the Redis key
-    value: bytes
-    ms: int
-    create: bool
 
 
 def _entry(delivery: Delivery) -> _Entry:

@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from framework_m_core.control import keys as control_keys
 from framework_m_core.ports import BrokerError, EnqueueMemo, JobMessage, PublishResult
 
 from .schema import text
@@ -50,8 +51,10 @@ def enqueue_call(
     deduplicated = ("2" if s.replicas_to_wait_for else "1") if dedup else "0"
     args = [message.id, body, int(s.dedup_window * 1000), s.max_len,
             deduplicated, deadline, due]  # fmt: skip
+    keys.append(s.versions)
+    args.append(s.changes)
     for memo in memos:
-        keys.append(s.memo_key(memo.key))
+        keys.append(s.record_key(control_keys.memo(memo.key)))
         args += (memo.value, max(1, round(memo.ttl * 1000)))
     return {"keys": keys, "args": args}
 

@@ -1,11 +1,12 @@
 """Lua scripts: each one step that Redis runs atomically. Every key is in one hash slot."""
 
 # KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set,
-#       then the memo keys to create with the job (its status; a tick's slot)
+#       the store's version counter, then the store records to create with the job (its
+#       status; a tick's slot), as STORE_WRITE creates them
 # ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"; "2": yes, and
 #       a duplicate writes its key's expiry again, a write a WAIT after it then covers),
-#       not_after in unix ms ("" for none), due in unix ms ("" for now),
-#       then value and ttl ms of each memo
+#       not_after in unix ms ("" for none), due in unix ms ("" for now), the store's
+#       channel, then value and ttl ms of each record
 # Returns {1, job id} when stored, {0, original job id} for a duplicate, {2, ""} when it
 # arrived after its not_after (say, a command Redis ran only once a pause ended).
 # A job with a due time waits in the delayed set (as a retry does) until PROMOTE.
@@ -34,8 +35,12 @@ if ARGV[7] ~= '' then
 else
   redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
 end
-for i = 4, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[2 * i], 'PX', ARGV[2 * i + 1], 'NX')
+for i = 5, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    redis.call('HSET', KEYS[i], 'v', redis.call('INCR', KEYS[4]), 'd', ARGV[2 * i - 1])
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    redis.call('PUBLISH', ARGV[8] .. KEYS[i], '')
+  end
 end
 return {1, ARGV[1]}
 """
@@ -55,7 +60,7 @@ if held[1][2] ~= ARGV[3] or tostring(held[1][4]) ~= ARGV[4] then return -1 end
 # Returns one code per entry, as the guard's: 1 acked, 0 settled already, -1 reclaimed.
 # At most ACK_MOST entries a call: Lua's unpack() takes a few thousand values.
 ACK_MOST = 500
-# Script calls in one pipeline at most (the lease calls of a pass).
+# Script calls in one pipeline at most (the claims of a pass).
 PIPELINED_MOST = 500
 ACK = """
 local codes, acked = {}, {}
@@ -160,118 +165,10 @@ end
 return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
 """
 
-# Leases: one hash per lease key, a field per holder: "expires-at-ms ttl-ms", by the
-# server's clock (TIME). The key expires with its latest place, so nothing is left over.
-_LEASE_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# KEYS[1]: the lease hash. ARGV: holder, ttl ms, limit. Returns 1 when held, 0 when full.
-LEASE_ACQUIRE = (
-    _LEASE_NOW
-    + """
-local places = redis.call('HGETALL', KEYS[1])
-local others, mine, latest = 0, false, now
-for i = 1, #places, 2 do
-  local expires = tonumber(string.match(places[i + 1], '^%d+'))
-  if expires <= now then
-    redis.call('HDEL', KEYS[1], places[i])
-  else
-    if places[i] == ARGV[1] then mine = true else others = others + 1 end
-    if expires > latest then latest = expires end
-  end
-end
-if not mine and others >= tonumber(ARGV[3]) then return 0 end
-local expires = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[1], expires .. ' ' .. ARGV[2])
-redis.call('PEXPIREAT', KEYS[1], math.max(expires, latest))
-return 1
-"""
-)
-
-# KEYS[1]: the lease hash. ARGV: holder. Returns 1 when renewed, 0 when not held.
-LEASE_EXTEND = (
-    _LEASE_NOW
-    + """
-local place = redis.call('HGET', KEYS[1], ARGV[1])
-if not place then return 0 end
-local expires, ttl = string.match(place, '^(%d+) (%d+)$')
-if tonumber(expires) <= now then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 0
-end
-local renewed = now + tonumber(ttl)
-redis.call('HSET', KEYS[1], ARGV[1], renewed .. ' ' .. ttl)
-if now + redis.call('PTTL', KEYS[1]) < renewed then redis.call('PEXPIREAT', KEYS[1], renewed) end
-return 1
-"""
-)
-
-# KEYS[1]: the lease hash. ARGV: holder. Returns 1 when it held an unexpired place.
-LEASE_RELEASE = (
-    _LEASE_NOW
-    + """
-local place = redis.call('HGET', KEYS[1], ARGV[1])
-if not place then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-if tonumber(string.match(place, '^%d+')) <= now then return 0 end
-return 1
-"""
-)
-
-# KEYS[1]: the lease hash. Returns the holders of unexpired places; changes nothing.
-LEASE_HOLDERS = (
-    _LEASE_NOW
-    + """
-local places, out = redis.call('HGETALL', KEYS[1]), {}
-for i = 1, #places, 2 do
-  if tonumber(string.match(places[i + 1], '^%d+')) > now then out[#out + 1] = places[i] end
-end
-return out
-"""
-)
-
-# State: one hash per state key, fields v (the version) and d (the value).
-# KEYS[1]: the state hash. Returns {version, value}, or {} when there is no record.
-STATE_READ = """
-local got = redis.call('HMGET', KEYS[1], 'v', 'd')
-if not got[1] then return {} end
-return {tonumber(got[1]), got[2]}
-"""
-
-# KEYS[1]: the state hash. ARGV: the expected version ('' for none), the value.
-# Returns the new version, or 0 when the current version is another.
-STATE_WRITE = """
-local v = redis.call('HGET', KEYS[1], 'v')
-if (v or '') ~= ARGV[1] then return 0 end
-local new = (tonumber(v) or 0) + 1
-redis.call('HSET', KEYS[1], 'v', new, 'd', ARGV[2])
-return new
-"""
-
-# Memos: one string key each, with a PX expiry. The puts of one pass, together.
-# KEYS: the memo keys. ARGV: value, ttl ms, create ("1": only where there is none) of each.
-# Returns 1 or 0 per key: written, or not (a create over an unexpired memo).
-MEMO_PUTS_MOST = 500
-MEMO_PUTS = """
-local out = {}
-for i = 1, #KEYS do
-  local v, ms = ARGV[3 * i - 2], ARGV[3 * i - 1]
-  local done
-  if ARGV[3 * i] == '1' then
-    done = redis.call('SET', KEYS[i], v, 'PX', ms, 'NX')
-  else
-    done = redis.call('SET', KEYS[i], v, 'PX', ms)
-  end
-  out[i] = done and 1 or 0
-end
-return out
-"""
-
 # The store: one hash per record, fields v (the version) and d (the value), expiring by
 # PEXPIRE; every version comes from one counter (KEYS[1] below), so none is given twice.
-# Every change publishes the record's key on the store's channel, for watches.
+# Every change publishes on the channel of its record (the store's prefix, then the
+# record's key), for the watches of that key.
 
 # KEYS: the record hashes. Returns {version, value} per key, or false where there is none.
 STORE_READ = """
@@ -298,7 +195,7 @@ for i = 2, #KEYS do
   elseif op == 'd' then
     if current then
       redis.call('DEL', KEYS[i])
-      redis.call('PUBLISH', ARGV[1], KEYS[i])
+      redis.call('PUBLISH', ARGV[1] .. KEYS[i], '')
       out[#out + 1] = tonumber(current)
     else
       out[#out + 1] = 0
@@ -311,37 +208,38 @@ for i = 2, #KEYS do
     else
       redis.call('PEXPIRE', KEYS[i], ARGV[a + 4])
     end
-    redis.call('PUBLISH', ARGV[1], KEYS[i])
+    redis.call('PUBLISH', ARGV[1] .. KEYS[i], '')
     out[#out + 1] = v
   end
 end
 return out
 """
 
-# KEYS: the version counter, then the record hashes to claim one of, in order.
-# ARGV: the channel, the value, the ttl ms.
-# Returns {index of the key taken (0-based), version}, or false when every key is held.
+# KEYS: the version counter, the record hash whose places are claimed (place n is that
+# key, '#' and n: in the same hash slot, named here rather than sent).
+# ARGV: the channel prefix, the value, the ttl ms, how many places.
+# Returns {the place taken (from 0), version}, or false when every place is held.
 STORE_CLAIM = """
 local taken = false
-for i = 2, #KEYS do
-  local held = redis.call('HGET', KEYS[i], 'd')
+for n = 0, tonumber(ARGV[4]) - 1 do
+  local held = redis.call('HGET', KEYS[2] .. '#' .. n, 'd')
   if held == ARGV[2] then
-    taken = i
+    taken = n
     break
   end
-  if not held and not taken then taken = i end
+  if not held and not taken then taken = n end
 end
 if not taken then return false end
+local place = KEYS[2] .. '#' .. taken
 local v = redis.call('INCR', KEYS[1])
-redis.call('HSET', KEYS[taken], 'v', v, 'd', ARGV[2])
-redis.call('PEXPIRE', KEYS[taken], ARGV[3])
-redis.call('PUBLISH', ARGV[1], KEYS[taken])
-return {taken - 2, v}
+redis.call('HSET', place, 'v', v, 'd', ARGV[2])
+redis.call('PEXPIRE', place, ARGV[3])
+redis.call('PUBLISH', ARGV[1] .. place, '')
+return {taken, v}
 """
 
 NAMES = (
     "ENQUEUE",
-    "MEMO_PUTS",
     "ACK",
     "RETRY",
     "RELEASE",
@@ -349,12 +247,6 @@ NAMES = (
     "EXTEND",
     "PROMOTE",
     "STATS",
-    "LEASE_ACQUIRE",
-    "LEASE_EXTEND",
-    "LEASE_RELEASE",
-    "LEASE_HOLDERS",
-    "STATE_READ",
-    "STATE_WRITE",
     "STORE_READ",
     "STORE_WRITE",
     "STORE_CLAIM",

@@ -96,15 +96,6 @@ class RedisSettings:
     def meta(self) -> str:
         return self.key("meta")
 
-    def lease_key(self, key: str) -> str:
-        return self.key(f"lease:{key}")
-
-    def state_key(self, key: str) -> str:
-        return self.key(f"state:{key}")
-
-    def memo_key(self, key: str) -> str:
-        return self.key(f"memo:{key}")
-
     def record_key(self, key: str) -> str:
         return self.key(f"rec:{key}")
 
@@ -115,8 +106,9 @@ class RedisSettings:
 
     @property
     def changes(self) -> str:
-        """The channel a store write publishes the key it changed on."""
-        return self.key("changes")
+        """What the channel a store write publishes on starts with; the changed record's
+        Redis key follows."""
+        return self.key("changes:")
 
     def dedup_key(self, dedup_id: str) -> str:
         return self.key(f"dedup:{dedup_id}")

@@ -7,13 +7,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from framework_m_core.errors import BrokerError
-from framework_m_core.ports.store import ANY, Claim, Record, Write
+from framework_m_core.ports.batching import Calls, PassBatch, answer
+from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
 from .settings import RedisSettings
@@ -25,50 +26,72 @@ Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
 # lost with a connection the listener has not noticed yet).
 _REREAD = 10.0
 _RESUBSCRIBE = 0.5
+# Callers whose reads (or writes) go in one script call at most.
+_PASS_MOST = 200
 
 
 class RedisStore(BaseStore):
-    """The records of one namespace; ``run`` calls a script, ``client`` is the broker's."""
+    """The records of one namespace. ``run`` calls a script, ``in_pass`` calls one in a
+    pipeline with the others of the event loop's pass; ``client`` is the broker's. The
+    reads of one pass go to Redis in one script call, and so do the writes."""
 
-    def __init__(self, settings: RedisSettings, run: Run, client: Callable[[], Any]) -> None:
+    def __init__(
+        self, settings: RedisSettings, run: Run, in_pass: Run, client: Callable[[], Any]
+    ) -> None:
         self._s = settings
         self._run = run
+        self._in_pass = in_pass
         self._changes = _Changes(client, settings.changes)
+        self._reads: PassBatch[list[str], list[Record | None]] = PassBatch(
+            self._read_pass, most=_PASS_MOST
+        )
+        self._writes: PassBatch[list[Write], list[int | None]] = PassBatch(
+            self._write_pass, most=_PASS_MOST
+        )
 
     async def close(self) -> None:
         """Stop listening for changes (the broker is closing)."""
         await self._changes.stop()
 
     async def _read(self, keys: list[str]) -> list[Record | None]:
-        found = await self._run("STORE_READ", [self._s.record_key(k) for k in keys], [])
-        return [None if not got else Record(bytes(got[1]), int(got[0])) for got in found]
+        return await self._reads.submit(keys)
+
+    async def _read_pass(self, calls: Calls[list[str], list[Record | None]]) -> None:
+        keys = [self._s.record_key(k) for wanted, _ in calls for k in wanted]
+        found = iter(await self._run("STORE_READ", keys, []))
+        for wanted, future in calls:
+            got = [next(found) for _ in wanted]
+            answer(future, [None if not g else Record(bytes(g[1]), int(g[0])) for g in got])
 
     async def _write(self, writes: list[Write]) -> list[int | None]:
-        keys, args = [self._s.versions], list[str | bytes]([self._s.changes])
-        for key, value, version, ttl in writes:
-            keys.append(self._s.record_key(key))
-            condition = "*" if version is ANY else "" if version is None else str(version)
-            ms = "" if ttl is None else str(max(1, round(ttl * 1000)))
-            args += ["d" if value is None else "s", condition, value or b"", ms]
-        done = await self._run("STORE_WRITE", keys, args)
-        return [int(v) or None for v in done]
+        return await self._writes.submit(writes)
 
-    async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
-        found = await self._run(
+    async def _write_pass(self, calls: Calls[list[Write], list[int | None]]) -> None:
+        keys, args = [self._s.versions], list[str | bytes]([self._s.changes])
+        for writes, _ in calls:
+            for key, value, version, ttl in writes:
+                keys.append(self._s.record_key(key))
+                condition = "*" if version is ANY else "" if version is None else str(version)
+                ms = "" if ttl is None else str(max(1, round(ttl * 1000)))
+                args += ["d" if value is None else "s", condition, value or b"", ms]
+        done = iter(await self._run("STORE_WRITE", keys, args))
+        for writes, future in calls:
+            answer(future, [int(next(done)) or None for _ in writes])
+
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
+        found = await self._in_pass(
             "STORE_CLAIM",
-            [self._s.versions, *(self._s.record_key(k) for k in keys)],
-            [self._s.changes, value, max(1, round(ttl * 1000))],
+            [self._s.versions, self._s.record_key(key)],
+            [self._s.changes, value, max(1, round(ttl * 1000)), places],
         )
         if not found:
             return None
-        index, version = found
-        return Claim(keys[int(index)], int(version))
+        place, version = found
+        return Claim(place_key(key, int(place)), int(version))
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         deadline = time.monotonic() + timeout
-        changed = self._changes.subscribe(self._s.record_key(key))
-        try:
-            await self._changes.ready(deadline)
+        async with self._changes.watching(self._s.record_key(key), deadline) as changed:
             while True:
                 changed.clear()
                 (record,) = await self._read([key])
@@ -77,41 +100,51 @@ class RedisStore(BaseStore):
                     return record
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), min(left, _REREAD))
-        finally:
-            self._changes.unsubscribe(self._s.record_key(key), changed)
 
 
 class _Changes:
-    """One subscription to the store's channel, shared by every watch of the store: an
-    event per watch, set when its key is published (or when messages may have been
-    missed, after a reconnect)."""
+    """The store's change channels, one per watched key (``{prefix}{record key}``), on one
+    subscription shared by every watch of the store. A write publishes on its key's
+    channel, so writes nobody watches (job statuses) reach no client. Each watch has an
+    event, set when its key's channel says so, or when messages may have been missed
+    (the subscription was lost and made again)."""
 
-    def __init__(self, client: Callable[[], Any], channel: str) -> None:
+    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
         self._client = client
-        self._channel = channel
-        self._events: dict[str, set[asyncio.Event]] = {}
-        self._subscribed = asyncio.Event()
+        self._prefix = prefix
+        self._events: dict[str, set[asyncio.Event]] = {}  # record key -> its watches
+        self._confirmed: dict[str, asyncio.Event] = {}  # channel -> subscribed
+        self._pubsub: Any = None
+        self._connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self, key: str) -> asyncio.Event:
+    @contextlib.asynccontextmanager
+    async def watching(self, key: str, deadline: float) -> AsyncIterator[asyncio.Event]:
+        """An event set when ``key`` changes, once its channel is subscribed (a change
+        before that would be missed) or ``deadline`` passed."""
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._listen())
         event = asyncio.Event()
+        channel = self._prefix + key
+        first = key not in self._events
         self._events.setdefault(key, set()).add(event)
-        return event
-
-    def unsubscribe(self, key: str, event: asyncio.Event) -> None:
-        events = self._events.get(key)
-        if events is not None:
+        confirmed = self._confirmed.setdefault(channel, asyncio.Event())
+        try:
+            if first and self._connected.is_set():
+                with contextlib.suppress(RedisError, OSError):  # the listener subscribes anew
+                    await self._pubsub.subscribe(channel)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(confirmed.wait(), max(0.0, deadline - time.monotonic()))
+            yield event
+        finally:
+            events = self._events.get(key, set())
             events.discard(event)
             if not events:
-                del self._events[key]
-
-    async def ready(self, deadline: float) -> None:
-        """Until the channel is subscribed (a change before that would be missed), or
-        the deadline."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._subscribed.wait(), max(0.0, deadline - time.monotonic()))
+                self._events.pop(key, None)
+                self._confirmed.pop(channel, None)
+                if self._connected.is_set():
+                    with contextlib.suppress(RedisError, OSError):
+                        await self._pubsub.unsubscribe(channel)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -119,42 +152,56 @@ class _Changes:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._subscribed.clear()
 
-    def _wake(self, key: str | None) -> None:
-        if key is None:
-            for events in self._events.values():
-                for event in events:
-                    event.set()
-            return
-        for event in self._events.get(key, ()):
-            event.set()
+    def _wake_all(self) -> None:
+        for events in self._events.values():
+            for event in events:
+                event.set()
 
     async def _listen(self) -> None:
+        """Keep one subscription: the channels of the watched keys, and the prefix's own
+        (so that it is never empty); made again when its connection is lost."""
         while True:
-            pubsub = None
             try:
                 client = self._client()
             except BrokerError:  # closed meanwhile
                 return
+            pubsub = client.pubsub()
             try:
-                pubsub = client.pubsub()
-                await pubsub.subscribe(self._channel)
+                channels = [self._prefix, *(self._prefix + k for k in self._events)]
+                await pubsub.subscribe(*channels)
+                self._pubsub = pubsub
+                self._connected.set()
+                late = [self._prefix + k for k in self._events if self._prefix + k not in channels]
+                if late:  # watches that began while the subscription was being made
+                    await pubsub.subscribe(*late)
                 async for message in pubsub.listen():
-                    kind = message.get("type")
-                    if kind == "subscribe":
-                        self._subscribed.set()
-                        self._wake(None)  # changes while unsubscribed went unheard
-                    elif kind == "message":
-                        data = message.get("data")
-                        key = data.decode() if isinstance(data, bytes) else str(data)
-                        self._wake(key)
+                    self._heard(message)
             except (RedisError, OSError) as exc:
                 log.debug("store change listener lost its connection (%s); subscribing again", exc)
             finally:
-                self._subscribed.clear()
-                if pubsub is not None:
-                    with contextlib.suppress(RedisError, OSError):
-                        await pubsub.aclose()
-            self._wake(None)
+                self._connected.clear()
+                self._pubsub = None
+                for confirmed in self._confirmed.values():
+                    confirmed.clear()
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+            self._wake_all()  # changes while unsubscribed went unheard
             await asyncio.sleep(_RESUBSCRIBE)
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        channel = message.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode()
+        if not isinstance(channel, str):
+            return
+        kind = message.get("type")
+        if kind == "subscribe":
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None and not confirmed.is_set():
+                confirmed.set()
+                for event in self._events.get(channel.removeprefix(self._prefix), ()):
+                    event.set()  # read again: a change may have come before
+        elif kind == "message":
+            for event in self._events.get(channel.removeprefix(self._prefix), ()):
+                event.set()

@@ -7,6 +7,8 @@ never share a beginning, so no two kinds of record can meet under one key.
 
 from __future__ import annotations
 
+from ..ports.store import place_key
+
 #: What each kind of record is stored under: ``{prefix}{name}``.
 PREFIXES = {
     "lease place": "lease:",  # lease:{lease key}#{place}: the holder of one place
@@ -15,10 +17,15 @@ PREFIXES = {
 }
 
 
+def lease(key: str) -> str:
+    """The store key whose places (:func:`~..ports.store.place_key`) hold lease ``key``."""
+    return PREFIXES["lease place"] + key
+
+
 def lease_places(key: str, limit: int) -> list[str]:
     """The store keys of the ``limit`` places of lease ``key``, in the order a claim
     tries them."""
-    return [f"{PREFIXES['lease place']}{key}#{place}" for place in range(limit)]
+    return [place_key(lease(key), place) for place in range(limit)]
 
 
 def state(key: str) -> str:

@@ -28,7 +28,7 @@ class SharedState:
     # -- leases --------------------------------------------------------------------------
 
     async def acquire(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        claim = await self._store.claim(keys.lease_places(key, limit), holder.encode(), ttl)
+        claim = await self._store.claim(keys.lease(key), limit, holder.encode(), ttl)
         if claim is None:
             self._held.pop((key, holder), None)
             return False

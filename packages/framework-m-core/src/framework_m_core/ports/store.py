@@ -28,8 +28,8 @@ from ..errors import InvalidRecordError
 
 __all__ = [
     "ANY",
-    "MAX_CLAIM_KEYS",
     "MAX_KEY",
+    "MAX_PLACES",
     "MAX_TTL",
     "MAX_VALUE",
     "MAX_WATCH",
@@ -40,8 +40,10 @@ __all__ = [
     "Record",
     "StoreProtocol",
     "Write",
+    "place_key",
     "validate_key",
     "validate_keys",
+    "validate_places",
     "validate_timeout",
     "validate_ttl",
     "validate_value",
@@ -54,7 +56,7 @@ MAX_VALUE = 131_072
 MIN_TTL = 0.01
 MAX_TTL = 7 * 86_400.0
 MAX_WATCH = 3600.0
-MAX_CLAIM_KEYS = 1000
+MAX_PLACES = 1000
 #: Seconds within which :meth:`StoreProtocol.watch` returns after a write or a delete
 #: from any connection: the contract suite checks this bound.
 WATCH_DELAY = 2.0
@@ -78,7 +80,7 @@ class Record(NamedTuple):
 
 
 class Claim(NamedTuple):
-    """What :meth:`StoreProtocol.claim` took: the key and the record's version there."""
+    """What :meth:`StoreProtocol.claim` took: the place's key and its record's version."""
 
     key: str
     version: int
@@ -139,17 +141,19 @@ class StoreProtocol(Protocol):
         """
 
     @abstractmethod
-    async def claim(self, keys: Sequence[str], value: bytes, ttl: float) -> Claim | None:
-        """In one step, take the first of ``keys`` that has no record: write ``value``
-        there for ``ttl`` seconds and return the key and its version; None, changing
-        nothing, when every key holds a record with another value.
+    async def claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
+        """In one step, take the first of the ``places`` places of ``key`` that has no
+        record: write ``value`` there for ``ttl`` seconds and return the place's key and
+        version; None, changing nothing, when every place holds a record with another
+        value. Place ``n`` is the record under :func:`place_key` ``(key, n)``, tried in
+        order from 0.
 
-        A key whose record already holds ``value`` is taken again instead: its ttl
+        A place whose record already holds ``value`` is taken again instead: its ttl
         restarts and it gets a new version, so a claim asked again (a reply lost) never
-        takes a second key. ``keys`` are 1 to
-        :data:`~framework_m_core.ports.store.MAX_CLAIM_KEYS` distinct keys.
-        Claims at once never take one key twice: with n keys, at most n values hold
-        them. How leases take a place under a limit in one round trip.
+        takes a second place. ``places`` is 1 to
+        :data:`~framework_m_core.ports.store.MAX_PLACES`. Claims at once never take one
+        place twice: at most ``places`` values hold the places of a key. How a lease
+        takes a place under its limit in one round trip.
         """
 
     @abstractmethod
@@ -166,6 +170,11 @@ class StoreProtocol(Protocol):
         """
 
 
+def place_key(key: str, place: int) -> str:
+    """The key of place ``place`` of ``key`` (:meth:`StoreProtocol.claim`)."""
+    return f"{key}#{place}"
+
+
 def validate_key(key: object) -> str:
     """``key`` if it is a usable record key, else :class:`InvalidRecordError`."""
     if not isinstance(key, str) or not key:
@@ -178,13 +187,20 @@ def validate_key(key: object) -> str:
     return key
 
 
-def validate_keys(keys: object, *, most: int | None = None) -> list[str]:
-    """``keys`` as a list of usable keys (at most ``most``), else InvalidRecordError."""
+def validate_keys(keys: object) -> list[str]:
+    """``keys`` as a list of usable keys, else :class:`InvalidRecordError`."""
     if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
         raise InvalidRecordError(f"record keys must be a sequence of keys, got {keys!r:.60}")
-    if most is not None and not 1 <= len(keys) <= most:
-        raise InvalidRecordError(f"a claim takes 1 to {most} keys, got {len(keys)}")
     return [validate_key(key) for key in keys]
+
+
+def validate_places(key: object, places: object) -> tuple[str, int]:
+    """``key`` and ``places`` of a claim if every place's key is usable, else
+    :class:`InvalidRecordError`."""
+    if isinstance(places, bool) or not isinstance(places, int) or not 1 <= places <= MAX_PLACES:
+        raise InvalidRecordError(f"a claim takes 1 to {MAX_PLACES} places, got {places!r}")
+    validate_key(place_key(validate_key(key), places - 1))
+    return str(key), places
 
 
 def validate_value(value: object) -> bytes:

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from ..errors import BrokerError, InvalidRecordError
 from .store import (
     ANY,
-    MAX_CLAIM_KEYS,
     WATCH_DELAY,
     Claim,
     Record,
@@ -19,6 +18,7 @@ from .store import (
     Write,
     validate_key,
     validate_keys,
+    validate_places,
     validate_timeout,
     validate_ttl,
     validate_value,
@@ -45,11 +45,9 @@ class BaseStore(StoreProtocol):
         valid = validate_writes(writes)
         return await self._write(valid) if valid else []
 
-    async def claim(self, keys: Sequence[str], value: bytes, ttl: float) -> Claim | None:
-        valid = validate_keys(keys, most=MAX_CLAIM_KEYS)
-        if len(set(valid)) != len(valid):
-            raise InvalidRecordError("the keys of a claim must be distinct")
-        return await self._claim(valid, validate_value(value), validate_ttl(ttl))
+    async def claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
+        key, places = validate_places(key, places)
+        return await self._claim(key, places, validate_value(value), validate_ttl(ttl))
 
     async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
         key, timeout = validate_key(key), validate_timeout(timeout)
@@ -66,8 +64,8 @@ class BaseStore(StoreProtocol):
         """:meth:`write` of at least one valid write (a delete has no ttl)."""
 
     @abstractmethod
-    async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
-        """:meth:`claim` of 1 to MAX_CLAIM_KEYS valid, distinct keys."""
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
+        """:meth:`claim` of 1 to MAX_PLACES places of a valid key."""
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         """:meth:`watch` with valid arguments. This default reads the key every
@@ -102,7 +100,7 @@ class NoStore(BaseStore):
     async def _write(self, writes: list[Write]) -> list[int | None]:
         raise self._none()
 
-    async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         raise self._none()
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:

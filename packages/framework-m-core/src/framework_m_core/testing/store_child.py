@@ -4,8 +4,8 @@ URL GO_FILE COMMAND ARG...``.
 Connects, prints ``ready``, waits for GO_FILE to exist, runs COMMAND and prints its
 outcome as one line of JSON, then stays alive until killed. Commands:
 
-* ``claim KEYS TTL VALUE...``: one claim over the comma-separated KEYS per VALUE, all at
-  once; prints ``{value: key or null}``.
+* ``claim KEY PLACES TTL VALUE...``: one claim of a place of KEY per VALUE, all at once;
+  prints ``{value: place key or null}``.
 * ``create KEY VALUE...``: one write per VALUE under KEY, each only where the key has no
   record, all at once; prints ``{value: version or null}``.
 * ``watch KEY VERSION TIMEOUT``: prints ``watching`` once the watch is asked, then
@@ -40,8 +40,8 @@ async def main(url: str, go: Path, command: str, args: list[str]) -> None:
 
 async def _run(store: StoreProtocol, command: str, args: list[str]) -> object:
     if command == "claim":
-        keys, ttl, values = args[0].split(","), float(args[1]), args[2:]
-        claims = await asyncio.gather(*(store.claim(keys, v.encode(), ttl) for v in values))
+        key, places, ttl, values = args[0], int(args[1]), float(args[2]), args[3:]
+        claims = await asyncio.gather(*(store.claim(key, places, v.encode(), ttl) for v in values))
         return {v: None if c is None else c.key for v, c in zip(values, claims, strict=True)}
     if command == "create":
         key, values = args[0], args[1:]

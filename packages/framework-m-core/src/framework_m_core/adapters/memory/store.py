@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from ...ports.store import ANY, Claim, Record, Write
+from ...ports.store import ANY, Claim, Record, Write, place_key
 from ...ports.store_base import BaseStore
 from . import server
 
@@ -43,16 +43,16 @@ class MemoryStore(BaseStore):
                 out.append(current.version)
         return out
 
-    async def _claim(self, keys: list[str], value: bytes, ttl: float) -> Claim | None:
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         q, now = self._queue(), time.monotonic()
-        held = [q.record(key, now) for key in keys]
         free = None
-        for key, record in zip(keys, held, strict=True):
+        for place in (place_key(key, n) for n in range(places)):
+            record = q.record(place, now)
             if record is not None and record.value == value:
-                free = key
+                free = place
                 break
             if record is None and free is None:
-                free = key
+                free = place
         if free is None:
             return None
         new = Record(value, next(q.versions))

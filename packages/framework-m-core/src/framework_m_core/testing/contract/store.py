@@ -18,7 +18,16 @@ import pytest
 from ...errors import BrokerError, InvalidRecordError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
-from ...ports.store import ANY, MAX_KEY, MAX_VALUE, WATCH_DELAY, Record, StoreProtocol, Write
+from ...ports.store import (
+    ANY,
+    MAX_KEY,
+    MAX_VALUE,
+    WATCH_DELAY,
+    Record,
+    StoreProtocol,
+    Write,
+    place_key,
+)
 from ..helpers import BrokerFactory, many
 from ..scenarios import Process, Processes
 from .base import ContractBase
@@ -61,7 +70,7 @@ async def _until(since: float, seconds: float) -> None:
 
 class StoreContract(ContractBase):
     """The store: what was written is read back everywhere, stale writes change nothing,
-    records last their ttl and no longer, claims never share a key, watches wake."""
+    records last their ttl and no longer, claims never share a place, watches wake."""
 
     # -- read and write ------------------------------------------------------------------
 
@@ -310,79 +319,81 @@ class StoreContract(ContractBase):
     # -- claims --------------------------------------------------------------------------
 
     @requires(Capability.STORE)
-    async def test_store_a_claim_takes_the_first_key_without_a_record(
+    async def test_store_a_claim_takes_the_first_place_without_a_record(
         self, broker: BrokerProtocol
     ) -> None:
-        store = broker.store
-        keys = [_key() for _ in range(3)]
-        someone = await _create(store, keys[0], b"someone")
-        got = await store.claim(keys, b"me", TTL)
+        store, key = broker.store, _key()
+        places = [place_key(key, n) for n in range(3)]
+        someone = await _create(store, places[0], b"someone")
+        got = await store.claim(key, 3, b"me", TTL)
         assert got is not None
-        assert got.key == keys[1]
+        assert got.key == places[1]
         assert got.version > someone
-        assert await store.read(keys) == [
+        assert await store.read(places) == [
             Record(b"someone", someone),
             Record(b"me", got.version),
             None,
         ]
-        other = await store.claim(keys, b"you", TTL)
+        other = await store.claim(key, 3, b"you", TTL)
         assert other is not None
-        assert other.key == keys[2]
-        assert await store.claim(keys, b"third", TTL) is None
-        assert [r.value if r else None for r in await store.read(keys)] == [
+        assert other.key == places[2]
+        assert await store.claim(key, 3, b"third", TTL) is None
+        assert [r.value if r else None for r in await store.read(places)] == [
             b"someone",
             b"me",
             b"you",
         ]
+        assert await store.read([key, place_key(key, 3)]) == [None, None]  # no more places
 
     @requires(Capability.STORE)
-    async def test_store_a_claim_asked_again_keeps_its_key_and_restarts_its_ttl(
+    async def test_store_a_claim_asked_again_keeps_its_place_and_restarts_its_ttl(
         self, broker: BrokerProtocol
     ) -> None:
-        store = broker.store
-        keys = [_key() for _ in range(3)]
-        first = await store.claim(keys, b"me", TTL)
+        store, key = broker.store, _key()
+        places = [place_key(key, n) for n in range(3)]
+        first = await store.claim(key, 3, b"me", TTL)
         assert first is not None
         await asyncio.sleep(TTL - MARGIN)
-        again = await store.claim(keys, b"me", TTL)
+        again = await store.claim(key, 3, b"me", TTL)
         claimed = time.monotonic()
         assert again is not None
         assert again.key == first.key
         assert again.version > first.version
         await _until(claimed, TTL - MARGIN)  # past the first ttl
         assert await _one(store, first.key) == Record(b"me", again.version)
-        held = [r for r in await store.read(keys) if r is not None]
+        held = [r for r in await store.read(places) if r is not None]
         assert held == [Record(b"me", again.version)]
 
     @requires(Capability.STORE)
-    async def test_store_a_claimed_key_is_free_again_after_its_ttl(
+    async def test_store_a_claimed_place_is_free_again_after_its_ttl(
         self, broker: BrokerProtocol
     ) -> None:
-        store, keys = broker.store, [_key()]
-        first = await store.claim(keys, b"a", TTL)
+        store, key = broker.store, _key()
+        first = await store.claim(key, 1, b"a", TTL)
         claimed = time.monotonic()
         assert first is not None
-        assert await store.claim(keys, b"b", TTL) is None
+        assert await store.claim(key, 1, b"b", TTL) is None
         await _until(claimed, TTL + MARGIN)
-        second = await store.claim(keys, b"b", TTL)
+        second = await store.claim(key, 1, b"b", TTL)
         assert second is not None
-        assert second.key == keys[0]
+        assert second.key == place_key(key, 0)
         assert second.version > first.version
 
     @requires(Capability.STORE)
-    async def test_store_claims_at_once_never_take_one_key_twice(
+    async def test_store_claims_at_once_never_take_one_place_twice(
         self, broker_factory: BrokerFactory
     ) -> None:
-        keys = [_key() for _ in range(5)]
+        key = _key()
+        places = [place_key(key, n) for n in range(5)]
         async with many(broker_factory, 4) as brokers:
             claims = await asyncio.gather(
-                *(brokers[i % 4].store.claim(keys, b"v%d" % i, TTL * 10) for i in range(16))
+                *(brokers[i % 4].store.claim(key, 5, b"v%d" % i, TTL * 10) for i in range(16))
             )
             taken = {c.key: i for i, c in enumerate(claims) if c is not None}
-            assert len(taken) == 5, claims
+            assert sorted(taken) == places, claims
             assert sum(c is not None for c in claims) == 5, claims
-            records = await brokers[0].store.read(keys)
-        assert [r.value if r else None for r in records] == [b"v%d" % taken[k] for k in keys]
+            records = await brokers[0].store.read(places)
+        assert [r.value if r else None for r in records] == [b"v%d" % taken[k] for k in places]
 
     # -- watches -------------------------------------------------------------------------
 
@@ -460,10 +471,13 @@ class StoreContract(ContractBase):
             lambda: store.write([Write(key, None, ttl=1)]),
             lambda: store.write([(key, b"x")]),  # type: ignore[list-item]
             lambda: store.write([Write(key, b"ok"), Write("\n", b"x")]),  # one bad: none sent
-            lambda: store.claim([], b"x", 1),
-            lambda: store.claim([key, key], b"x", 1),
-            lambda: store.claim([key], b"x", 0),
-            lambda: store.claim([f"k{i}" for i in range(1001)], b"x", 1),
+            lambda: store.claim("", 1, b"x", 1),
+            lambda: store.claim(key, 0, b"x", 1),
+            lambda: store.claim(key, 1001, b"x", 1),
+            lambda: store.claim(key, True, b"x", 1),
+            lambda: store.claim(key, 1, "x", 1),  # type: ignore[arg-type]
+            lambda: store.claim(key, 1, b"x", 0),
+            lambda: store.claim("k" * (MAX_KEY - 1), 10, b"x", 1),  # "#9" makes it too long
             lambda: store.watch(key, ANY, timeout=1),  # type: ignore[arg-type]
             lambda: store.watch(key, None, timeout=0),
             lambda: store.watch(key, None, timeout=3601),
@@ -480,7 +494,7 @@ class StoreContract(ContractBase):
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.read([_key()]),
             lambda: store.write([Write(_key(), b"x")]),
-            lambda: store.claim([_key()], b"x", 1),
+            lambda: store.claim(_key(), 1, b"x", 1),
             lambda: store.watch(_key(), None, timeout=1),
         ]
         for call in calls:
@@ -495,21 +509,14 @@ class StoreContract(ContractBase):
         )
 
     @requires(Capability.STORE, Capability.CROSS_PROCESS)
-    async def test_store_processes_claiming_and_creating_at_once_never_share_a_key(
+    async def test_store_processes_claiming_and_creating_at_once_never_share_a_place(
         self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
-        keys, created, go = [_key() for _ in range(4)], _key(), tmp_path / "go"
+        key, created, go = _key(), _key(), tmp_path / "go"
+        keys = [place_key(key, n) for n in range(4)]
         claimers = [
-            self._child(
-                procs,
-                broker_url,
-                go,
-                "claim",
-                ",".join(keys),
-                "30",
-                *(f"p{p}v{i}" for i in range(4)),
-            )
-            for p in range(3)
+            self._child(procs, broker_url, go, "claim", key, "4", "30", *values)
+            for values in ([f"p{p}v{i}" for i in range(4)] for p in range(3))
         ]
         creators = [
             self._child(procs, broker_url, go, "create", created, *(f"p{p}c{i}" for i in range(4)))
