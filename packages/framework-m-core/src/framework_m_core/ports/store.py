@@ -145,8 +145,9 @@ class StoreProtocol(Protocol):
         """In one step, take the first of the ``places`` places of ``key`` that has no
         record: write ``value`` there for ``ttl`` seconds and return the place's key and
         version; None, changing nothing, when every place holds a record with another
-        value. Place ``n`` is the record under :func:`place_key` ``(key, n)``, tried in
-        order from 0.
+        value. Place ``n`` is the record under
+        :func:`~framework_m_core.ports.store.place_key` ``(key, n)``, tried in order
+        from 0.
 
         A place whose record already holds ``value`` is taken again instead: its ttl
         restarts and it gets a new version, so a claim asked again (a reply lost) never
