@@ -31,6 +31,7 @@ from framework_m_core.ports import (
     StateEntry,
 )
 from framework_m_core.ports import Capability as C
+from framework_m_core.ports.store import StoreProtocol
 
 from . import (
     confirms,
@@ -45,6 +46,7 @@ from . import (
     schema,
     state,
     stats,
+    store,
     trimming,
     wire,
 )
@@ -75,6 +77,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.STATE,
             C.WATCHED_STATE,
             C.MEMOS,
+            C.STORE,  # leases, state and memos are still its own (leases.py, ...)
         }
     )
     parse_url = staticmethod(parse_url)
@@ -93,6 +96,9 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._leases = leases.Leases(settings)
         self._state = state.State(settings)
         self._memos = memos.Memos(settings)
+        self._records = store.NatsStore(
+            settings, lambda: self.js, lambda: self._connected(self._nc)
+        )
 
     @property
     def dedup_window(self) -> float:
@@ -105,6 +111,10 @@ class NatsBroker(BaseBroker[NatsSettings]):
     @property
     def js(self) -> JetStreamContext:
         return self._connected(self._js)
+
+    @property
+    def store(self) -> StoreProtocol:
+        return self._records
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -136,6 +146,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._leases.reset()
         self._state.reset()
         self._memos.reset()
+        self._records.reset()
         self._puller, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -144,6 +155,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
         await self._mover.stop()
         await self._trimmer.stop()
         self._state.reset()
+        self._records.reset()
         nc, puller, held = self._nc, self._puller, list(self._held.values())
         confirmed, self._confirms = self._confirms, None
         self._nc, self._js, self._puller, self._held = None, None, None, {}

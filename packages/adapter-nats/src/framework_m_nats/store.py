@@ -1,0 +1,207 @@
+"""The store in a JetStream key-value bucket, ``{stream}_store``.
+
+One key per record (in URL-safe base64), history 1. A record's version is its key's
+revision: the sequence of its last write in the bucket's one stream, so every write,
+under any key, gives a greater one, a delete included. A value is stored behind its
+expiry (eight bytes, unix milliseconds by the writer's clock; 0 for none): a record
+whose expiry passed reads as none, and a write over it is a compare-and-set on its
+revision, as over any record. A write with a condition reads the key first (an
+expired record must not match), then writes expecting the revision it read
+(``Nats-Expected-Last-Subject-Sequence``); a claim reads its places at once, then
+takes the first free one the same way, reading again when it lost a race.
+
+A watch subscribes to the key's subject (``$KV.{bucket}.{key}``, where every write and
+delete is published), reads, and reads again at each message; the bucket is made by
+the first write, and reading before that finds no record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import re
+import struct
+import time
+from collections.abc import Callable
+from functools import partial
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import (
+    APIError,
+    KeyDeletedError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+)
+from nats.js.kv import KeyValue
+
+from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
+from framework_m_core.ports.store_base import BaseStore
+
+from .buckets import LazyBucket, answered
+from .errors import server_errors
+from .settings import NatsSettings
+
+_EXPIRY = struct.Struct(">Q")
+_WRONG_LAST_SEQUENCE = 10071
+# A watch reads its key again this often even without a message (one lost while the
+# connection was being made again).
+_REREAD = 10.0
+
+
+def bucket_name(s: NatsSettings) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_store")
+
+
+def _kv_key(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def _lost_race(exc: Exception) -> bool:
+    """Whether ``exc`` says the key moved past the revision a write expected."""
+    return isinstance(exc, KeyWrongLastSequenceError) or (
+        isinstance(exc, APIError) and exc.err_code == _WRONG_LAST_SEQUENCE
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Held:
+    """A key as read: its live record (None: none, or expired) and the revision to
+    expect when writing it (0: the key has no entry)."""
+
+    __slots__ = ("record", "revision")
+
+    def __init__(self, record: Record | None, revision: int) -> None:
+        self.record, self.revision = record, revision
+
+
+class NatsStore(BaseStore):
+    """The records of one broker's stream; ``js`` and ``nc`` raise while not connected."""
+
+    def __init__(
+        self,
+        settings: NatsSettings,
+        js: Callable[[], JetStreamContext],
+        nc: Callable[[], Client],
+    ) -> None:
+        self._js, self._nc = js, nc
+        self._bucket = LazyBucket(
+            bucket_name(settings), "store", history=1, replicas=settings.replicas
+        )
+
+    def reset(self) -> None:
+        """Forget the bucket (the connection that had it is gone)."""
+        self._bucket.reset()
+
+    async def _kv(self, *, create: bool) -> KeyValue | None:
+        return await self._bucket.get(self._js(), create=create)
+
+    async def _held(self, kv: KeyValue, key: str) -> _Held:
+        try:
+            entry = await kv.get(_kv_key(key))
+        except (KeyNotFoundError, KeyDeletedError) as exc:  # a delete marker has a revision
+            marker = getattr(exc, "entry", None)
+            return _Held(None, int(getattr(marker, "revision", 0) or 0))
+        revision = int(entry.revision or 0)
+        raw = entry.value or b""
+        if len(raw) < _EXPIRY.size:
+            return _Held(None, revision)
+        (expires,) = _EXPIRY.unpack_from(raw)
+        if expires and expires <= _now_ms():
+            return _Held(None, revision)
+        return _Held(Record(raw[_EXPIRY.size :], revision), revision)
+
+    async def _read(self, keys: list[str]) -> list[Record | None]:
+        kv = await self._kv(create=False)
+        if kv is None:
+            return [None] * len(keys)
+        with server_errors("reading records"):
+            held = await asyncio.gather(*(self._held(kv, key) for key in keys))
+        return [h.record for h in held]
+
+    async def _write(self, writes: list[Write]) -> list[int | None]:
+        kv = await self._kv(create=True)
+        assert kv is not None
+        out: list[int | None] = []
+        with server_errors("writing records"):
+            for write in writes:
+                out.append(await self._write_one(kv, write))
+        return out
+
+    async def _write_one(self, kv: KeyValue, write: Write) -> int | None:
+        key, value, version, ttl = write
+        while True:
+            held = await self._held(kv, key)
+            current = None if held.record is None else held.record.version
+            if version is not ANY and version != current:
+                return None
+            try:
+                if value is None:
+                    if current is None:
+                        return None
+                    await answered(partial(kv.delete, _kv_key(key), last=held.revision))
+                    return current
+                expires = 0 if ttl is None else _now_ms() + max(1, round(ttl * 1000))
+                stored = _EXPIRY.pack(expires) + value
+                return int(
+                    await answered(partial(kv.update, _kv_key(key), stored, last=held.revision))
+                )
+            except (KeyWrongLastSequenceError, APIError) as exc:
+                if not _lost_race(exc):
+                    raise
+                if version is not ANY:
+                    return None  # another write came between: the condition no longer holds
+                # ANY always lands: read again and write over what is there now
+
+    async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
+        kv = await self._kv(create=True)
+        assert kv is not None
+        keys = [place_key(key, n) for n in range(places)]
+        with server_errors("claiming a place"):
+            while True:
+                held = await asyncio.gather(*(self._held(kv, k) for k in keys))
+                mine = [i for i, h in enumerate(held) if h.record and h.record.value == value]
+                free = [i for i, h in enumerate(held) if h.record is None]
+                if not mine and not free:
+                    return None
+                n = (mine or free)[0]
+                stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
+                try:
+                    version = await answered(
+                        partial(kv.update, _kv_key(keys[n]), stored, last=held[n].revision)
+                    )
+                except (KeyWrongLastSequenceError, APIError) as exc:
+                    if not _lost_race(exc):
+                        raise
+                    continue  # another claim took it meanwhile: look again
+                return Claim(keys[n], int(version))
+
+    async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        changed = asyncio.Event()
+
+        async def saw(_msg: object) -> None:
+            changed.set()
+
+        nc = self._nc()
+        subject = f"$KV.{self._bucket.name}.{_kv_key(key)}"
+        with server_errors(f"watching record {key!r}"):
+            sub = await nc.subscribe(subject, cb=saw)
+            await nc.flush(timeout=5)  # subscribed before the first read
+        try:
+            while True:
+                changed.clear()
+                (record,) = await self._read([key])
+                left = deadline - loop.time()
+                if (None if record is None else record.version) != version or left <= 0:
+                    return record
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), min(left, _REREAD))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
