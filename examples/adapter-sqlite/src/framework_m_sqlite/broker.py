@@ -15,7 +15,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from framework_m_core.ports import (
@@ -34,21 +34,10 @@ from framework_m_core.ports.store import StoreProtocol
 
 from . import schema
 from .settings import SqliteSettings, parse_url
-from .store import SqliteStore
+from .store import SqliteStore, transaction
 
 T = TypeVar("T")
 _POLL = (0.005, 0.05)  # receive polls the table, backing off from the first to the second
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 class SqliteBroker(BaseBroker[SqliteSettings]):
@@ -129,7 +118,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
     def _store(self, db: sqlite3.Connection, message: JobMessage, body: bytes) -> PublishResult:
         q, dedup = self.settings.queue, message.deduplication_id
-        with _transaction(db):
+        with transaction(db):
             now = time.time()  # once the write lock is ours
             if message.not_after is not None and now > message.not_after:
                 raise BrokerError(f"{message.job_name}: past its not_after deadline, not stored")
@@ -172,7 +161,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
     def _reserve(self, db: sqlite3.Connection, limit: int) -> list[Delivery]:
         token, now = os.urandom(8).hex(), time.time()
-        with _transaction(db):
+        with transaction(db):
             rows = db.execute(
                 "UPDATE fm_jobs SET token = ?, until = ?, deliveries = deliveries + 1 "
                 "WHERE id IN (SELECT id FROM fm_jobs WHERE queue = ? AND due <= ? "
@@ -238,7 +227,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
             return
 
         def move(db: sqlite3.Connection) -> int:
-            with _transaction(db):
+            with transaction(db):
                 gone = db.execute("DELETE FROM fm_jobs WHERE id = ? AND token = ?", handle)
                 if gone.rowcount:
                     db.execute(
@@ -283,7 +272,7 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
         ids = [(letter.ref, self.settings.queue) for letter in letters]
 
         def remove(db: sqlite3.Connection) -> int:
-            with _transaction(db):
+            with transaction(db):
                 return sum(
                     db.execute("DELETE FROM fm_dead WHERE id = ? AND queue = ?", row).rowcount
                     for row in ids

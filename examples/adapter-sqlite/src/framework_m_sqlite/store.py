@@ -17,7 +17,9 @@ Run = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
 
 
 @contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``db`` in a ``BEGIN IMMEDIATE`` transaction: committed when the block ends,
+    rolled back when it raises."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield db
@@ -74,7 +76,7 @@ class SqliteStore(BaseStore):
     async def _write(self, writes: list[Write]) -> list[int | None]:
         def write(db: sqlite3.Connection) -> list[int | None]:
             out: list[int | None] = []
-            with _transaction(db):
+            with transaction(db):
                 now = time.time()
                 for key, value, version, ttl in writes:
                     current = self._current(db, key, now)
@@ -97,7 +99,7 @@ class SqliteStore(BaseStore):
 
     async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         def claim(db: sqlite3.Connection) -> Claim | None:
-            with _transaction(db):
+            with transaction(db):
                 now = time.time()
                 free = None
                 for place in (place_key(key, n) for n in range(places)):

@@ -181,8 +181,7 @@ class NatsStore(BaseStore):
                 return Claim(keys[n], int(version))
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         changed = asyncio.Event()
 
         async def saw(_msg: object) -> None:
@@ -194,14 +193,7 @@ class NatsStore(BaseStore):
             sub = await nc.subscribe(subject, cb=saw)
             await nc.flush(timeout=5)  # subscribed before the first read
         try:
-            while True:
-                changed.clear()
-                (record,) = await self._read([key])
-                left = deadline - loop.time()
-                if (None if record is None else record.version) != version or left <= 0:
-                    return record
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(left, _REREAD))
+            return await self._watch_by(key, version, deadline, changed, _REREAD)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

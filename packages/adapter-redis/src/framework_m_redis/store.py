@@ -92,14 +92,7 @@ class RedisStore(BaseStore):
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         deadline = time.monotonic() + timeout
         async with self._changes.watching(self._s.record_key(key), deadline) as changed:
-            while True:
-                changed.clear()
-                (record,) = await self._read([key])
-                left = deadline - time.monotonic()
-                if (None if record is None else record.version) != version or left <= 0:
-                    return record
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(left, _REREAD))
+            return await self._watch_by(key, version, deadline, changed, _REREAD)
 
 
 class _Changes:

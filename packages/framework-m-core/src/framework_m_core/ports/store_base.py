@@ -4,6 +4,7 @@ poll a store without change notifications watches by."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -70,14 +71,33 @@ class BaseStore(StoreProtocol):
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         """:meth:`watch` with valid arguments. This default reads the key every
         :data:`POLL` seconds, within the :data:`~.store.WATCH_DELAY` the port promises;
-        a store whose broker notifies of changes overrides it."""
-        deadline = time.monotonic() + timeout
+        a store whose broker notifies of changes overrides it, waiting with
+        :meth:`_watch_by`."""
+        return await self._watch_by(key, version, time.monotonic() + timeout, None, POLL)
+
+    async def _watch_by(
+        self,
+        key: str,
+        version: int | None,
+        deadline: float,
+        changed: asyncio.Event | None,
+        reread: float,
+    ) -> Record | None:
+        """Read ``key`` until its version is other than ``version`` or the ``deadline``
+        (by the monotonic clock) passed, reading again when ``changed`` is set (the
+        broker said the key changed) and every ``reread`` seconds in any case."""
         while True:
+            if changed is not None:
+                changed.clear()
             (record,) = await self._read([key])
             left = deadline - time.monotonic()
             if _version(record) != version or left <= 0:
                 return record
-            await asyncio.sleep(min(POLL, left))
+            if changed is None:
+                await asyncio.sleep(min(reread, left))
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, reread))
 
 
 def _version(record: Record | None) -> int | None:
