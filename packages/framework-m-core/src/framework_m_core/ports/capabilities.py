@@ -53,8 +53,9 @@ class Capability(StrEnum):
     #: ``read_state()`` and ``write_state()`` keep versioned records in the broker,
     #: shared by every process: pausing schedules and catching up need them.
     STATE = "state"
-    #: ``wait_state()`` returns within a second of a write from any connection (a
-    #: watch), rather than at its timeout: runtime schedules reach tickers at once.
+    #: ``wait_state()`` returns within ``WATCH_DELAY`` (two seconds) of a write from any
+    #: connection (a watch), rather than at its timeout: runtime schedules reach tickers
+    #: at once.
     WATCHED_STATE = "watched_state"
     #: ``put_memo()`` and ``get_memo()`` keep expiring values in the broker, shared by
     #: every process: job statuses, results and cancellation need them.
@@ -87,7 +88,7 @@ _PROMISES = {
     ),
     Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
     Capability.STATE: "versioned records in the broker, written by compare-and-set",
-    Capability.WATCHED_STATE: "wait_state() returns within a second of a write anywhere",
+    Capability.WATCHED_STATE: "wait_state() returns within 2 s of a write anywhere",
     Capability.MEMOS: "expiring values in the broker, created at most once while they last",
     Capability.STORE: "records in the broker: compare-and-set, expiring, watched, claimed",
 }

@@ -383,8 +383,9 @@ class StateProtocol(Protocol):
         Returns at once when the record already differs from ``version``. It returns
         before the timeout only with a record that differs; at the timeout it
         returns the record as then read, changed or not. An adapter with
-        :attr:`~.Capability.WATCHED_STATE` returns within a second of a write from
-        any connection; others may see the change only at the timeout (a poll).
+        :attr:`~.Capability.WATCHED_STATE` returns within ``WATCH_DELAY`` (two seconds)
+        of a write from any connection; others may see the change only at the timeout
+        (a poll).
         ``timeout`` is a number of seconds above 0 and at most
         ``MAX_STATE_WAIT`` (an hour).
         """
