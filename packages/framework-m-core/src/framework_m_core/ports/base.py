@@ -384,8 +384,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._lease_holders(key, limit)
 
     async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        """:meth:`acquire_lease` with valid arguments: on the store, unless an adapter
-        with ``LEASES`` and no ``STORE`` overrides it."""
+        """:meth:`acquire_lease` with valid arguments: on the store (``STORE``), unless
+        the adapter keeps leases of its own and overrides this."""
         return await self._shared.acquire(key, holder, ttl, limit)
 
     async def _extend_lease(self, key: str, holder: str) -> bool:
@@ -437,8 +437,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._read_state(key)
 
     async def _read_state(self, key: str) -> StateEntry | None:
-        """:meth:`read_state` with a valid key: on the store, unless an adapter with
-        ``STATE`` and no ``STORE`` overrides it."""
+        """:meth:`read_state` with a valid key: on the store (``STORE``), unless the
+        adapter keeps state of its own and overrides this."""
         return await self._shared.read_state(key)
 
     async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
@@ -461,8 +461,8 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return await self._get_memo(key)
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        """:meth:`put_memo` with valid arguments: on the store, unless an adapter with
-        ``MEMOS`` and no ``STORE`` overrides it."""
+        """:meth:`put_memo` with valid arguments: on the store (``STORE``), unless the
+        adapter keeps memos of its own and overrides this."""
         (stored,) = await self._shared.put_memos([(key, value, ttl, create)])
         return stored
 
