@@ -413,18 +413,17 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
 ) -> None:
     from framework_m_core.cli.main import main
     from framework_m_core.runtime.leases import holder_of, overlap_key
+    from framework_m_core.testing import namespace
 
-    url = f"redis://127.0.0.1:6379/0?queue=status-{uuid.uuid4().hex[:8]}"
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
     key, holder = overlap_key("every_second"), holder_of("job1")
 
-    async def lease(take: bool) -> None:
+    async def lease() -> None:  # held for 30 s unless released: the namespace's drop ends it
         async with connected(open_broker(url)) as broker:
-            if take:
-                assert await broker.acquire_lease(key, holder, 30.0)
-            else:
-                await broker.release_lease(key, holder)
+            assert await broker.acquire_lease(key, holder, 30.0)
 
-    asyncio.run(lease(True))
+    asyncio.run(lease())
     try:
         assert main(["status", "--broker", url, "--app", "examples.heartbeat", "--json"]) == 0
         running = json.loads(capsys.readouterr().out)["running"]
@@ -433,4 +432,4 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
         assert main(["status", "--broker", url, "--app", "examples.heartbeat"]) == 0
         assert f"runningevery_second{holder}" in capsys.readouterr().out.replace(" ", "")
     finally:
-        asyncio.run(lease(False))
+        asyncio.run(ns.drop())
