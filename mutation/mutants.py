@@ -49,8 +49,6 @@ SUITES = {
     # Redis specifics: a missing group said as such; writes a replica must have (WAIT).
     "redis-own": "packages/adapter-redis/tests/test_redis_adapter.py",
     "redis-failover": "tests/test_redis_failover.py",
-    # RabbitMQ's index of state records: nothing a namespace's drop misses.
-    "rabbitmq-state": "packages/adapter-rabbitmq/tests/test_state_index.py",
     # A 3-node RabbitMQ cluster losing quorum under three ticking replicas.
     "rabbitmq-quorum": "tests/test_rabbitmq_quorum.py",
 }
@@ -971,16 +969,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_tick_first_delivered_past_its_deadline_is_expired_not_run",
     ),
     m(
-        "rabbitmq-state-declared-before-listed",
-        "rabbitmq-state",
-        "a state record's queue is in the index before it exists",
-        f"{RABBIT}/state.py",
-        "            await channel.declare_queue(index, durable=True)\n",
-        "            await channel.declare_queue(queue, durable=True)\n"
-        "            await channel.declare_queue(index, durable=True)\n",
-        "test_a_record_queue_is_listed_before_it_is_declared",
-    ),
-    m(
         "rabbitmq-quorum-late-run",
         "rabbitmq-quorum",
         "ticks a quorum queue stored when quorum returned do not run past their deadline",
@@ -1097,34 +1085,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "        outside = now\n",
         "test_acked_jobs_outside_the_window_leave_the_rest_stay",
     ),
-    m(
-        "rabbitmq-state-no-lock",
-        "rabbitmq",
-        "a state write is compare-and-set across connections (under the key's lock)",
-        f"{RABBIT}/state.py",
-        "            await self._take(key, lock)\n",
-        "",
-        "test_of_writes_with_one_version_at_once_exactly_one_succeeds",
-        "test_read_modify_write_loses_no_update_across_connections",
-    ),
-    m(
-        "rabbitmq-state-no-compare",
-        "rabbitmq",
-        "a state write with another version changes nothing",
-        f"{RABBIT}/state.py",
-        "(version is None or _version(current) != version)",
-        "version is None",
-        "test_a_write_with_another_version_changes_nothing",
-    ),
-    m(
-        "rabbitmq-state-create-replaces",
-        "rabbitmq",
-        "a write without a version creates a record only where there is none",
-        f"{RABBIT}/state.py",
-        "(version is None or _version(current) != version)",
-        "(version is not None and _version(current) != version)",
-        "test_a_write_with_another_version_changes_nothing",
-    ),
     # -- waiting for a state change (core, memory://, SQLite's poll, NATS's watch) ---------
     m(
         "core-state-wait-validation",
@@ -1134,16 +1094,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "        timeout = validate_wait(timeout)\n",
         "",
         "test_invalid_arguments_are_refused",
-    ),
-    m(
-        "core-state-poll-sleeps-first",
-        "rabbitmq",  # the one adapter left that waits on state by this poll
-        "a wait returns at once when the record already differs",
-        f"{CORE}/ports/base.py",
-        "        entry = await self._read_state(key)\n        if version_of(entry) != version:\n"
-        "            return entry\n        await asyncio.sleep(timeout)\n",
-        "        await asyncio.sleep(timeout)\n",
-        "test_a_wait_returns_at_once_when_the_record_differs",
     ),
     m(
         "nats-state-watch-deaf",
@@ -1326,44 +1276,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "        await noting\n",
         "",
         "test_an_enqueue_beside_its_status_create_returns_once_both_landed",
-    ),
-    # The x-fm-memos exchange keeps RabbitMQ's memos; these break the adapter's requests.
-    m(
-        "rabbitmq-memo-create-overwrites",
-        "rabbitmq",
-        "a create stores only where no unexpired memo is",
-        f"{RABBIT}/memos.py",
-        "call = _Call(_CREATE if create else _PUT,",
-        "call = _Call(_PUT,",
-        "test_a_create_stores_only_where_no_unexpired_memo_is",
-        "test_of_creates_at_once_exactly_one_stores",
-    ),
-    m(
-        "rabbitmq-memo-outlives-ttl",
-        "rabbitmq",
-        "a memo is gone after its ttl",
-        f"{RABBIT}/memos.py",
-        "key.encode(), max(1, round(ttl * 1000)), value)",
-        "key.encode(), max(1, round(ttl * 1000)) + 3_600_000, value)",
-        "test_a_memo_is_gone_after_its_ttl",
-    ),
-    m(
-        "rabbitmq-memo-keys-shared",
-        "rabbitmq",
-        "memos under different keys are apart",
-        f"{RABBIT}/memos.py",
-        "_PUT, key.encode(),",
-        "_PUT, key.encode()[:4],",
-        "test_memos_are_apart_from_each_other_and_from_state",
-    ),
-    m(
-        "rabbitmq-memo-missing-read-as-found",
-        "rabbitmq",
-        "a key without a memo reads as None",
-        f"{RABBIT}/memos.py",
-        'return body if result == "found" else None',
-        'return body if result != "error" else None',
-        "test_a_memo_put_on_one_connection_is_got_on_another",
     ),
     # -- job statuses and results (core, run on memory://) --------------------------------
     m(
@@ -1881,6 +1793,54 @@ MUTANTS: tuple[Mutant, ...] = (
         "    local v = redis.call('INCR', KEYS[1])\n    redis.call('HSET', KEYS[i]",
         "    local v = (tonumber(current) or 0) + 1\n    redis.call('HSET', KEYS[i]",
         "test_store_versions_grow_across_keys",
+    ),
+    # The x-fm-store exchange keeps RabbitMQ's records (its own promises are tested on
+    # raw AMQP in test_store_plugin.py); these break the adapter's requests.
+    m(
+        "rabbitmq-store-condition-dropped",
+        "rabbitmq",
+        "a write stores only where its condition holds",
+        f"{RABBIT}/store.py",
+        "(0, 0) if version is ANY else (1, 0) if version is None else (2, version)",
+        "(0, 0)",
+        "test_store_a_create_over_a_record_is_refused",
+        "test_store_a_write_with_a_stale",
+    ),
+    m(
+        "rabbitmq-store-outlives-ttl",
+        "rabbitmq",
+        "a record is gone from its ttl on",
+        f"{RABBIT}/store.py",
+        "condition, number, value is None, 0 if ttl is None else _ms(ttl), len(data)",
+        "condition, number, value is None, 0 if ttl is None else _ms(ttl) * 2, len(data)",
+        "test_store_a_record_lasts_its_ttl",
+    ),
+    m(
+        "rabbitmq-store-missing-read-as-found",
+        "rabbitmq",
+        "a key without a record reads as None",
+        f"{RABBIT}/store.py",
+        "return (Record(value, version) if found else None), at + size",
+        "return Record(value, version), at + size",
+        "test_store_keys_without_a_record_read_none",
+    ),
+    m(
+        "rabbitmq-store-claim-place-lost",
+        "rabbitmq",
+        "a claim says which place it took",
+        f"{RABBIT}/store.py",
+        "Claim(place_key(key, place), version)",
+        "Claim(place_key(key, 0), version)",
+        "test_store_a_claim_takes_the_first_place",
+    ),
+    m(
+        "rabbitmq-store-pass-answers-shifted",
+        "rabbitmq",
+        "each caller of a pass's operations gets its own answers",
+        f"{RABBIT}/store.py",
+        "        for wanted, future in calls:\n            answer(future, [next(given)",
+        "        for wanted, future in reversed(calls):\n            answer(future, [next(given)",
+        "test_store_of_writes_with_one_condition_at_once",
     ),
     m(
         "sqlite-store-two-creators",

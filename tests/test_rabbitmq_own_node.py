@@ -275,8 +275,8 @@ def test_a_broker_without_the_exchange_type_stops_the_worker_naming_the_plugins(
         assert "rabbitmq-message-deduplication" in said
         assert "python -m framework_m_rabbitmq.plugin build" in said
         assert "Traceback" not in said
-    assert "no exchange type 'x-fm-memos'" in dry_run.stdout + dry_run.stderr
-    assert "memos=off" in dry_run.stdout + dry_run.stderr
+    assert "no exchange type 'x-fm-store'" in dry_run.stdout + dry_run.stderr
+    assert "store=off" in dry_run.stdout + dry_run.stderr
 
 
 def test_a_missing_configure_permission_is_named_not_taken_for_a_conflict(

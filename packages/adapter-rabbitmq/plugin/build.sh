@@ -1,28 +1,55 @@
 #!/usr/bin/env bash
-# Build framework-m's x-message-deduplication exchange plugin against the installed
-# RabbitMQ, install it into that RabbitMQ's plugins directory and enable it.
-# Idempotent. Needs erlc and write access to the plugins directory (root).
+# framework-m's RabbitMQ plugin (exchange types x-message-deduplication and x-fm-store)
+# as an .ez archive, built against the RabbitMQ on this machine, installed the way
+# RabbitMQ installs any plugin: into the plugins directory the broker itself reports,
+# then `rabbitmq-plugins enable`. Idempotent; a broker running an older build is moved
+# to the new one.
+#
+#   build.sh            build, install and enable (erlc; write access to the plugins
+#                       directory, usually root)
+#   build.sh --ez DIR   only build DIR/framework_m_dedup_exchange-<version>.ez, for an
+#                       image or a node without erlc (same RabbitMQ version)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 name=framework_m_dedup_exchange
 version=0.1.0
+out=""
+if [ "${1:-}" = "--ez" ]; then
+  out=${2:?usage: build.sh [--ez DIR]}
+elif [ $# -gt 0 ]; then
+  echo "usage: build.sh [--ez DIR]" >&2
+  exit 2
+fi
 
-plugins_dir=$(ls -d /usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins 2>/dev/null | sort -V | tail -n 1)
-if [ -z "$plugins_dir" ]; then
-  echo "no RabbitMQ installation under /usr/lib/rabbitmq" >&2
+# "Plugin archives directory: a:b" from the running node, else from its environment.
+listing=$(rabbitmq-plugins directories --online 2>/dev/null ||
+          rabbitmq-plugins directories --offline 2>/dev/null || true)
+archives=$(printf '%s\n' "$listing" | sed -n 's/^Plugin archives directory: //p')
+if [ -z "$archives" ]; then
+  echo "rabbitmq-plugins reports no plugins directory: is RabbitMQ installed here?" >&2
   exit 1
 fi
-rabbit_vsn=$(basename "$(dirname "$plugins_dir")" | sed 's/rabbitmq_server-//')
+IFS=: read -r -a dirs <<<"$archives"
+common=""
+for dir in "${dirs[@]}"; do
+  found=$(ls -d "$dir"/rabbit_common-* 2>/dev/null | sort -V | tail -n 1 || true)
+  [ -n "$found" ] && common=$found
+done
+if [ -z "$common" ]; then
+  echo "no rabbit_common in $archives: cannot compile against this RabbitMQ" >&2
+  exit 1
+fi
+rabbit_vsn=$(basename "$common" | sed 's/^rabbit_common-//; s/\.ez$//')
 
-target="$plugins_dir/$name-$version"
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-mkdir -p "$build/ebin"
-ERL_LIBS="$plugins_dir" erlc -o "$build/ebin" "$here"/src/*.erl
-modules=$(cd "$build/ebin" && ls *.beam | sed 's/\.beam$//' | paste -sd, -)
-cat > "$build/ebin/$name.app" <<APP
+app="$build/$name-$version"
+mkdir -p "$app/ebin"
+ERL_LIBS="$(dirname "$common")" erlc -o "$app/ebin" "$here"/src/*.erl
+modules=$(cd "$app/ebin" && ls *.beam | sed 's/\.beam$//' | paste -sd, -)
+cat > "$app/ebin/$name.app" <<APP
 {application, '$name', [
-  {description, "framework-m: x-message-deduplication and x-fm-memos exchanges"},
+  {description, "framework-m: x-message-deduplication and x-fm-store exchanges"},
   {vsn, "$version"},
   {modules, [$modules]},
   {registered, []},
@@ -31,17 +58,35 @@ cat > "$build/ebin/$name.app" <<APP
   {broker_version_requirements, ["$rabbit_vsn"]}
 ]}.
 APP
-rm -rf "$target"
+ez="$name-$version.ez"
+python3 -c 'import shutil, sys; shutil.make_archive(sys.argv[1], "zip", sys.argv[2], sys.argv[3])' \
+  "$build/$name-$version" "$build" "$name-$version"
+mv "$build/$name-$version.zip" "$build/$ez"
+if [ -n "$out" ]; then
+  mkdir -p "$out"
+  cp "$build/$ez" "$out/"
+  echo "built $out/$ez (RabbitMQ $rabbit_vsn)"
+  exit 0
+fi
+
+# The first directory of the list that exists (RabbitMQ reads them all).
+target=""
+for dir in "${dirs[@]}"; do
+  if [ -d "$dir" ]; then target=$dir; break; fi
+done
+target=${target:-${dirs[0]}}
 mkdir -p "$target"
-cp -r "$build/ebin" "$target/"
-echo "installed $target"
-rabbitmq-plugins enable --quiet "$name"
-# When the plugin was enabled already, the node still runs the old code: load the new,
-# register the exchange types a newer version added and create their tables.
-rabbitmqctl --quiet eval '
-  [{module, _} = c:l(M) || M <- [rabbit_fm_tables, rabbit_exchange_type_fm_dedup,
-                                 rabbit_exchange_type_fm_memos]],
-  ok = rabbit_exchange_type_fm_memos:register_type(),
-  rabbit_exchange_type_fm_dedup:setup_schema(),
-  rabbit_exchange_type_fm_memos:setup_schema().' >/dev/null
+for dir in "${dirs[@]}"; do  # an earlier build, archived or expanded, anywhere in the list
+  rm -rf "$dir/$name-$version" "$dir/$name-$version.ez"
+done
+cp "$build/$ez" "$target/"
+echo "installed $target/$ez"
+if rabbitmq-plugins is_enabled --quiet "$name" >/dev/null 2>&1 &&
+   rabbitmqctl --quiet eval "lists:keymember($name, 1, application:which_applications())." \
+     2>/dev/null | grep -q true; then
+  # Running an older build: stop it so that the enable below loads the new one and
+  # makes what it adds (its exchanges route nothing for that moment).
+  rabbitmq-plugins disable --quiet "$name" >/dev/null
+fi
+rabbitmq-plugins enable --quiet "$name" >/dev/null
 echo "enabled $name"

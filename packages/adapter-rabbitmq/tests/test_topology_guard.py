@@ -9,6 +9,7 @@ import pytest
 
 from framework_m_core.errors import BrokerError, SchemaConflictError
 from framework_m_core.ports import Capability
+from framework_m_core.ports.store import Write
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -53,28 +54,31 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
         assert broker.stats.duplicates == 0
 
 
-async def test_memos_off_keeps_no_memo_exchange_and_says_so(url: str) -> None:
-    async with RabbitBroker.from_url(url + "&memos=off") as broker:
-        assert Capability.MEMOS not in broker.capabilities
-        assert Capability.MEMOS in RabbitBroker.capabilities  # the class keeps it
+async def test_store_off_keeps_no_store_exchange_and_says_so(url: str) -> None:
+    async with RabbitBroker.from_url(url + "&store=off") as broker:
+        gone = {Capability.STORE, Capability.LEASES, Capability.STATE, Capability.MEMOS}
+        assert not gone & broker.capabilities
+        assert gone <= RabbitBroker.capabilities  # the class keeps them
         targets = [c.target for c in (await broker.plan_schema()).changes]
-        assert f"exchange {broker.settings.memo_exchange}" not in targets
+        assert f"exchange {broker.settings.store_exchange}" not in targets
+        with pytest.raises(BrokerError, match="keeps no store"):
+            await broker.store.read(["k"])
         with pytest.raises(BrokerError, match="keeps no memos"):
             await broker.get_memo("k")
 
 
-async def test_a_missing_memo_exchange_fails_memo_calls_naming_the_fix(url: str) -> None:
+async def test_a_missing_store_exchange_fails_store_calls_naming_the_fix(url: str) -> None:
     broker = RabbitBroker.from_url(url)
-    memos = broker.settings.memo_exchange
+    store = broker.settings.store_exchange
     connection = await aio_pika.connect(AMQP_URL)
     channel = await connection.channel()
-    await channel.exchange_delete(memos)
+    await channel.exchange_delete(store)
     await connection.close()
     async with broker:
         with pytest.raises(BrokerError, match=r"m sync-schema"):
-            await broker.put_memo("k", b"v", ttl=1)
+            await broker.store.write([Write("k", b"v")])
         [change] = (await broker.plan_schema()).changes
-        assert (change.action, change.target) == ("create", f"exchange {memos}")
+        assert (change.action, change.target) == ("create", f"exchange {store}")
         await broker.sync_schema()
         assert await broker.put_memo("k", b"v", ttl=60)
         assert await broker.get_memo("k") == b"v"

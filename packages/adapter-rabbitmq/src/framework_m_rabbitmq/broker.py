@@ -35,16 +35,18 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
-    StateEntry,
+    without_store,
 )
 from framework_m_core.ports import Capability as C
+from framework_m_core.ports.store import StoreProtocol
 
-from . import deadletters, delays, leases, memos, publishing, state, stats, wire
+from . import deadletters, delays, publishing, stats, wire
 from .acks import ChannelAcks
 from .connection import AMQP_ERRORS, Link
 from .received import Received
 from .schema import RabbitSchema
 from .settings import RabbitSettings, parse_url
+from .store import RabbitStore
 
 log = logging.getLogger("framework_m.rabbitmq")
 
@@ -66,22 +68,18 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
             C.STORE_DEADLINE,  # framework-m's exchange plugin; not the community one
             C.STORED_DEDUP_WINDOW,
             C.UNCOUNTED_RELEASE,
-            C.LEASES,
-            C.STATE,
-            C.MEMOS,  # framework-m's plugin: the x-fm-memos exchange
+            C.STORE,  # framework-m's plugin: the x-fm-store exchange
         }
     )
     parse_url = staticmethod(parse_url)
 
     def __init__(self, settings: RabbitSettings) -> None:
         super().__init__(settings)
-        if not settings.memos:
-            self.capabilities = type(self).capabilities - {C.MEMOS}
+        if not settings.store:
+            self.capabilities = without_store(type(self).capabilities)
         self.link = Link(settings, self._forget_connection)
         self.schema = RabbitSchema(self.link)
-        self._leases = leases.Leases(settings, self.link)
-        self._state = state.State(settings, self.link)
-        self._memos = memos.Memos(settings, self.link)
+        self._store = RabbitStore(self.link, settings.store_exchange)
         self._exchange: AbstractExchange | None = None
         self._buffer: asyncio.Queue[Received] = asyncio.Queue()
         self._consuming: UnderlayChannel | None = None  # aiormq's: see received.py
@@ -110,19 +108,18 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         self._acks = None
         self._buffer = asyncio.Queue()
         self._handed_out = {}  # the channel they arrived on is gone
-        self._leases.reset()
-        self._memos.reset()
+        self._store.reset()
 
     async def connect(self) -> None:
         await self.link.open()
 
     async def close(self) -> None:
         await self._release_buffer()
-        try:
-            await self._leases.release_all()
-        except BrokerError as exc:  # the places go with the connection anyway
-            log.debug("could not delete lease queues on close: %s", exc)
         await self.link.close()
+
+    @property
+    def store(self) -> StoreProtocol:
+        return self._store if self.settings.store else super().store
 
     async def _release_buffer(self) -> None:
         """Stop consuming and release what this consumer still holds, handed out or not:
@@ -341,36 +338,6 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     async def queue_stats(self) -> QueueStats:
         """Passive declares (:mod:`.stats`); ``reserved`` None: AMQP counts no unacked."""
         return await stats.read(self.link)
-
-    # -- leases (leases.py) --------------------------------------------------------------
-
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        return await self._leases.acquire(key, holder, ttl, limit)
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        return await self._leases.extend(key, holder)
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        return await self._leases.release(key, holder)
-
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        return await self._leases.holders(key, limit)
-
-    # -- shared state (state.py) ---------------------------------------------------------
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        return await self._state.read(key)
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        return await self._state.write(key, value, version)
-
-    # -- memos (memos.py) ----------------------------------------------------------------
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        return await self._memos.put(key, value, ttl, create)
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        return await self._memos.get(key)
 
 
 def _retrieved(task: asyncio.Future[None]) -> None:

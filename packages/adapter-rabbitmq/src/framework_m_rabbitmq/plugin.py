@@ -1,9 +1,10 @@
-"""framework-m's RabbitMQ exchange plugin, shipped with the adapter as Erlang sources.
+"""framework-m's RabbitMQ plugin, shipped with the adapter as Erlang sources.
 
 ``python -m framework_m_rabbitmq.plugin build`` compiles it against the RabbitMQ
-installed on this machine, installs it into that RabbitMQ's plugins directory and
-enables it (needs ``erlc`` and root, like ``rabbitmq-plugins``); ``path`` prints
-where the sources are, to build them elsewhere (``<path>/build.sh``).
+installed on this machine into an ``.ez`` archive, puts that into the plugins directory
+the broker reports and enables it with ``rabbitmq-plugins`` (needs ``erlc`` and write
+access there, usually root); ``ez DIR`` only builds the archive into ``DIR`` (for an
+image or a node without ``erlc``); ``path`` prints where the sources are.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args == ["build"]:
         return subprocess.call(["bash", str(sources() / "build.sh")])
-    print("usage: python -m framework_m_rabbitmq.plugin build|path", file=sys.stderr)
+    if len(args) == 2 and args[0] == "ez":
+        return subprocess.call(["bash", str(sources() / "build.sh"), "--ez", args[1]])
+    print("usage: python -m framework_m_rabbitmq.plugin build | ez DIR | path", file=sys.stderr)
     return 2
 
 

@@ -1,4 +1,4 @@
-"""RabbitMQ schema sync: the dedup and memo exchanges, the jobs, dead and retry queues, the
+"""RabbitMQ schema sync: the dedup and store exchanges, the jobs, dead and retry queues, the
 delivery-limit policy.
 
 Exchange and queue arguments cannot change in place: a differing one is
@@ -21,7 +21,7 @@ import aiormq
 from framework_m_core.ports import BrokerError, SchemaChange, SchemaPlan
 
 from .connection import Link
-from .settings import EXCHANGE_TYPE, MEMO_EXCHANGE_TYPE
+from .settings import EXCHANGE_TYPE, STORE_EXCHANGE_TYPE
 
 log = logging.getLogger("framework_m.rabbitmq")
 
@@ -29,9 +29,9 @@ PLUGIN_HINT = (
     "enable the rabbitmq-message-deduplication plugin, or framework-m's own "
     "(python -m framework_m_rabbitmq.plugin build)"
 )
-MEMO_HINT = (
+STORE_HINT = (
     "build framework-m's plugin (python -m framework_m_rabbitmq.plugin build), or add "
-    "memos=off to the URL to run without job statuses, results and cancels"
+    "store=off to the URL to run without the control plane (statuses, limits, pauses)"
 )
 
 Declare = Callable[..., Awaitable[Any]]  # (channel, passive=...)
@@ -53,18 +53,18 @@ class RabbitSchema:
 
     def _declarations(self) -> list[tuple[str, Declare, str]]:
         s = self.s
-        memos: list[tuple[str, Declare, str]] = [
+        store: list[tuple[str, Declare, str]] = [
             (
-                f"exchange {s.memo_exchange}",
+                f"exchange {s.store_exchange}",
                 lambda ch, passive: ch.declare_exchange(
-                    s.memo_exchange,
-                    MEMO_EXCHANGE_TYPE,
+                    s.store_exchange,
+                    STORE_EXCHANGE_TYPE,
                     durable=True,
-                    arguments=s.memo_args,
+                    arguments=s.store_args,
                     passive=passive,
                 ),
-                f"type {MEMO_EXCHANGE_TYPE} (job statuses, results, cancel marks), "
-                f"x-memo-persistence {s.cache_persistence}",
+                f"type {STORE_EXCHANGE_TYPE} (the store: leases, statuses, pauses, "
+                f"runtime schedules), x-store-persistence {s.cache_persistence}",
             ),
         ]
         return [
@@ -100,14 +100,14 @@ class RabbitSchema:
                 )
                 for name, ms in s.retry_queues
             ),
-            *(memos if s.memos else []),
+            *(store if s.store else []),
         ]
 
     def _exchange_types(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """Each exchange's type, and the arguments a probe of that type needs."""
         return {
             f"exchange {self.s.exchange}": (EXCHANGE_TYPE, {"x-cache-size": 1}),
-            f"exchange {self.s.memo_exchange}": (MEMO_EXCHANGE_TYPE, {}),
+            f"exchange {self.s.store_exchange}": (STORE_EXCHANGE_TYPE, {}),
         }
 
     async def plan(self) -> SchemaPlan:
@@ -133,7 +133,7 @@ class RabbitSchema:
             if target not in refusals:
                 kind = self._exchange_types().get(target)
                 if kind is not None and not await self.link.exchange_type_known(*kind):
-                    hint = MEMO_HINT if kind[0] == MEMO_EXCHANGE_TYPE else PLUGIN_HINT
+                    hint = STORE_HINT if kind[0] == STORE_EXCHANGE_TYPE else PLUGIN_HINT
                     detail = f"the broker has no exchange type {kind[0]!r}: {hint}"
                     changes.append(SchemaChange("refuse", target, detail))
                 else:
@@ -220,9 +220,9 @@ class RabbitSchema:
                 s.exchange, EXCHANGE_TYPE, durable=True, arguments=s.exchange_args
             )
             await channel.declare_queue(s.dead, durable=True)
-            if s.memos:
+            if s.store:
                 await channel.declare_exchange(
-                    s.memo_exchange, MEMO_EXCHANGE_TYPE, durable=True, arguments=s.memo_args
+                    s.store_exchange, STORE_EXCHANGE_TYPE, durable=True, arguments=s.store_args
                 )
             jobs = await channel.declare_queue(s.jobs, durable=True, arguments=s.jobs_args)
             await jobs.bind(exchange)

@@ -13,7 +13,7 @@ from framework_m_core.ports import ConfigurationError, host_ports, query_params,
 from .management import ManagementAPI, Policy
 
 EXCHANGE_TYPE = "x-message-deduplication"
-MEMO_EXCHANGE_TYPE = "x-fm-memos"  # framework-m's plugin: memos kept by the broker
+STORE_EXCHANGE_TYPE = "x-fm-store"  # framework-m's plugin: the store's records
 # Retry delays are rounded up to one of these (ms); each has its own TTL queue,
 # so a long delay never holds back a short one.
 RETRY_BUCKETS_MS: tuple[int, ...] = (100, 250, 500, 1000, 2000, 5000, 10_000, 30_000)
@@ -26,7 +26,7 @@ _OPTIONS: dict[str, type] = {
     "dedup_window": float,
     "cache_size": int,
     "cache_persistence": str,
-    "memos": bool,
+    "store": bool,
     "prefetch": int,
     "delivery_limit": int,
     "management": str,
@@ -52,7 +52,7 @@ class RabbitSettings:
     dedup_window: float = 120.0
     cache_size: int = 1_000_000
     cache_persistence: str = "disk"
-    memos: bool = True  # off: no x-fm-memos exchange (the community dedup plugin alone)
+    store: bool = True  # off: no x-fm-store exchange (the community dedup plugin alone)
     prefetch: int = 100
     delivery_limit: int = 20
     policy_priority: int = 10
@@ -64,12 +64,12 @@ class RabbitSettings:
         return f"{self.queue}.dedup"
 
     @property
-    def memo_exchange(self) -> str:
-        return f"{self.queue}.memos"
+    def store_exchange(self) -> str:
+        return f"{self.queue}.store"
 
     @property
-    def memo_args(self) -> dict[str, Any]:
-        return {"x-memo-persistence": self.cache_persistence}
+    def store_args(self) -> dict[str, Any]:
+        return {"x-store-persistence": self.cache_persistence}
 
     @property
     def jobs(self) -> str:
@@ -156,7 +156,7 @@ def parse_url(url: str) -> RabbitSettings:
         dedup_window=window,
         cache_size=cache_size,
         cache_persistence=persistence,
-        memos=bool(opts.get("memos", True)),
+        store=bool(opts.get("store", True)),
         prefetch=prefetch,
         delivery_limit=delivery_limit,
         policy_priority=priority,

@@ -10,11 +10,8 @@ import aio_pika
 from framework_m_core.ports import BrokerError
 from framework_m_core.testing.namespaces import Namespace, with_options
 
-from .leases import place_queues
 from .management import ManagementAPI
 from .settings import RETRY_BUCKETS_MS
-
-_RECORDER_LEASES = ("overlap:overlapping", "concurrency:limited")
 
 
 class RabbitNamespace(Namespace):
@@ -57,28 +54,9 @@ class RabbitNamespace(Namespace):
             channel = await connection.channel()
             names = [f"{self.name}.jobs", f"{self.name}.dead"]
             names += [f"{self.name}.retry.{ms}" for ms in RETRY_BUCKETS_MS]
-            # Name queues a killed holder left (they expire only with its ttl): those of
-            # the leases the recorder app's jobs take.
-            for key in _RECORDER_LEASES:
-                names += [f"{q}.holder" for q in place_queues(f"{self.name}.lease", key, 2)]
             for name in names:
                 await channel.queue_delete(name)
             await channel.exchange_delete(f"{self.name}.dedup")
-            await channel.exchange_delete(f"{self.name}.memos")  # its memos go with it
-            await _drop_state(connection, self.name)
+            await channel.exchange_delete(f"{self.name}.store")  # its records go with it
         finally:
             await connection.close()
-
-
-async def _drop_state(connection: aio_pika.abc.AbstractConnection, queue: str) -> None:
-    """Delete the state records the index of ``queue`` lists, then the index."""
-    index = f"{queue}.state.index"
-    channel = await connection.channel()
-    try:
-        q = await channel.declare_queue(index, passive=True)
-    except aio_pika.exceptions.ChannelNotFoundEntity:
-        return
-    while (message := await q.get(no_ack=True, fail=False)) is not None:
-        await channel.queue_delete(message.body.decode())
-    await channel.queue_delete(index)
-    await channel.close()

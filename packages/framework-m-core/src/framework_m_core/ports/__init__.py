@@ -25,7 +25,7 @@ from ..errors import (
 )
 from .base import BaseBroker, BrokerSettings
 from .batching import Calls, PassBatch, answer, failing_all
-from .capabilities import Capability, as_capabilities
+from .capabilities import Capability, as_capabilities, without_store
 from .greeting import first_bytes
 from .leases import validate_lease_text, validate_limit, validate_ttl
 from .memos import (
@@ -132,4 +132,5 @@ __all__ = [
     "validate_version",
     "validate_wait",
     "version_of",
+    "without_store",
 ]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from . import statuses
-from .capabilities import Capability, as_capabilities
+from .capabilities import ON_THE_STORE, Capability, as_capabilities
 from .leases import validate_lease_text, validate_limit, validate_ttl
 from .memos import validate_memo_key, validate_memo_ttl, validate_memo_value
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
@@ -41,10 +41,6 @@ log = logging.getLogger("framework_m.broker")
 T = TypeVar("T")
 S = TypeVar("S", bound="BrokerSettings")
 _SCHEMA_ROUNDS = 3
-#: What core builds on the store of an adapter that declares ``STORE``.
-_ON_THE_STORE = frozenset(
-    {Capability.LEASES, Capability.STATE, Capability.WATCHED_STATE, Capability.MEMOS}
-)
 _BATCH_IN_FLIGHT = 100
 
 
@@ -74,7 +70,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         super().__init_subclass__(**kwargs)
         cls.capabilities = as_capabilities(cls.capabilities, cls.__qualname__)
         if Capability.STORE in cls.capabilities:  # built on the store, in core
-            cls.capabilities |= _ON_THE_STORE
+            cls.capabilities |= ON_THE_STORE
 
     def __init__(self, settings: S) -> None:
         self.settings = settings

@@ -94,6 +94,18 @@ _PROMISES = {
 }
 
 
+#: What core builds on the store of an adapter that declares ``STORE``.
+ON_THE_STORE = frozenset(
+    {Capability.LEASES, Capability.STATE, Capability.WATCHED_STATE, Capability.MEMOS}
+)
+
+
+def without_store(capabilities: frozenset[Capability]) -> frozenset[Capability]:
+    """``capabilities`` less the store and what core builds on it: for an adapter
+    whose URL turns its store off."""
+    return capabilities - {Capability.STORE} - ON_THE_STORE
+
+
 def as_capabilities(declared: Iterable[object], owner: str) -> frozenset[Capability]:
     """``declared`` as capabilities; an unknown one is a :class:`ConfigurationError`."""
     known = {c.value: c for c in Capability}

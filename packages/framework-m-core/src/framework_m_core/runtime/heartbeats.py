@@ -1,5 +1,6 @@
 """Heartbeats: the reservations of a worker's running jobs, and the leases they hold,
-extended every third of the visibility timeout.
+extended every third of the leases' ttl (the visibility timeout, at most
+:data:`~.leases.LEASE_TTL_MOST`).
 
 One task sweeps them all, and only while some run long enough to need it: a job
 that ends before its first extension is due costs two dict operations, no timer
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
+from .leases import lease_ttl
 
 log = logging.getLogger("framework_m.worker")
 
@@ -44,7 +46,7 @@ class Heartbeats:
 
     @property
     def interval(self) -> float:
-        return max(0.05, self._broker.visibility_timeout / 3)
+        return lease_ttl(self._broker.visibility_timeout) / 3
 
     def __len__(self) -> int:
         return len(self._beats)

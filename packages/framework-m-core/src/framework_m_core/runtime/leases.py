@@ -43,9 +43,15 @@ def concurrency_key(spec: JobSpec, kwargs: Mapping[str, object]) -> str:
     return _bounded(f"concurrency:{spec.name}:{spec.concurrency_key}={value}")
 
 
+#: Seconds a run's lease lives at most without an extension: a killed replica's leases
+#: are free by then even where its reservations last longer (RabbitMQ's 30 minutes).
+LEASE_TTL_MOST = 30.0
+
+
 def lease_ttl(visibility_timeout: float) -> float:
-    """A run's leases live as long as its reservation: a dead replica frees both together."""
-    return min(max(visibility_timeout, 0.05), MAX_LEASE_TTL)
+    """A run's leases live as long as its reservation, and at most
+    :data:`LEASE_TTL_MOST`: a dead replica frees them within that."""
+    return min(max(visibility_timeout, 0.05), LEASE_TTL_MOST, MAX_LEASE_TTL)
 
 
 def _bounded(key: str) -> str:
