@@ -2,6 +2,7 @@
 
     hatch run bench:python benchmarks/profile_drain.py nats://127.0.0.1:4222
     hatch run bench:python benchmarks/profile_drain.py redis://127.0.0.1:6379/0 --profile --top 40
+    hatch run bench:python benchmarks/profile_drain.py memory:// --limit 50  # a lease per run
 
 The queue is filled first; only the drain is timed and profiled. Without --profile
 it prints throughput and CPU microseconds per job (the profiler itself slows the
@@ -26,8 +27,10 @@ from framework_m_core import Worker
 from framework_m_core.runtime.worker import DEFAULT_CONCURRENCY
 
 
-async def drain(url: str, n: int, concurrency: int, profile: cProfile.Profile | None) -> None:
-    app, done = noop_app(n)
+async def drain(
+    url: str, n: int, concurrency: int, limit: int | None, profile: cProfile.Profile | None
+) -> None:
+    app, done = noop_app(n, limit)
     async with fresh(url) as broker:
         await in_batches(lambda i: broker.enqueue("noop", i=i), n)
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1)
@@ -41,7 +44,7 @@ async def drain(url: str, n: int, concurrency: int, profile: cProfile.Profile | 
         if profile is not None:
             profile.disable()
     print(
-        f"{url} concurrency {concurrency}: {n / wall:,.0f} jobs/s, "
+        f"{url} concurrency {concurrency}, job limit {limit}: {n / wall:,.0f} jobs/s, "
         f"{cpu / n * 1e6:.0f} us CPU a job, CPU {cpu / wall:.0%} of the wall time"
     )
 
@@ -51,12 +54,13 @@ def main() -> None:
     parser.add_argument("url", nargs="?", default="memory://")
     parser.add_argument("-n", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    parser.add_argument("--limit", type=int, help="the job's concurrency= (a lease per run)")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime)")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    asyncio.run(drain(args.url, args.n, args.concurrency, profile))
+    asyncio.run(drain(args.url, args.n, args.concurrency, args.limit, profile))
     if profile is not None:
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 

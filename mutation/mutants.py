@@ -34,6 +34,8 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # A limit's place kept between a worker's runs of one key.
+    "places": "packages/framework-m-core/tests/test_kept_places.py",
     # The worker's own promises (a schema gone is synced again).
     "worker": "packages/framework-m-core/tests/test_worker.py",
     # Writes into key-value buckets wait out a bucket not yet taking writes.
@@ -1461,8 +1463,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "heartbeats",
         "a long run keeps its leases",
         f"{CORE}/runtime/heartbeats.py",
-        "        for key in beat.held:\n",
-        "        for key in ():\n",
+        "        for key, holder in beat.held:\n",
+        "        for key, holder in ():\n",
         "test_a_long_run_keeps_its_lease_past_the_lease_ttl",
     ),
     m(
@@ -1470,8 +1472,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job running past the visibility timeout stays reserved",
         f"{CORE}/runtime/execution.py",
-        "        beat = self.heartbeats.start(delivery, held, holder)\n",
-        "        beat = self.heartbeats.start(delivery, held, holder)\n"
+        "        beat = self.heartbeats.start(delivery, held)\n",
+        "        beat = self.heartbeats.start(delivery, held)\n"
         "        self.heartbeats.stop(beat)\n",
         "test_a_job_running_past_the_visibility_timeout_stays_reserved",
     ),
@@ -1793,6 +1795,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "    local v = redis.call('INCR', KEYS[1])\n    redis.call('HSET', KEYS[i]",
         "    local v = (tonumber(current) or 0) + 1\n    redis.call('HSET', KEYS[i]",
         "test_store_versions_grow_across_keys",
+    ),
+    m(
+        "core-places-never-taken-over",
+        "places",
+        "a worker's next run of a key takes over the place its last run kept",
+        f"{CORE}/runtime/places.py",
+        "            if now - self._written.get((key, place.holder), -ttl) <= ttl / 3:",
+        "            if False:",
+        "test_the_next_run_takes_over_a_kept_place",
+        "test_a_worker_reuses_its_place",
+    ),
+    m(
+        "core-places-old-taken-over",
+        "places",
+        "a kept place is taken over only with two thirds of its ttl left",
+        f"{CORE}/runtime/places.py",
+        "(key, place.holder), -ttl) <= ttl / 3:",
+        "(key, place.holder), -ttl) <= ttl:",
+        "test_a_place_too_old_to_take_over_is_released",
+    ),
+    m(
+        "core-places-kept-forever",
+        "places",
+        "a kept place nobody takes over is released after KEEP",
+        f"{CORE}/runtime/places.py",
+        "                        self._release_soon(key, kept.pop(0).holder)",
+        "                        kept.pop(0)",
+        "test_a_place_nobody_takes_over_is_released_after_keep",
+    ),
+    m(
+        "core-places-kept-past-stop",
+        "places",
+        "a stopping worker releases the places it kept",
+        f"{CORE}/runtime/worker.py",
+        "            await self._execution.places.release_all()\n",
+        "",
+        "test_a_worker_reuses_its_place_and_releases_it_when_it_stops",
     ),
     # The x-fm-store exchange keeps RabbitMQ's records (its own promises are tested on
     # raw AMQP in test_store_plugin.py); these break the adapter's requests.

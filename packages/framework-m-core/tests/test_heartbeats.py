@@ -54,7 +54,7 @@ async def test_a_long_run_keeps_its_lease_past_the_lease_ttl(short: MemoryBroker
     [delivery] = await short.receive(1, 1)
     assert await short.acquire_lease("overlap:long", "run-1", VISIBILITY)
     beats = Heartbeats(short)
-    beat = beats.start(delivery, ["overlap:long"], "run-1")
+    beat = beats.start(delivery, [("overlap:long", "run-1")])
     await asyncio.sleep(VISIBILITY * 2.5)
     assert not await short.acquire_lease("overlap:long", "run-2", VISIBILITY)
     assert await short.lease_holders("overlap:long") == ["run-1"]

@@ -35,6 +35,7 @@ from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
 from . import leases
 from .cancels import Cancellation, CancelWatch
 from .heartbeats import Heartbeats
+from .places import KeptPlaces
 from .statuses import RunningNotes, StatusNotes
 
 log = logging.getLogger("framework_m.worker")
@@ -145,7 +146,9 @@ class Execution:
         self.notes = StatusNotes(broker, self.observer)
         self.running_notes = RunningNotes(self.notes)
         self.cancels = CancelWatch(broker, self.observer)
-        self.heartbeats = Heartbeats(broker)
+        #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
+        self.places = KeptPlaces(broker)
+        self.heartbeats = Heartbeats(broker, self.places)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
         self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
 
@@ -267,16 +270,20 @@ class Execution:
             await self._traced(spec, message, delivery, ())
             return
         holder = leases.holder_of(message.id)
-        held: list[str] = []
+        held: list[tuple[str, str]] = []
         try:
             if await self._admit(spec, schedule, message, delivery, holder, held):
                 await self._traced(spec, message, delivery, held)
         finally:
             if held:
-                await asyncio.shield(self._leave(held, holder))
+                await asyncio.shield(self._leave(held, spec))
 
     async def _traced(
-        self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str]
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        held: Sequence[tuple[str, str]],
     ) -> None:
         if tracing.active():
             with tracing.processing(message, delivery.attempt, self.broker.display_url) as span:
@@ -293,9 +300,10 @@ class Execution:
         message: JobMessage,
         delivery: Delivery,
         holder: str,
-        held: list[str],
+        held: list[tuple[str, str]],
     ) -> bool:
-        """Take the run's leases into ``held``, waiting where its policy says; False when
+        """Take the run's leases into ``held`` (key and holder: a place kept from an
+        earlier run keeps that run's name), waiting where its policy says; False when
         the delivery was settled as skipped instead."""
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
         if schedule is not None and spec.overlap != "allow":
@@ -311,16 +319,24 @@ class Execution:
                     return False
                 # buffer_one's waiting run; or a run enqueued by hand, which waits its turn
                 try:
-                    await self._wait(spec, delivery, key, holder, ttl, 1, [buffer] * ticked)
+                    waiting = [(buffer, holder)] * ticked
+                    await self._wait(spec, delivery, key, holder, ttl, 1, waiting)
                 finally:
                     if ticked:
                         await asyncio.shield(self._release(buffer, holder))
-            held.append(key)
+            held.append((key, holder))
         if spec.concurrency is not None:
             key = leases.concurrency_key(spec, message.kwargs)
+            kept = self.places.take(key, ttl)
+            if kept is not None:
+                held.append((key, kept))
+                return True
+            sent = time.monotonic()
             if not await self._acquire(key, holder, ttl, spec.concurrency):
                 await self._wait(spec, delivery, key, holder, ttl, spec.concurrency, held)
-            held.append(key)
+                sent = time.monotonic()  # at most: the successful claim was sent before
+            self.places.written(key, holder, sent)
+            held.append((key, holder))
         return True
 
     async def _acquire(self, key: str, holder: str, ttl: float, limit: int) -> bool:
@@ -347,11 +363,11 @@ class Execution:
         holder: str,
         ttl: float,
         limit: int,
-        also_held: Sequence[str],
+        also_held: Sequence[tuple[str, str]],
     ) -> None:
         """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
         is this run's. Waiting uses no attempt and no place of the worker's."""
-        beat = self.heartbeats.start(delivery, also_held, holder)
+        beat = self.heartbeats.start(delivery, also_held)
         log.debug("%s waits for a place under %s", holder, key)
         try:
             with self._waiting(spec):
@@ -400,9 +416,15 @@ class Execution:
         except Exception as exc:  # it expires with the reservation time
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 
-    async def _leave(self, held: Sequence[str], holder: str) -> None:
-        for key in reversed(held):
-            await self._release(key, holder)
+    async def _leave(self, held: Sequence[tuple[str, str]], spec: JobSpec) -> None:
+        """Give back a run's leases: a limit's place is kept for the worker's next run
+        of the key (:mod:`.places`), the others are released."""
+        limit = held[-1][0] if spec.concurrency is not None else None  # taken last
+        for key, holder in reversed(held):
+            if key == limit:
+                self.places.keep(key, holder)
+            else:
+                await self._release(key, holder)
 
     async def _attempt(
         self,
@@ -410,7 +432,7 @@ class Execution:
         message: JobMessage,
         delivery: Delivery,
         span: object,
-        held: Sequence[str] = (),
+        held: Sequence[tuple[str, str]] = (),
     ) -> None:
         """Run the handler, then keep its status and settle the delivery by its result."""
         started, started_at = time.perf_counter(), time.time()
@@ -566,12 +588,15 @@ class Execution:
                 delay = min(delay * 2, 2.0)
 
     async def _run_handler(
-        self, spec: JobSpec, message: JobMessage, delivery: Delivery, held: Sequence[str] = ()
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        held: Sequence[tuple[str, str]] = (),
     ) -> tuple[_Failure | None, str | None]:
         """Run the handler; return what went wrong (None on success) and its return value
         as JSON when it is kept (a value that cannot be kept fails the attempt)."""
-        holder = leases.holder_of(message.id) if held else ""
-        beat = self.heartbeats.start(delivery, held, holder)
+        beat = self.heartbeats.start(delivery, held)
         cancellation = self._cancellations.get(message.id)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)

@@ -19,18 +19,19 @@ from collections.abc import Sequence
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from .leases import lease_ttl
+from .places import KeptPlaces
 
 log = logging.getLogger("framework_m.worker")
 
 
 class Beat:
-    """One running job's delivery, and the leases (keys, under ``holder``) it holds."""
+    """One running job's delivery, and the leases it holds: (key, holder) pairs."""
 
-    __slots__ = ("delivery", "due", "held", "holder", "lost")
+    __slots__ = ("delivery", "due", "held", "lost")
 
-    def __init__(self, delivery: Delivery, held: Sequence[str], holder: str, due: float) -> None:
+    def __init__(self, delivery: Delivery, held: Sequence[tuple[str, str]], due: float) -> None:
         self.delivery = delivery
-        self.held, self.holder = held, holder
+        self.held = held
         self.due = due  # time.monotonic() of its next extension
         self.lost: set[str] = set()  # leases it was told it no longer holds
 
@@ -38,8 +39,9 @@ class Beat:
 class Heartbeats:
     """The heartbeats of one worker's runs, on ``broker``."""
 
-    def __init__(self, broker: BrokerProtocol) -> None:
+    def __init__(self, broker: BrokerProtocol, places: KeptPlaces | None = None) -> None:
         self._broker = broker
+        self._places = places  # told of each extension
         self._beats: dict[int, Beat] = {}  # by id(), oldest due first
         self._task: asyncio.Task[None] | None = None
         self._sleeping = False
@@ -51,9 +53,9 @@ class Heartbeats:
     def __len__(self) -> int:
         return len(self._beats)
 
-    def start(self, delivery: Delivery, held: Sequence[str] = (), holder: str = "") -> Beat:
-        """Keep ``delivery`` (and ``held``) reserved until :meth:`stop`."""
-        beat = Beat(delivery, held, holder, time.monotonic() + self.interval)
+    def start(self, delivery: Delivery, held: Sequence[tuple[str, str]] = ()) -> Beat:
+        """Keep ``delivery`` (and the leases ``held``) reserved until :meth:`stop`."""
+        beat = Beat(delivery, held, time.monotonic() + self.interval)
         self._beats[id(beat)] = beat
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._sweep())
@@ -99,17 +101,24 @@ class Heartbeats:
             await self._broker.extend(beat.delivery)
         except Exception as exc:
             log.warning("could not extend a running job's reservation: %s", exc)
-        for key in beat.held:
-            await self._extend_lease(beat, key)
+        for key, holder in beat.held:
+            await self._extend_lease(beat, key, holder)
 
-    async def _extend_lease(self, beat: Beat, key: str) -> None:
+    async def _extend_lease(self, beat: Beat, key: str, holder: str) -> None:
         try:
-            if await self._broker.extend_lease(key, beat.holder) or key in beat.lost:
+            sent = time.monotonic()
+            if await self._broker.extend_lease(key, holder):
+                if self._places is not None:
+                    self._places.written(key, holder, sent)
+                return
+            if self._places is not None:
+                self._places.forget(key, holder)
+            if key in beat.lost:
                 return
             beat.lost.add(key)
             log.warning(
                 "%s lost lease %s (not extended in time): another run may start meanwhile",
-                beat.holder,
+                holder,
                 key,
             )
         except Exception as exc:

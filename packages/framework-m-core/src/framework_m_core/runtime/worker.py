@@ -299,6 +299,7 @@ class Worker:
                         self.heartbeat.close()
                     for helper in helpers:
                         helper.cancel()
+            await self._execution.places.release_all()
             await self._leave_roll()
         finally:
             if self._threads is not None:  # a blocking handler past the deadline runs on
