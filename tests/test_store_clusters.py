@@ -4,6 +4,7 @@ cluster one of whose nodes was killed (the records' table has a copy on every no
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from framework_m_core.testing import StoreContract, namespace
+from framework_m_core.adapters.registry import open_broker
+from framework_m_core.testing import StoreContract, connected, namespace
 from framework_m_core.testing.namespaces import Namespace
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -44,8 +46,12 @@ class TestStoreOnRedisCluster(StoreContract):
 
 
 @pytest.fixture(scope="module")
-def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RabbitServer]]:
-    """Three nodes in one cluster, the third killed: the two left serve the tests."""
+def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a namespace on two nodes of a 3-node cluster whose third node was
+    killed. The namespace's queues are declared while all three run (a quorum queue
+    declared or deleted with a member down waits on it), then one node is SIGKILLed,
+    and the tests share the namespace (every store test uses keys of its own); the
+    cluster goes with the module, so nothing is dropped."""
     workdir, cookie = tmp_path_factory.mktemp("rabbit-cluster"), uuid.uuid4().hex
     nodes = [
         RabbitServer(workdir, cookie=cookie, plugins=("framework_m_dedup_exchange",))
@@ -56,8 +62,17 @@ def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Ra
             list(pool.map(lambda node: node.start(), nodes))
         for node in nodes[1:]:
             node.join(nodes[0])
+        first, second = (node.url.split("@")[1].rstrip("/") for node in nodes[:2])
+        url = RabbitNamespace(nodes[0].url).url(dedup_window=1)
+        url = url.replace(first, f"{first},{second}", 1)
+
+        async def declare() -> None:
+            async with connected(lambda: open_broker(url)):
+                pass  # connected() syncs the schema
+
+        asyncio.run(declare())
         nodes[2].stop(signal.SIGKILL)
-        yield nodes[:2]
+        yield url
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL)
@@ -65,14 +80,5 @@ def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Ra
 
 class TestStoreOnRabbitCluster(StoreContract):
     @pytest.fixture
-    async def cluster_namespace(
-        self, rabbit_cluster: list[RabbitServer]
-    ) -> AsyncIterator[Namespace]:
-        ns = RabbitNamespace(rabbit_cluster[0].url)
-        yield ns
-        await ns.drop()
-
-    @pytest.fixture
-    def broker_url(self, cluster_namespace: Namespace, rabbit_cluster: list[RabbitServer]) -> str:
-        first, second = (node.url.split("@")[1].rstrip("/") for node in rabbit_cluster)
-        return cluster_namespace.url(dedup_window=1).replace(first, f"{first},{second}", 1)
+    def broker_url(self, rabbit_cluster: str) -> str:
+        return rabbit_cluster
