@@ -3,11 +3,14 @@
 Build it with ``hatch run docs:build``. What describes the code is generated from the
 code at every build, into ``_build/generated/`` (never edited, never committed):
 
-* the contract suite's requirement table, from
-  :func:`framework_m_core.testing.contract.catalogue.requirement_table`;
 * the capabilities each installed adapter declares;
 * the mutants of ``mutation/mutants.py``;
 * the pages of the API reference (``_ext/apiref.py``).
+
+The contract suite's requirement table, which an adapter's author reads in a checkout,
+is committed as ``_include/requirement-table.md``; ``tests/test_suite_catalogue.py``
+fails when it differs from
+:func:`framework_m_core.testing.contract.catalogue.requirement_table`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import apiref  # noqa: E402  (the site's own extension, beside this file)
 
 import framework_m_core  # noqa: E402
 from framework_m_core.ports.capabilities import Capability  # noqa: E402
-from framework_m_core.testing.contract.catalogue import requirement_table  # noqa: E402
 
 project = "framework-m"
 author = "framework-m contributors"
@@ -38,7 +40,7 @@ release = version = framework_m_core.__version__
 
 extensions = ["myst_parser", "sphinx.ext.autodoc", "apiref"]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "_ext"]
+exclude_patterns = ["_build", "_ext", "_include"]
 root_doc = "index"
 
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -120,7 +122,6 @@ def _reread_all(
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-get-outdated", _reread_all)
-    apiref.write(app, "requirement-table.md", requirement_table() + "\n")
     apiref.write(app, "capabilities.md", _capability_table())
     apiref.write(app, "mutants.md", _mutant_table())
     return {"parallel_read_safe": False}

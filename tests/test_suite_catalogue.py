@@ -1,6 +1,6 @@
 """What describes the contract suite stays current: every mutant of the mutation run
-(``hatch run mutate``) still applies and names existing tests. (The requirement table is
-generated from the suite when the documentation site is built.)"""
+(``hatch run mutate``) still applies and names existing tests, and the requirement
+table the docs include from ``docs/_include`` is the suite's own."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from framework_m_core.testing import BrokerContract
+from framework_m_core.testing.contract.catalogue import requirement_table
 
 from .conftest import REPO
 
@@ -64,3 +65,10 @@ def test_no_two_areas_define_a_test_of_one_name() -> None:
             if name.startswith("test_"):
                 assert name not in seen, f"{name} is in {seen[name]} and {area.__name__}"
                 seen[name] = area.__name__
+
+
+def test_the_committed_requirement_table_is_the_suites() -> None:
+    committed = (REPO / "docs" / "_include" / "requirement-table.md").read_text()
+    assert committed == requirement_table() + "\n", (
+        "docs/_include/requirement-table.md is stale: write requirement_table() into it"
+    )

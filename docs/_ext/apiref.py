@@ -51,6 +51,7 @@ CORE_LAYERS = [
     "handles",
     "errors",
     "about",
+    "control",
     "scheduling",
     "runtime",
     "observability",

@@ -16,6 +16,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from framework_m_core.ports.store import Write as StoreWrite
 from framework_m_core.testing import wait_until
 from framework_m_nats import NatsBroker
 from framework_m_nats.testing import NatsNamespace
@@ -26,8 +27,29 @@ Write = Callable[[NatsBroker], Coroutine[None, None, object]]
 Check = Callable[[NatsBroker], Awaitable[bool]]
 
 
-async def _state_write(b: NatsBroker) -> object:
-    return await b.write_state("k", b"v", version=None)
+async def _any_write(b: NatsBroker) -> object:
+    return await b.store.write([StoreWrite("k", b"v")])  # one publish
+
+
+async def _create(b: NatsBroker) -> object:
+    return await b.write_state("k", b"v", version=None)  # one publish, no entry expected
+
+
+async def _claim(b: NatsBroker) -> object:
+    return await b.acquire_lease("k", "me", 30)  # read, then a compare-and-set
+
+
+async def _memo_write(b: NatsBroker) -> object:
+    return await b.put_memo("k", b"v", ttl=30, create=True)  # the memo bucket
+
+
+async def _memo_check(b: NatsBroker) -> bool:
+    return await b.get_memo("k") == b"v"
+
+
+async def _any_check(b: NatsBroker) -> bool:
+    (record,) = await b.store.read(["k"])
+    return record is not None and record.value == b"v"
 
 
 async def _state_check(b: NatsBroker) -> bool:
@@ -35,27 +57,16 @@ async def _state_check(b: NatsBroker) -> bool:
     return entry is not None and entry.value == b"v"
 
 
-async def _lease_write(b: NatsBroker) -> object:
-    return await b.acquire_lease("k", "me", 30)
-
-
 async def _lease_check(b: NatsBroker) -> bool:
     return list(await b.lease_holders("k")) == ["me"]
-
-
-async def _memo_write(b: NatsBroker) -> object:
-    return await b.put_memo("k", b"v", ttl=30, create=True)
-
-
-async def _memo_check(b: NatsBroker) -> bool:
-    return await b.get_memo("k") == b"v"
 
 
 @pytest.mark.parametrize(
     ("suffix", "write", "check"),
     [
-        ("state", _state_write, _state_check),
-        ("leases", _lease_write, _lease_check),
+        ("store", _any_write, _any_check),
+        ("store", _create, _state_check),
+        ("store", _claim, _lease_check),
         ("memos", _memo_write, _memo_check),
     ],
 )

@@ -195,11 +195,10 @@ def test_sync_schema_dry_run_on_memory() -> None:
     assert "note" not in result.stderr
 
 
-def test_m_migrate_still_syncs_and_says_its_new_name() -> None:
+def test_the_former_name_m_migrate_is_refused() -> None:
     result = m("migrate", "--dry-run")
-    assert result.returncode == 0, result.stderr
-    assert "create queue memory://default: in-process queue" in result.stdout
-    assert "`m migrate` is now `m sync-schema`" in result.stderr
+    assert result.returncode == 2
+    assert "invalid choice: 'migrate'" in result.stderr
 
 
 @pytest.fixture
@@ -293,7 +292,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
     """Where the event loop takes no signal handlers (Windows), signal.signal does."""
     from framework_m_core import App, JobContext, Worker
     from framework_m_core.adapters.memory import MemoryBroker, reset
-    from framework_m_core.cli.main import _signals_stop
+    from framework_m_core.cli.main import signals_stop
 
     def refused(*args: object) -> None:
         raise NotImplementedError
@@ -315,7 +314,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
             await broker.sync_schema()
             await broker.enqueue("slow", n=1)
             worker = Worker(app, broker, concurrency=1)
-            with _signals_stop(worker):
+            with signals_stop(worker):
                 task = asyncio.create_task(worker.run())
                 await asyncio.wait_for(started[0].wait(), 10)
                 signal.raise_signal(signal.SIGTERM)  # graceful: the running job finishes
@@ -323,7 +322,7 @@ def test_without_loop_signal_handlers_signals_still_stop_the_worker(
             assert finished == [1]
             await broker.enqueue("slow", n=2)
             worker = Worker(app, broker, concurrency=1)
-            with _signals_stop(worker):
+            with signals_stop(worker):
                 task = asyncio.create_task(worker.run())
                 await asyncio.wait_for(started[1].wait(), 10)
                 signal.raise_signal(signal.SIGINT)
@@ -412,12 +411,13 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from framework_m_core.cli.main import main
-    from framework_m_core.runtime.leases import holder_of, overlap_key
+    from framework_m_core.control import keys
+    from framework_m_core.runtime.leases import holder_of
     from framework_m_core.testing import namespace
 
     ns = namespace("redis://127.0.0.1:6379/0")
     url = ns.url()
-    key, holder = overlap_key("every_second"), holder_of("job1")
+    key, holder = keys.overlap("every_second"), holder_of("job1")
 
     async def lease() -> None:  # held for 30 s unless released: the namespace's drop ends it
         async with connected(open_broker(url)) as broker:

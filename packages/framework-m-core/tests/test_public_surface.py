@@ -46,7 +46,6 @@ CORE = [
     "InvalidJobError",
     "InvalidLeaseError",
     "InvalidStateError",
-    "Job",
     "JobContext",
     "JobDefinitionError",
     "JobHandle",
@@ -206,25 +205,12 @@ def test_the_core_package_keeps_at_most_twelve_modules_at_its_top() -> None:
     assert len(top) <= 12, sorted(top)
 
 
-@pytest.mark.anyio
-async def test_the_former_names_still_work() -> None:
-    """Renamed for the glossary; the former names stay for code written against them."""
-    from framework_m_core import BatchJob, Job, JobContext
-    from framework_m_core.testing import Drained, run_job
+def test_former_names_of_the_unreleased_api_are_gone() -> None:
+    """Renamed for the glossary before 0.1.0 was released: one name per concept."""
+    import framework_m_core
+    from framework_m_core import JobContext
+    from framework_m_core.testing import Drained
 
-    assert Job is BatchJob
-    from framework_m_core import App
-
-    app = App()
-    seen = []
-
-    @app.job()
-    async def follow(ctx: JobContext) -> None:
-        seen.append((ctx.broker, ctx.queue))
-
-    await run_job(app, "follow")
-    ((broker, queue),) = seen
-    assert queue is broker is not None
-    drained = Drained()
-    assert drained.late_dropped is drained.expired
-    assert drained.names("late_dropped") == drained.names("expired") == []
+    assert not hasattr(framework_m_core, "Job")
+    assert not hasattr(JobContext, "queue")
+    assert not hasattr(Drained, "late_dropped")

@@ -10,13 +10,12 @@ import pytest
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control import keys
 from framework_m_core.errors import ConfigurationError, ScheduleError
 from framework_m_core.ports import Capability, StateEntry, decode_message
 from framework_m_core.scheduling import control, runtime
 from framework_m_core.scheduling.runtime import (
     BUCKETS,
-    CATALOG,
-    bucket_key,
     bucket_of,
     decode_catalog,
     runtime_schedule,
@@ -101,12 +100,14 @@ async def test_malformed_records_are_skipped_with_a_warning(
     good = report("good")
     await runtime.set_schedule(memory, good)
     n = bucket_of("good")
-    entry = await memory.read_state(bucket_key(n))
+    entry = await memory.read_state(keys.runtime_bucket(n))
     assert entry is not None
     body = json.loads(entry.value)
     body["evil"] = {"job": "report", "every": "1"}  # the wrong bucket, and not an int
     body["good2"] = {"job": "report", "every": 0}
-    await memory.write_state(bucket_key(n), json.dumps(body).encode(), version=entry.version)
+    await memory.write_state(
+        keys.runtime_bucket(n), json.dumps(body).encode(), version=entry.version
+    )
     with caplog.at_level(logging.WARNING, logger="framework_m"):
         assert await runtime.list_schedules(memory) == [good]
     assert "'evil' is malformed" in caplog.text
@@ -245,7 +246,7 @@ async def test_a_schedule_of_a_job_the_app_lacks_is_not_ticked(
 
 def test_buckets_fit_the_state_port() -> None:
     assert BUCKETS % 8 == 0
-    assert bucket_key(0) != CATALOG
+    assert keys.runtime_bucket(0) != keys.RUNTIME_CATALOG
 
 
 async def test_a_runtime_schedule_is_paused_resumed_and_triggered_by_its_name(

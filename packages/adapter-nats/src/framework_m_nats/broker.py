@@ -28,7 +28,6 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
-    StateEntry,
 )
 from framework_m_core.ports import Capability as C
 from framework_m_core.ports.store import StoreProtocol
@@ -39,12 +38,10 @@ from . import (
     delays,
     events,
     greeting,
-    leases,
     memos,
     publishing,
     pulling,
     schema,
-    state,
     stats,
     store,
     trimming,
@@ -73,11 +70,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
             C.STORED_DEDUP_WINDOW,
-            C.LEASES,
-            C.STATE,
-            C.WATCHED_STATE,
-            C.MEMOS,
-            C.STORE,  # leases, state and memos are still its own (leases.py, ...)
+            C.STORE,  # memos are still its own (memos.py): a bucket that forgets them
         }
     )
     parse_url = staticmethod(parse_url)
@@ -93,11 +86,12 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._held: dict[int, Reservation] = {}
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
         self._trimmer = trimming.StreamTrimmer(settings, lambda: self.js, lambda: self.dedup_window)
-        self._leases = leases.Leases(settings)
-        self._state = state.State(settings)
         self._memos = memos.Memos(settings)
         self._records = store.NatsStore(
-            settings, lambda: self.js, lambda: self._connected(self._nc)
+            settings,
+            lambda: self.js,
+            self._link,
+            lambda: self._connected(self._confirms),
         )
 
     @property
@@ -143,8 +137,6 @@ class NatsBroker(BaseBroker[NatsSettings]):
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
         self._confirms = confirms.Confirms(nc, publishing.TIMEOUT)
-        self._leases.reset()
-        self._state.reset()
         self._memos.reset()
         self._records.reset()
         self._puller, self._held = None, {}
@@ -154,7 +146,6 @@ class NatsBroker(BaseBroker[NatsSettings]):
     async def close(self) -> None:
         await self._mover.stop()
         await self._trimmer.stop()
-        self._state.reset()
         self._records.reset()
         nc, puller, held = self._nc, self._puller, list(self._held.values())
         confirmed, self._confirms = self._confirms, None
@@ -337,46 +328,15 @@ class NatsBroker(BaseBroker[NatsSettings]):
         await self._link()
         return await stats.read(self.js, self.settings)
 
-    # -- leases (leases.py) --------------------------------------------------------------
-
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        await self._link()
-        return await self._leases.acquire(self.js, key, holder, ttl, limit)
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        await self._link()
-        return await self._leases.extend(self.js, key, holder)
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        await self._link()
-        return await self._leases.release(self.js, key, holder)
-
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        await self._link()
-        return await self._leases.holders(self.js, key)
-
-    # -- state (state.py) ----------------------------------------------------------------
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        await self._link()
-        return await self._state.read(self.js, key)
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        await self._link()
-        return await self._state.write(self.js, key, value, version)
-
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
-        nc = await self._link()
-        return await self._state.wait(nc, self.js, key, version, timeout)
-
     # -- memos (memos.py) ----------------------------------------------------------------
 
     async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        await self._link()
+        """A memo in the bucket ``{stream}_memos``, whose ``max_age`` (seven days) drops
+        it at the latest then: JetStream 2.9 keeps no per-key ttl, and a record of the
+        store would stay in its bucket after its expiry."""
         return await self._memos.put(
             self.js, self._connected(self._confirms), key, value, ttl, create
         )
 
     async def _get_memo(self, key: str) -> bytes | None:
-        await self._link()
         return await self._memos.get(self.js, key)

@@ -5,10 +5,13 @@ revision: the sequence of its last write in the bucket's one stream, so every wr
 under any key, gives a greater one, a delete included. A value is stored behind its
 expiry (eight bytes, unix milliseconds by the writer's clock; 0 for none): a record
 whose expiry passed reads as none, and a write over it is a compare-and-set on its
-revision, as over any record. A write with a condition reads the key first (an
-expired record must not match), then writes expecting the revision it read
-(``Nats-Expected-Last-Subject-Sequence``); a claim reads its places at once, then
-takes the first free one the same way, reading again when it lost a race.
+revision, as over any record. A write of ``ANY`` is one publish to the key's subject,
+a create (condition None) one publish expecting no entry
+(``Nats-Expected-Last-Subject-Sequence: 0``), both through the broker's publish
+confirmations; a create over an entry, and a write with a version, read the key first
+(an expired record must not match), then write expecting the revision they read; a
+claim reads its places at once, then takes the first free one the same way, reading
+again when it lost a race.
 
 A watch subscribes to the key's subject (``$KV.{bucket}.{key}``, where every write and
 delete is published), reads, and reads again at each message; the bucket is made by
@@ -23,7 +26,7 @@ import contextlib
 import re
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from nats.aio.client import Client
@@ -40,11 +43,14 @@ from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
 from .buckets import LazyBucket, answered
+from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
 
 _EXPIRY = struct.Struct(">Q")
 _WRONG_LAST_SEQUENCE = 10071
+# A write only where the key has no entry (what nats-py's KeyValue.create sends).
+_NO_ENTRY = {"Nats-Expected-Last-Subject-Sequence": "0"}
 # A watch reads its key again this often even without a message (one lost while the
 # connection was being made again).
 _REREAD = 10.0
@@ -86,9 +92,13 @@ class NatsStore(BaseStore):
         self,
         settings: NatsSettings,
         js: Callable[[], JetStreamContext],
-        nc: Callable[[], Client],
+        link: Callable[[], Awaitable[Client]],
+        confirms: Callable[[], Confirms],
     ) -> None:
-        self._js, self._nc = js, nc
+        """``link`` is the broker's client, connected anew when the server closed the
+        last one for good; ``js`` and ``confirms`` are its JetStream context and
+        publish confirmations."""
+        self._js, self._link, self._confirms = js, link, confirms
         self._bucket = LazyBucket(
             bucket_name(settings), "store", history=1, replicas=settings.replicas
         )
@@ -98,6 +108,7 @@ class NatsStore(BaseStore):
         self._bucket.reset()
 
     async def _kv(self, *, create: bool) -> KeyValue | None:
+        await self._link()
         return await self._bucket.get(self._js(), create=create)
 
     async def _held(self, kv: KeyValue, key: str) -> _Held:
@@ -134,6 +145,11 @@ class NatsStore(BaseStore):
 
     async def _write_one(self, kv: KeyValue, write: Write) -> int | None:
         key, value, version, ttl = write
+        if value is not None and (version is ANY or version is None):
+            published = await self._publish(key, _stored(value, ttl), version is None)
+            if published is not None:
+                return published
+            # an entry is there: a live record refuses the create, an expired one not
         while True:
             held = await self._held(kv, key)
             current = None if held.record is None else held.record.version
@@ -145,8 +161,7 @@ class NatsStore(BaseStore):
                         return None
                     await answered(partial(kv.delete, _kv_key(key), last=held.revision))
                     return current
-                expires = 0 if ttl is None else _now_ms() + max(1, round(ttl * 1000))
-                stored = _EXPIRY.pack(expires) + value
+                stored = _stored(value, ttl)
                 return int(
                     await answered(partial(kv.update, _kv_key(key), stored, last=held.revision))
                 )
@@ -156,6 +171,19 @@ class NatsStore(BaseStore):
                 if version is not ANY:
                     return None  # another write came between: the condition no longer holds
                 # ANY always lands: read again and write over what is there now
+
+    async def _publish(self, key: str, stored: bytes, create: bool) -> int | None:
+        """Put ``stored`` under ``key`` in one publish (a create: only where the key has
+        no entry); its revision, or None when a create found an entry."""
+        subject = f"$KV.{self._bucket.name}.{_kv_key(key)}"
+        headers = _NO_ENTRY if create else None
+        try:
+            ack = await answered(partial(self._confirms().publish, subject, stored, headers))
+        except (KeyWrongLastSequenceError, APIError) as exc:
+            if not _lost_race(exc):
+                raise
+            return None
+        return int(ack.seq)
 
     async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         kv = await self._kv(create=True)
@@ -169,11 +197,10 @@ class NatsStore(BaseStore):
                 if not mine and not free:
                     return None
                 n = (mine or free)[0]
-                stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
+                stored = _stored(value, ttl)
+                update = partial(kv.update, _kv_key(keys[n]), stored, last=held[n].revision)
                 try:
-                    version = await answered(
-                        partial(kv.update, _kv_key(keys[n]), stored, last=held[n].revision)
-                    )
+                    version = await answered(update)
                 except (KeyWrongLastSequenceError, APIError) as exc:
                     if not _lost_race(exc):
                         raise
@@ -187,7 +214,7 @@ class NatsStore(BaseStore):
         async def saw(_msg: object) -> None:
             changed.set()
 
-        nc = self._nc()
+        nc = await self._link()
         subject = f"$KV.{self._bucket.name}.{_kv_key(key)}"
         with server_errors(f"watching record {key!r}"):
             sub = await nc.subscribe(subject, cb=saw)
@@ -197,3 +224,9 @@ class NatsStore(BaseStore):
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+def _stored(value: bytes, ttl: float | None) -> bytes:
+    """``value`` behind its expiry (unix ms by this clock; 0 for none)."""
+    expires = 0 if ttl is None else _now_ms() + max(1, round(ttl * 1000))
+    return _EXPIRY.pack(expires) + value

@@ -26,7 +26,7 @@ class NatsNamespace(Namespace):
         nc = await nats.connect(self.server)
         try:
             js = nc.jetstream()
-            kv = [f"KV_{self.name}_{b}" for b in ("leases", "state", "memos", "store")]
+            kv = [f"KV_{self.name}_{b}" for b in ("memos", "store")]
             for name in (self.name, f"{self.name}_dead", *kv):
                 with contextlib.suppress(NotFoundError):
                     await js.delete_stream(name)

@@ -61,11 +61,6 @@ class JobContext:
         checks it and returns early; an ``async def`` one is cancelled anyway."""
         return self.cancel_flag()
 
-    @property
-    def queue(self) -> JobQueueProtocol:
-        """The former name of :attr:`broker`, kept for handlers written against it."""
-        return self.broker
-
 
 @dataclass(frozen=True, slots=True)
 class _KwargsRule:

@@ -4,6 +4,7 @@ slot), and stopping it."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from datetime import UTC, datetime
@@ -14,11 +15,60 @@ from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, Unkn
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState, JobStatus
 from ..tracking import queries
+from .options import Subparsers, broker_arg, configure_logging, seconds, shared_broker
 
 #: Exit codes of ``m jobs``: 1 the job failed, was cancelled or is unknown; 4 not
 #: finished within ``--wait``.
 EXIT_NOT_DONE = 1
 EXIT_WAITED = 4
+
+
+def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
+    """The parsers of ``m jobs``' actions."""
+    j = sub.add_parser("jobs", help="a job's status and result, by its id")
+    j_sub = j.add_subparsers(dest="action", required=True, metavar="ACTION")
+    j_actions = [
+        j_sub.add_parser("status", help="the job's state, attempts, times, error and result"),
+        j_sub.add_parser("result", help="print the job's return value as JSON"),
+        j_sub.add_parser("cancel", help="the job never runs, or stops where it runs"),
+    ]
+    for action in j_actions:
+        broker_arg(action, shared=True)
+        action.add_argument("id", help="the job id enqueue printed (or, with --slot, a schedule)")
+        action.add_argument(
+            "--slot", type=_slot, default=None, metavar="UNIX_SECONDS",
+            help="the job ticked for this slot of the schedule ID (a job's name or @id)",
+        )  # fmt: skip
+    j_actions[0].add_argument("--json", action="store_true", help="print JSON")
+    j_actions[1].add_argument(
+        "--wait", type=_wait, default=0.0, metavar="SECONDS",
+        help="wait this long for the job to finish (default 0: ask once)",
+    )  # fmt: skip
+    return j_actions
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args)
+    broker = shared_broker(args.broker, f"m jobs {args.action}")
+    act = {"status": status, "result": result, "cancel": cancel}[args.action]
+    return asyncio.run(act(args, broker))
+
+
+def _slot(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a slot is whole unix seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a slot is whole unix seconds, got {text!r}")
+    return value
+
+
+def _wait(text: str) -> float:
+    value = seconds(text)
+    if value > queries.MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"wait at most {queries.MAX_WAIT:g} seconds")
+    return value
 
 
 async def status(args: argparse.Namespace, broker: BrokerProtocol) -> int:

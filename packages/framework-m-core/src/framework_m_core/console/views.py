@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
+from ..control import keys
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..runtime import replicas
-from ..runtime.leases import overlap_key
 from ..scheduling import control, runtime
 from ..scheduling.schedules import Cron, Schedule
 from ..tracking import queries
@@ -124,7 +124,7 @@ class Views:
         state = await control.read(self.broker, entry.name) if self.stateful else None
         running: list[str] | None = None
         if self.leases and overlap not in (None, "allow"):
-            running = sorted(await self.broker.lease_holders(overlap_key(entry.name)))
+            running = sorted(await self.broker.lease_holders(keys.overlap(entry.name)))
         return {
             "name": entry.name,
             "job": entry.job,

@@ -1,12 +1,41 @@
-"""Every key the control plane writes into a broker's store, in one table.
+"""Every key the control plane uses, in one table.
 
-A store key is a prefix naming what the record is, and the name it was given (a lease
-key, a state key, a memo key), each of those at most 200 characters. The prefixes
-never share a beginning, so no two kinds of record can meet under one key.
+Two layers. The *names* core gives its records, each under the kind of record that
+holds it (a memo, a state record, a lease), each at most 200 characters:
+
+=================================  ==========  =============================================
+name                               kind        what
+=================================  ==========  =============================================
+``job:{job id}``                   memo        a job's status and result
+``cancel:{job id}``                memo        a job's cancel mark
+``slot:{deduplication id}``        memo        the job a tick was enqueued as (``slot:#``
+                                               and a digest when the id is long)
+``schedule:{job}``                 state       a schedule's pause, latest slot, last trigger
+``schedules:steering``             state       bumped by every steering change
+``runtime:catalog``                state       the runtime schedules' change count
+``runtime:{n}``                    state       runtime schedules, one bucket of 1024 by id
+``replicas:{n}``                   state       the replica roll, one bucket of 16 by replica
+``overlap:{job}``                  lease       the running run of a schedule
+``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
+``concurrency:{job}``              lease       the places of a job's limit; with a key,
+``concurrency:{job}:{kwarg}={v}``              one per JSON value ``v`` of that kwarg
+=================================  ==========  =============================================
+
+A name too long or not printable (a job's or a kwarg's) becomes its readable start and a
+digest of it. And the *store keys* those records live under, on a broker with a store:
+the kind's prefix and the name (``memo:job:{id}``, ``state:schedule:{job}``,
+``lease:overlap:{job}#{place}``). The prefixes never share a beginning, so no two kinds
+of record meet under one key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping
+
+from ..ports.leases import MAX_LEASE_TEXT
 from ..ports.store import place_key
 
 #: What each kind of record is stored under: ``{prefix}{name}``.
@@ -16,9 +45,93 @@ PREFIXES = {
     "memo": "memo:",  # memo:{memo key}: a value kept for its ttl
 }
 
+#: How many records the replica roll is spread over.
+REPLICA_BUCKETS = 16
+STEERING = "schedules:steering"
+RUNTIME_CATALOG = "runtime:catalog"
+
+
+# -- names: memos ------------------------------------------------------------------------
+
+
+def status(job_id: str) -> str:
+    """The memo of ``job_id``'s status."""
+    return f"job:{job_id}"
+
+
+def cancel_mark(job_id: str) -> str:
+    """The memo of ``job_id``'s cancel mark."""
+    return f"cancel:{job_id}"
+
+
+def slot(deduplication_id: str) -> str:
+    """The memo naming the job a tick (by its deduplication id) was enqueued as."""
+    key = f"slot:{deduplication_id}"
+    if len(key) <= MAX_LEASE_TEXT:
+        return key
+    return "slot:#" + hashlib.sha256(deduplication_id.encode()).hexdigest()
+
+
+# -- names: state records ----------------------------------------------------------------
+
+
+def schedule(job_name: str) -> str:
+    """The state record of a schedule (pause, latest slot, last trigger)."""
+    return f"schedule:{job_name}"
+
+
+def runtime_bucket(n: int) -> str:
+    """The state record of runtime-schedule bucket ``n``."""
+    return f"runtime:{n}"
+
+
+def replicas_bucket(replica_id: str) -> str:
+    """The state record of the roll bucket that lists ``replica_id``."""
+    return replicas_buckets()[zlib.crc32(replica_id.encode()) % REPLICA_BUCKETS]
+
+
+def replicas_buckets() -> list[str]:
+    """Every state record of the replica roll."""
+    return [f"replicas:{n}" for n in range(REPLICA_BUCKETS)]
+
+
+# -- names: leases -----------------------------------------------------------------------
+
+
+def overlap(job: str) -> str:
+    """The lease of a schedule's running run."""
+    return _bounded(f"overlap:{job}")
+
+
+def overlap_wait(job: str) -> str:
+    """The lease of the one run ``buffer_one`` lets wait."""
+    return _bounded(f"overlap-wait:{job}")
+
+
+def concurrency(job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
+    """The limit's lease for a run of ``job`` with ``kwargs``: one per value of its
+    ``concurrency_key`` ``key`` (one for the job without a key)."""
+    if key is None:
+        return _bounded(f"concurrency:{job}")
+    value = json.dumps(kwargs.get(key), sort_keys=True, separators=(",", ":"), default=str)
+    return _bounded(f"concurrency:{job}:{key}={value}")
+
+
+def _bounded(key: str) -> str:
+    """``key`` if it is a valid lease key, else its readable start and a digest of it."""
+    if len(key) <= MAX_LEASE_TEXT and key.isprintable() and key == key.strip():
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    start = "".join(c if c.isprintable() and not c.isspace() else "_" for c in key[:120])
+    return f"{start}#{digest}"
+
+
+# -- store keys --------------------------------------------------------------------------
+
 
 def lease(key: str) -> str:
-    """The store key whose places (:func:`~..ports.store.place_key`) hold lease ``key``."""
+    """The store key whose places (:func:`~framework_m_core.ports.store.place_key`)
+    hold lease ``key``."""
     return PREFIXES["lease place"] + key
 
 

@@ -1,5 +1,5 @@
-"""Leases, state records and memos built on a broker's store (:mod:`~..ports.store`):
-what :class:`~..ports.base.BaseBroker` offers every adapter that declares ``store``.
+"""Leases, state records and memos built on a broker's store (:mod:`~framework_m_core.ports.store`):
+what :class:`~framework_m_core.ports.base.BaseBroker` offers every adapter that declares ``store``.
 
 A lease's places are records under :func:`~.keys.lease_places`, each holding its
 holder's name, taken by one claim and kept by compare-and-set of the version the claim

@@ -13,6 +13,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
+from ..control import keys
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from . import statuses
@@ -245,10 +246,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         keep = message.keep if message.keep is not None else statuses.PENDING_KEEP
         ttl = statuses.pending_ttl(keep, message.not_before, now)
         record = statuses.encode_status(statuses.enqueued_status(message, job_id))
-        memos = [EnqueueMemo(statuses.status_key(job_id), record, ttl)]
+        memos = [EnqueueMemo(keys.status(job_id), record, ttl)]
         dedup = message.deduplication_id
         if message.scheduled_at is not None and dedup is not None:
-            memos.append(EnqueueMemo(statuses.slot_key(dedup), job_id.encode(), ttl))
+            memos.append(EnqueueMemo(keys.slot(dedup), job_id.encode(), ttl))
         return memos
 
     async def _note_enqueued(self, message: JobMessage, job_id: str) -> None:

@@ -18,10 +18,6 @@ class BatchJob(NamedTuple):
     deduplication_id: str | None = None
 
 
-#: The former name of :class:`BatchJob`, kept for code written against it.
-Job = BatchJob
-
-
 class StateEntry(NamedTuple):
     """A state record as :meth:`~.protocols.StateProtocol.read_state` found it."""
 

@@ -12,7 +12,6 @@ record read from a broker is validated by :func:`decode_status`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import BrokerError, FrameworkMError
-from .leases import MAX_LEASE_TEXT
 from .memos import MAX_MEMO_TTL
 from .messages import MAX_ID_LENGTH, JobMessage, loads_strict
 
@@ -112,16 +110,6 @@ def decode_latest_cancel(value: bytes | None) -> float | None:
     return found if math.isfinite(found) else math.inf
 
 
-def status_key(job_id: str) -> str:
-    """The memo key of ``job_id``'s status."""
-    return f"job:{job_id}"
-
-
-def cancel_key(job_id: str) -> str:
-    """The memo key of ``job_id``'s cancel mark."""
-    return f"cancel:{job_id}"
-
-
 def encode_result(value: Any) -> str:
     """``value`` as strict JSON within :data:`MAX_RESULT` bytes; ResultError else."""
     try:
@@ -211,14 +199,6 @@ def pending_ttl(keep: float, due_at: float | None, now: float) -> float:
     delay, and then its ``keep``."""
     wait = 0.0 if due_at is None else max(0.0, due_at - now)
     return min(MAX_MEMO_TTL, max(keep, PENDING_KEEP) + wait)
-
-
-def slot_key(deduplication_id: str) -> str:
-    """The memo key naming the job a tick (by its deduplication id) was enqueued as."""
-    key = f"slot:{deduplication_id}"
-    if len(key) <= MAX_LEASE_TEXT:
-        return key
-    return "slot:#" + hashlib.sha256(deduplication_id.encode()).hexdigest()
 
 
 def enqueued_status(message: JobMessage, job_id: str) -> JobStatus:

@@ -19,10 +19,11 @@ import logging
 import math
 from collections.abc import Callable
 
+from ..control import keys
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
-from ..ports.statuses import CANCELS, LATEST_CANCEL, cancel_key, decode_latest_cancel
+from ..ports.statuses import CANCELS, LATEST_CANCEL, decode_latest_cancel
 from .events import first_of, reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
@@ -84,7 +85,7 @@ class CancelWatch:
         try:
             latest = await self._latest()
             maybe = latest is not None and enqueued_at <= latest + MARGIN
-            marked = maybe and await self.broker.get_memo(cancel_key(job_id)) is not None
+            marked = maybe and await self.broker.get_memo(keys.cancel_mark(job_id)) is not None
         except Exception as exc:  # a mark not read is a run not stopped: say so, go on
             reraise_if_cancelled()
             self.observer.broker_error("memo")
@@ -142,6 +143,6 @@ class CancelWatch:
 
     async def _check_runs(self) -> None:
         for job_id, cancellation in list(self._runs.items()):
-            if await self.broker.get_memo(cancel_key(job_id)) is not None:
+            if await self.broker.get_memo(keys.cancel_mark(job_id)) is not None:
                 log.info("%s: cancelled by request; stopping it", job_id)
                 cancellation.request()

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from ..app import App
+from ..control import keys
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
 from ..observability import tracing
@@ -307,13 +308,13 @@ class Execution:
         the delivery was settled as skipped instead."""
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
         if schedule is not None and spec.overlap != "allow":
-            key = leases.overlap_key(schedule)
+            key = keys.overlap(schedule)
             if not await self._acquire(key, holder, ttl, 1):
                 ticked = message.scheduled_at is not None
                 if ticked and spec.overlap == "skip":
                     await self._skip(delivery, message, key)
                     return False
-                buffer = leases.waiting_key(schedule)
+                buffer = keys.overlap_wait(schedule)
                 if ticked and not await self._acquire(buffer, holder, ttl, 1):
                     await self._skip(delivery, message, key)  # one waits already
                     return False
@@ -326,7 +327,7 @@ class Execution:
                         await asyncio.shield(self._release(buffer, holder))
             held.append((key, holder))
         if spec.concurrency is not None:
-            key = leases.concurrency_key(spec, message.kwargs)
+            key = keys.concurrency(spec.name, spec.concurrency_key, message.kwargs)
             kept = self.places.take(key, ttl)
             if kept is not None:
                 held.append((key, kept))

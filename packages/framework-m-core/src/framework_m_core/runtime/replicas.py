@@ -1,8 +1,9 @@
 """The fleet's roll: every worker keeps an entry in the broker, renewed by a heartbeat.
 
-Entries live in the broker's shared state, spread over :data:`BUCKETS` records
-``replicas:{n}`` (a replica's bucket is a hash of its id), each a JSON object of
-entries by replica id. A worker writes its entry every :data:`HEARTBEAT` seconds by
+Entries live in the broker's shared state, spread over
+:data:`~framework_m_core.control.keys.REPLICA_BUCKETS` records ``replicas:{n}`` (a
+replica's bucket is a hash of its id), each a JSON object of entries by replica id. A
+worker writes its entry every :data:`HEARTBEAT` seconds by
 compare-and-set, dropping entries of its bucket not renewed for :data:`FORGET`
 seconds, and removes its own when it stops. Whoever lists the roll (``m console``)
 reads the records and keeps the entries renewed within :data:`QUIET` seconds: a
@@ -22,19 +23,18 @@ import os
 import socket
 import time
 import uuid
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..about import __version__
+from ..control import keys
 from ..errors import BrokerError
 from ..ports.protocols import BrokerProtocol
 from ..scheduling.runtime import contention_pause
 
 log = logging.getLogger("framework_m.worker")
 
-BUCKETS = 16
 HEARTBEAT = 10.0  # seconds between a worker's renewals
 QUIET = 3 * HEARTBEAT  # an entry not renewed for this long is a replica gone quiet
 FORGET = 6 * HEARTBEAT  # entries older than this are dropped by the next writer
@@ -69,10 +69,6 @@ class Replica:
 def new_replica_id() -> str:
     """``host:pid:random``: unique even for a pid reused on another host or later."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def bucket_key(replica_id: str) -> str:
-    return f"replicas:{zlib.crc32(replica_id.encode()) % BUCKETS}"
 
 
 def _decode(raw: bytes | None, key: str) -> dict[str, dict[str, Any]]:
@@ -127,10 +123,10 @@ async def _change(
 async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> list[Replica]:
     """The replicas renewed within :data:`QUIET` seconds of ``now``, by host and pid."""
     now = time.time() if now is None else now
-    keys = [f"replicas:{n}" for n in range(BUCKETS)]
-    records = await asyncio.gather(*(broker.read_state(key) for key in keys))
+    names = keys.replicas_buckets()
+    records = await asyncio.gather(*(broker.read_state(key) for key in names))
     out = []
-    for key, record in zip(keys, records, strict=True):
+    for key, record in zip(names, records, strict=True):
         for replica_id, entry in _decode(None if record is None else record.value, key).items():
             if entry["seen_at"] >= now - QUIET:
                 fields = {name: entry[name] for name in _FIELDS}
@@ -158,7 +154,7 @@ class Heartbeat:
         self.concurrency = concurrency
         self.interval = interval
         self.id = new_replica_id()
-        self.key = bucket_key(self.id)
+        self.key = keys.replicas_bucket(self.id)
         self.started_at = time.time()
         self.beats = 0
         self._closed = asyncio.Event()

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 
+from ..control import keys
 from ..jobs import DEFAULT_KEEP, JobSpec
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
@@ -27,7 +28,6 @@ from ..ports.statuses import (
     decode_status,
     encode_status,
     pending_ttl,
-    status_key,
 )
 
 log = logging.getLogger("framework_m.worker")
@@ -109,7 +109,7 @@ class StatusNotes:
         if self.keep(spec, message)[0] <= 0:
             return None
         try:
-            found = await self.broker.get_memo(status_key(message.id))
+            found = await self.broker.get_memo(keys.status(message.id))
             status = None if found is None else decode_status(message.id, found)
         except Exception as exc:  # not known to have finished: it runs, as it would have
             self.observer.broker_error("memo")
@@ -120,7 +120,7 @@ class StatusNotes:
     async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
         try:
             await self.broker.put_memo(
-                status_key(status.job_id), encode_status(status, result_json), ttl=ttl
+                keys.status(status.job_id), encode_status(status, result_json), ttl=ttl
             )
         except Exception as exc:
             self.observer.broker_error("memo")

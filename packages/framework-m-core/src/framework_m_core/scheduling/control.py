@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..control import keys
 from ..errors import BrokerError, ConfigurationError
 from ..ports.messages import (
     JobMessage,
@@ -39,7 +40,6 @@ log = logging.getLogger("framework_m.schedules")
 MAX_REASON = 200
 #: A record whose version moves on each pause and resume: tickers read it once a tick
 #: and read the schedules' own records again only when it moved.
-STEERING = "schedules:steering"
 _ROUNDS = 50  # compare-and-set rounds before a change gives up
 
 
@@ -71,10 +71,6 @@ class ScheduleState:
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
         return json.dumps(fields, separators=(",", ":")).encode()
-
-
-def state_key(job_name: str) -> str:
-    return f"schedule:{job_name}"
 
 
 def decode_state(value: bytes, job_name: str = "?") -> ScheduleState:
@@ -120,7 +116,7 @@ def _is_time(value: object) -> bool:
 
 async def read(broker: BrokerProtocol, job_name: str) -> ScheduleState:
     """The schedule's state as the broker holds it now (the default when none is kept)."""
-    entry = await broker.read_state(state_key(job_name))
+    entry = await broker.read_state(keys.schedule(job_name))
     return ScheduleState() if entry is None else decode_state(entry.value, job_name)
 
 
@@ -129,7 +125,7 @@ async def change(
 ) -> ScheduleState:
     """Apply ``step`` (None: nothing to write) by compare-and-set until it lands; return
     the state as written (or as found, when nothing was to be written)."""
-    key = state_key(job_name)
+    key = keys.schedule(job_name)
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
         entry = await broker.read_state(key)
@@ -147,16 +143,16 @@ async def _steered(broker: BrokerProtocol) -> None:
     """Move the steering record's version (after a pause or resume was written)."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(STEERING)
+        entry = await broker.read_state(keys.STEERING)
         version = None if entry is None else entry.version
-        if await broker.write_state(STEERING, b"{}", version=version) is not None:
+        if await broker.write_state(keys.STEERING, b"{}", version=version) is not None:
             return
     raise BrokerError("the schedules' steering record kept changing; try again")
 
 
 async def steering_version(broker: BrokerProtocol) -> int | None:
     """The steering record's version now (None: nothing was ever paused or resumed)."""
-    entry = await broker.read_state(STEERING)
+    entry = await broker.read_state(keys.STEERING)
     return None if entry is None else entry.version
 
 

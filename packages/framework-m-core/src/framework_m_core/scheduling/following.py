@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..control import keys
 from ..ports.capabilities import Capability
 from ..runtime.events import reraise_if_cancelled, said
 from . import runtime
@@ -65,7 +66,7 @@ class RuntimeFollower:
         """Read every runtime schedule (at start, before the first slots)."""
         try:
             async with asyncio.timeout(_READ_TIMEOUT):
-                await self._sync(await self._broker.read_state(runtime.CATALOG), full=True)
+                await self._sync(await self._broker.read_state(keys.RUNTIME_CATALOG), full=True)
         except Exception as exc:
             self._failed(exc)
 
@@ -93,10 +94,10 @@ class RuntimeFollower:
         :data:`~.runtime.POLL` seconds on), or read :data:`~.runtime.POLL` seconds on."""
         if watch:
             return await self._broker.wait_state(
-                runtime.CATALOG, self._version, timeout=runtime.POLL
+                keys.RUNTIME_CATALOG, self._version, timeout=runtime.POLL
             )
         await asyncio.sleep(runtime.POLL)
-        return await self._broker.read_state(runtime.CATALOG)
+        return await self._broker.read_state(keys.RUNTIME_CATALOG)
 
     def _failed(self, exc: BaseException) -> None:
         self._ticker.observer.broker_error("state")

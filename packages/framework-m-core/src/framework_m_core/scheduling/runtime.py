@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..control import keys
 from ..errors import BrokerError, ConfigurationError, ScheduleError
 from ..ports.messages import validate_job_name
 from ..ports.protocols import BrokerProtocol
@@ -45,7 +46,6 @@ from .schedules import Cron, Every, Schedule, cron, every
 log = logging.getLogger("framework_m.schedules")
 
 BUCKETS = 1024
-CATALOG = "runtime:catalog"
 POLL = 2.0  # seconds between two reads of the catalog by a ticking replica
 RESYNC = 300.0  # seconds between two reads of every bucket in use
 MAX_KWARGS = 2048  # bytes of a runtime schedule's kwargs as JSON
@@ -159,10 +159,6 @@ def bucket_of(schedule_id: str) -> int:
     return zlib.crc32(schedule_id.encode()) % BUCKETS
 
 
-def bucket_key(n: int) -> str:
-    return f"runtime:{n}"
-
-
 @dataclass(frozen=True, slots=True)
 class Catalog:
     """The change counter, the latest changes and the buckets in use."""
@@ -251,7 +247,7 @@ async def _change_bucket(
     ``step`` had nothing to write)."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(bucket_key(n))
+        entry = await broker.read_state(keys.runtime_bucket(n))
         current = {} if entry is None else decode_bucket(entry.value, n)
         new = step(dict(current))
         if new is None:
@@ -263,7 +259,7 @@ async def _change_bucket(
                 "use shorter kwargs"
             )
         version = None if entry is None else entry.version
-        if await broker.write_state(bucket_key(n), value, version=version) is not None:
+        if await broker.write_state(keys.runtime_bucket(n), value, version=version) is not None:
             return new
     raise BrokerError(f"bucket {n} of the runtime schedules kept changing; try again")
 
@@ -274,16 +270,19 @@ async def _note_change(broker: BrokerProtocol, n: int) -> Catalog:
     the later catalog write sees the later bucket."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(CATALOG)
+        entry = await broker.read_state(keys.RUNTIME_CATALOG)
         catalog = Catalog() if entry is None else decode_catalog(entry.value)
-        bucket = await broker.read_state(bucket_key(n))
+        bucket = await broker.read_state(keys.runtime_bucket(n))
         in_use = bucket is not None and bool(decode_bucket(bucket.value, n))
         counter = catalog.counter + 1
         used = catalog.used | {n} if in_use else catalog.used - {n}
         changes = (*catalog.changes, (counter, n))[-_CHANGES_KEPT:]
         new = Catalog(counter, changes, frozenset(used))
         version = None if entry is None else entry.version
-        if await broker.write_state(CATALOG, new.encode(), version=version) is not None:
+        if (
+            await broker.write_state(keys.RUNTIME_CATALOG, new.encode(), version=version)
+            is not None
+        ):
             return new
     raise BrokerError("the runtime schedule catalog kept changing; try again")
 
@@ -327,7 +326,7 @@ async def delete_schedule(broker: BrokerProtocol, schedule_id: str) -> bool:
 
 
 async def read_catalog(broker: BrokerProtocol) -> Catalog:
-    entry = await broker.read_state(CATALOG)
+    entry = await broker.read_state(keys.RUNTIME_CATALOG)
     return Catalog() if entry is None else decode_catalog(entry.value)
 
 
@@ -337,7 +336,7 @@ async def read_buckets(
     """Every schedule of ``buckets``, by id."""
     out: dict[str, RuntimeSchedule] = {}
     for n in sorted(buckets):
-        entry = await broker.read_state(bucket_key(n))
+        entry = await broker.read_state(keys.runtime_bucket(n))
         if entry is not None:
             out.update(decode_bucket(entry.value, n))
     return out

@@ -101,16 +101,9 @@ class Drained:
     #: or a second waiting run under "buffer_one"): acked without running.
     skipped: list[JobMessage] = dataclasses.field(default_factory=list)
 
-    @property
-    def late_dropped(self) -> list[JobMessage]:
-        """Deprecated name of :attr:`expired`."""
-        return self.expired
-
     def names(self, outcome: str) -> list[str]:
         """The job names of one outcome (``succeeded``, ``retried``, ``dead_lettered``,
         ``expired``, ``skipped``)."""
-        if outcome == "late_dropped":
-            outcome = "expired"
         if outcome == "dead_lettered":
             return [m.job_name if m else "-" for m, _ in self.dead_lettered]
         messages: list[JobMessage] = getattr(self, outcome)

@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from ..control import keys
 from ..errors import (
     BrokerError,
     InvalidJobError,
@@ -29,12 +30,9 @@ from ..ports.statuses import (
     LATEST_CANCEL,
     JobState,
     JobStatus,
-    cancel_key,
     decode_status,
     encode_status,
     pending_ttl,
-    slot_key,
-    status_key,
 )
 from ..scheduling.runtime import contention_pause
 
@@ -68,7 +66,7 @@ async def job_status(broker: BrokerProtocol, job_id: str) -> JobStatus:
     kept (never enqueued, enqueued with ``keep_result=0``, or expired)."""
     job_id = validate_job_id(job_id)
     _need_memos(broker)
-    found = await broker.get_memo(status_key(job_id))
+    found = await broker.get_memo(keys.status(job_id))
     if found is None:
         return JobStatus(job_id, JobState.UNKNOWN)
     return decode_status(job_id, found)
@@ -128,7 +126,7 @@ async def job_of_slot(broker: BrokerProtocol, schedule: str, slot: int) -> str |
     _need_memos(broker)
     if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
         raise InvalidJobError(f"a slot is a whole unix time in seconds, got {slot!r}")
-    found = await broker.get_memo(slot_key(tick_deduplication_id(schedule, slot)))
+    found = await broker.get_memo(keys.slot(tick_deduplication_id(schedule, slot)))
     if found is None:
         return None
     try:
@@ -152,13 +150,13 @@ async def cancel_job(broker: BrokerProtocol, job_id: str) -> bool:
         return False
     now = time.time()
     ttl = pending_ttl(0.0, status.due_at, now)
-    await broker.put_memo(cancel_key(job_id), b"cancelled by request", ttl=ttl)
+    await broker.put_memo(keys.cancel_mark(job_id), b"cancelled by request", ttl=ttl)
     await broker.put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)
     if status.state in (JobState.QUEUED, JobState.SCHEDULED):
         done = dataclasses.replace(
             status, state=JobState.CANCELLED, finished_at=now, error="cancelled by request"
         )
-        await broker.put_memo(status_key(job_id), encode_status(done), ttl=ttl)
+        await broker.put_memo(keys.status(job_id), encode_status(done), ttl=ttl)
     await _announce(broker)
     return True
 

@@ -114,6 +114,25 @@ class LeaseContract(ContractBase):
         assert list(await broker.lease_holders(key)) == ["b"]
 
     @requires(Capability.LEASES)
+    async def test_a_place_held_at_close_lasts_until_its_ttl(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        """Closing a broker releases none of its places: a holder that closes without
+        releasing keeps its place until the ttl, as if it had died."""
+        key = _key()
+        holder = broker_factory()
+        await holder.connect()
+        start = time.monotonic()
+        try:
+            assert await holder.acquire_lease(key, "closing", TTL)
+        finally:
+            await holder.close()
+        assert list(await broker.lease_holders(key)) == ["closing"]
+        assert not await broker.acquire_lease(key, "other", TTL)
+        waited = await _free_after(broker, key, "other", start)
+        assert TTL * 0.9 <= waited <= TTL + LATE, waited
+
+    @requires(Capability.LEASES)
     async def test_an_extended_place_is_kept_past_its_ttl_then_expires(
         self, broker_factory: BrokerFactory
     ) -> None:

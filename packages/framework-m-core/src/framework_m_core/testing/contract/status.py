@@ -9,11 +9,12 @@ import time
 import pytest
 
 from ...app import App
+from ...control import keys
 from ...errors import JobFailedError, ResultTimeoutError, UnknownJobError
 from ...jobs import JobContext
 from ...ports.capabilities import Capability
 from ...ports.messages import JobMessage, new_job_id
-from ...ports.statuses import MAX_RESULT, JobState, JobStatus, encode_status, status_key
+from ...ports.statuses import MAX_RESULT, JobState, JobStatus, encode_status
 from ...tracking.queries import job_status, wait_result
 from ..helpers import BrokerFactory, many, running_worker, wait_until
 from .base import ContractBase
@@ -104,7 +105,7 @@ class StatusContract(ContractBase):
         async with many(broker_factory, 1) as (broker,):
             job_id, now = new_job_id(), time.time()
             done = JobStatus(job_id, JobState.SUCCEEDED, "add", 1, enqueued_at=now, finished_at=now)
-            await broker.put_memo(status_key(job_id), encode_status(done), ttl=60)
+            await broker.put_memo(keys.status(job_id), encode_status(done), ttl=60)
             message = JobMessage("add", {"a": 1, "b": 2}, id=job_id, enqueued_at=now)
             assert (await broker.publish(message)).job_id == job_id
             status = await job_status(broker, job_id)

@@ -1,0 +1,274 @@
+"""``m schedules``: list the schedules, and steer them across the fleet (pause, resume,
+trigger, backfill) or set and delete runtime schedules."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ..adapters.registry import connected
+from ..app import load_app
+from ..control import keys
+from ..errors import ConfigurationError
+from ..jobs import JobSpec
+from ..ports.capabilities import Capability
+from ..ports.messages import tick_deduplication_id
+from ..scheduling import control, runtime
+from ..scheduling.schedules import Cron, Schedule
+from .options import (
+    Subparsers,
+    app_arg,
+    aware_time,
+    check_job,
+    configure_logging,
+    iso,
+    kwargs_of,
+    positive_int,
+    seconds,
+    shared_broker,
+)
+
+
+def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
+    """The parsers of ``m schedules`` and of each of its actions."""
+    s = sub.add_parser(
+        "schedules", help="list schedules, their overlap policies, next slots and dedup ids"
+    )
+    app_arg(s)
+    s.add_argument("--count", type=positive_int, default=3, help="slots to show per job (3)")
+    s.add_argument(
+        "--broker",
+        default=os.environ.get("M_BROKER_URL"),
+        help="also show each schedule's pause and latest slot, and which run now and where "
+        "(a shared broker; env M_BROKER_URL)",
+    )
+    steer = s.add_subparsers(dest="action", metavar="{pause,resume,trigger,backfill,set,delete}")
+    sp = steer.add_parser("pause", help="enqueue no slot of JOB, on every replica, until resumed")
+    sp.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
+    sp.add_argument(
+        "--until", type=aware_time, default=None, help="resume by itself at this ISO time"
+    )
+    sp.add_argument("--reason", default=None, help="why, shown in logs and the listing")
+    sr = steer.add_parser("resume", help="enqueue JOB's slots again from the next tick")
+    sr.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
+    st = steer.add_parser("trigger", help="run JOB once now, across the whole fleet")
+    st.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
+    st.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
+    sb = steer.add_parser(
+        "backfill", help="enqueue each slot of JOB in a past range, once (needs --app)"
+    )
+    sb.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
+    sb.add_argument(
+        "--from", dest="start", type=aware_time, required=True, metavar="TIME",
+        help="the first slot's earliest ISO time, with its offset",
+    )  # fmt: skip
+    sb.add_argument(
+        "--to", dest="end", type=aware_time, required=True, metavar="TIME",
+        help="the last slot's latest ISO time, with its offset (not in the future)",
+    )  # fmt: skip
+    ss = steer.add_parser(
+        "set", help="create or replace runtime schedule ID: JOB runs at each of its slots"
+    )
+    ss.add_argument("id", help="the schedule's id (letters, digits, '_', '.', '-')")
+    ss.add_argument("job", help="the job it runs")
+    when = ss.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", default=None, metavar="EXPR", help="a cron expression")
+    when.add_argument("--every", type=seconds, default=None, metavar="SECONDS", help="an interval")
+    ss.add_argument("--tz", default=None, help="the IANA zone of --cron (UTC)")
+    ss.add_argument("--kwargs", default="{}", help="keyword arguments as a JSON object")
+    sd = steer.add_parser("delete", help="delete runtime schedule ID: nothing runs from it")
+    sd.add_argument("id", help="the schedule's id")
+    for p in (sp, sr, st, sb, ss, sd):
+        p.add_argument(
+            "--broker",
+            default=os.environ.get("M_BROKER_URL"),
+            help="URL of the shared broker (env M_BROKER_URL)",
+        )
+        p.add_argument(
+            "--app",
+            default=os.environ.get("M_APP"),
+            help="check JOB (and kwargs) against this App (env M_APP); backfill of a code "
+            "schedule reads it there",
+        )
+    return [s, sp, sr, st, sb, ss, sd]
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None):
+        return asyncio.run(_steer(args))
+    app = load_app(args.app or "")
+    configure_logging(args)
+    now = time.time()
+    specs = list(app.scheduled())
+    view = asyncio.run(_shared_view(args.broker, specs)) if args.broker else None
+    found = view[1] if view is not None else []
+    if not specs and not found:
+        print("no scheduled jobs")
+    for spec in specs:
+        assert spec.schedule is not None
+        print(f"{spec.name}: {spec.schedule.describe()}")
+        print(f"  overlap: {spec.overlap}")
+        if spec.catchup_window is not None:
+            print(f"  catch-up: {spec.catchup} missed slot(s) within {spec.catchup_window:g}s")
+        if view is not None:
+            for line in view[0][spec.name]:
+                print(f"  {line}")
+        _print_slots(spec.name, spec.schedule, now, args.count)
+    for schedule in found:
+        print(f"{schedule.name}: {runtime.describe(schedule)} (set at runtime)")
+        job = app.jobs.get(schedule.job)
+        print(f"  overlap: {job.overlap if job else 'unknown: the app has no such job'}")
+        assert view is not None
+        for line in view[0][schedule.name]:
+            print(f"  {line}")
+        _print_slots(schedule.name, schedule.schedule, now, args.count)
+    return 0
+
+
+def _print_slots(name: str, schedule: Schedule, now: float, count: int) -> None:
+    zone = ZoneInfo(schedule.tz) if isinstance(schedule, Cron) else None
+    slot: float = now
+    for _ in range(count):
+        slot = schedule.next_after(slot)
+        local = f"  local {datetime.fromtimestamp(slot, zone).isoformat()}" if zone else ""
+        utc = datetime.fromtimestamp(slot, UTC).isoformat()
+        print(f"  {utc}{local}  {tick_deduplication_id(name, int(slot))}")
+
+
+async def _steer(args: argparse.Namespace) -> int:
+    """``m schedules pause|resume|trigger JOB``."""
+    configure_logging(args)
+    if args.action in ("set", "delete"):
+        return await _runtime_change(args)
+    kwargs = kwargs_of(args.kwargs) if args.action == "trigger" else {}
+    schedule = _code_schedule(args, kwargs)
+    broker = shared_broker(args.broker, f"m schedules {args.action}")
+    if Capability.STATE not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} keeps no shared state: schedules cannot be steered there"
+        )
+    async with connected(broker):
+        if args.action == "pause":
+            state = await control.pause(broker, args.job, until=args.until, reason=args.reason)
+            until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
+            print(f"{args.job}: paused{until}; no replica enqueues its slots from its next tick")
+        elif args.action == "resume":
+            await control.resume(broker, args.job)
+            print(f"{args.job}: resumed; its slots are enqueued from the next tick")
+        elif args.action == "trigger":
+            job_id = await control.trigger(broker, args.job, kwargs)
+            print(f"{args.job}: triggered as job {job_id}")
+        else:
+            done = await control.backfill(broker, args.job, schedule, args.start, args.end)
+            for slot, job_id, stored in done.slots:
+                said = f"job {job_id}" if stored else f"already enqueued as job {job_id}"
+                print(f"  {iso(slot)}  {tick_deduplication_id(args.job, slot)}  {said}")
+            print(
+                f"{args.job}: backfilled {len(done.slots)} slot(s), "
+                f"{done.stored} new, {len(done.slots) - done.stored} already enqueued"
+            )
+    return 0
+
+
+def _code_schedule(args: argparse.Namespace, kwargs: dict[str, Any]) -> Schedule | None:
+    """The code schedule JOB names, checked against ``--app`` when given (None for a
+    runtime schedule, ``@ID``, which the broker holds)."""
+    control.check_name(args.job)
+    if args.job.startswith("@"):
+        return None
+    if not args.app:
+        if args.action == "backfill":
+            raise ConfigurationError(
+                "m schedules backfill needs --app: the schedule is in its code"
+            )
+        return None
+    app = load_app(args.app)
+    if args.job not in {spec.name for spec in app.scheduled()}:
+        known = ", ".join(sorted(spec.name for spec in app.scheduled())) or "none"
+        raise ConfigurationError(f"{args.job!r} is no scheduled job of {args.app} ({known})")
+    if args.action == "trigger":
+        check_job(app, args.app, args.job, kwargs)
+    return app.jobs[args.job].schedule
+
+
+async def _runtime_change(args: argparse.Namespace) -> int:
+    """``m schedules set ID JOB ...`` and ``m schedules delete ID``."""
+    if args.action == "set":
+        kwargs = kwargs_of(args.kwargs)
+        schedule = runtime.runtime_schedule(
+            args.id,
+            args.job,
+            cron_expression=args.cron,
+            tz=args.tz,
+            every_seconds=args.every,
+            kwargs=kwargs,
+        )
+        if args.app:
+            check_job(load_app(args.app), args.app, args.job, kwargs)
+    else:
+        runtime.validate_id(args.id)
+    broker = shared_broker(args.broker, f"m schedules {args.action}")
+    if Capability.STATE not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} keeps no shared state: it cannot hold runtime schedules"
+        )
+    async with connected(broker):
+        if args.action == "set":
+            await runtime.set_schedule(broker, schedule)
+            print(
+                f"@{args.id}: {runtime.describe(schedule)}; every ticking replica "
+                f"follows within {runtime.POLL + 1:g}s"
+            )
+        elif await runtime.delete_schedule(broker, args.id):
+            print(f"@{args.id}: deleted; nothing runs from it once every replica read it")
+        else:
+            raise ConfigurationError(f"there is no runtime schedule {args.id!r}")
+    return 0
+
+
+async def _shared_view(
+    url: str, specs: list[JobSpec]
+) -> tuple[dict[str, list[str]], list[runtime.RuntimeSchedule]]:
+    """What the broker knows: per schedule (code ones and the runtime ones it holds),
+    its state (pause, latest slot, last trigger) and the holders of its overlap lease
+    (``job id@host:pid``) now; and the runtime schedules."""
+    broker = shared_broker(url, "m schedules --broker")
+    stateful = Capability.STATE in broker.capabilities
+    leases = Capability.LEASES in broker.capabilities
+    if not (stateful or leases):
+        raise ConfigurationError(
+            f"{broker.display_url} keeps neither state nor leases: it knows nothing more"
+        )
+    out: dict[str, list[str]] = {}
+    async with connected(broker):
+        found = await runtime.list_schedules(broker) if stateful else []
+        for name in [spec.name for spec in specs] + [s.name for s in found]:
+            lines = out[name] = []
+            if stateful:
+                lines.extend(_state_lines(await control.read(broker, name)))
+            if leases:
+                holders = sorted(await broker.lease_holders(keys.overlap(name)))
+                lines.append(f"running: {', '.join(holders) or 'no'}")
+    return out, found
+
+
+def _state_lines(state: control.ScheduleState) -> list[str]:
+    if not state.paused:
+        lines = ["state: active"]
+    else:
+        until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
+        since = "" if state.paused_at is None else f" since {iso(state.paused_at)}"
+        why = "" if state.reason is None else f" ({state.reason})"
+        lines = [f"state: paused{until}{since}{why}"]
+        if state.paused_until is not None and state.paused_until <= time.time():
+            lines[0] += ", lifted by itself"
+    last = "none recorded" if state.latest_slot is None else iso(state.latest_slot)
+    lines.append(f"last slot: {last}")
+    if state.triggered_at is not None:
+        lines.append(f"last trigger: {iso(state.triggered_at)}")
+    return lines

@@ -1,0 +1,134 @@
+"""``m status``: per queue, its counts, windows and whether its schema is in sync; with
+``--app``, the runs going on now under overlap policies and limits."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+from typing import Any
+
+from ..adapters.registry import connected, open_broker
+from ..app import App, load_app
+from ..control import keys
+from ..errors import BrokerError
+from ..ports.capabilities import Capability
+from ..ports.protocols import BrokerProtocol
+from ..ports.records import QueueStats
+from .options import DEFAULT_BROKER, Subparsers, configure_logging
+
+
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
+    st = sub.add_parser(
+        "status", help="per queue: counts, dead letters, windows, schema in sync or not"
+    )
+    st.add_argument(
+        "--broker",
+        action="append",
+        help="broker URL; repeat it for several queues "
+        f"(env M_BROKER_URL; default {DEFAULT_BROKER})",
+    )
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument(
+        "--app",
+        default=os.environ.get("M_APP"),
+        help="also show, per job with an overlap policy or a limit, the runs going on "
+        "now and where (env M_APP)",
+    )
+    return st
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args)
+    args.broker = args.broker or [os.environ.get("M_BROKER_URL", DEFAULT_BROKER)]
+    return asyncio.run(status(args))
+
+
+_UNKNOWN = "-"  # a count the broker does not tell
+
+
+async def status(args: argparse.Namespace) -> int:
+    """``m status``: per queue, its counts, windows and whether its schema is in sync."""
+    app = load_app(args.app) if getattr(args, "app", None) else None
+    reports = []
+    for url in args.broker:
+        broker = open_broker(url)
+        async with connected(broker):
+            plan = await broker.plan_schema()
+            try:
+                stats = await broker.queue_stats()
+            except BrokerError:
+                if plan.in_sync:
+                    raise
+                stats = QueueStats()  # what is missing holds nothing to count
+            reports.append(
+                {
+                    "queue": broker.display_url,
+                    "node": getattr(broker, "node", None),
+                    **dataclasses.asdict(stats),
+                    "dedup_window": broker.dedup_window,
+                    "visibility_timeout": broker.visibility_timeout,
+                    "schema_in_sync": plan.in_sync,
+                    "schema_changes": [str(change) for change in plan.changes],
+                    **({} if app is None else {"running": await _running(app, broker)}),
+                }
+            )
+    if args.json:
+        print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+        return 0
+    for report in reports:
+        _print_status(report)
+    return 0
+
+
+async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
+    """Per job with an overlap policy or a limit, the holders of its leases: the runs
+    going on now, ``job id@host:pid`` (a limit per key value is not listed)."""
+    if Capability.LEASES not in broker.capabilities:
+        return {}
+    out: dict[str, list[str]] = {}
+    for spec in app.jobs.values():
+        found: list[str] = []
+        if spec.schedule is not None and spec.overlap != "allow":
+            found += await broker.lease_holders(keys.overlap(spec.name))
+        if spec.concurrency is not None and spec.concurrency_key is None:
+            key = keys.concurrency(spec.name, spec.concurrency_key, {})
+            found += await broker.lease_holders(key, limit=spec.concurrency)
+        if spec.leased:
+            out[spec.name] = sorted(set(found))
+    return out
+
+
+def _print_status(r: dict[str, Any]) -> None:
+    def count(key: str) -> str:
+        return _UNKNOWN if r[key] is None else f"{r[key]:,}"
+
+    changes = r["schema_changes"]
+    schema = (
+        "in sync"
+        if r["schema_in_sync"]
+        else f"differs: run m sync-schema ({len(changes)} change(s))"
+    )
+    rows = [
+        ("queue", r["queue"]),
+        *([("node", r["node"])] if r["node"] else []),
+        ("ready", count("ready")),
+        ("reserved", count("reserved") + ("" if r["scheduled"] is not None else " (with retries)")),
+        ("retry-scheduled", count("scheduled")),
+        ("dead letters", count("dead_letters")),
+        ("consumers", count("consumers")),
+        ("dedup window", f"{r['dedup_window']:g}s"),
+        ("visibility", f"{r['visibility_timeout']:g}s"),
+        ("schema", schema),
+    ]
+    for job, holders in r.get("running", {}).items():
+        rows.append((f"running {job}", ", ".join(holders) or "-"))
+    for label, text in rows:
+        print(f"{label:<16}{text}")
+    for change in changes:
+        print(f"  {change}")
+    if all(r[k] is None for k in ("ready", "reserved", "scheduled", "dead_letters")):
+        print(f"({_UNKNOWN}: this broker's adapter does not report queue counts)")
+    print()
