@@ -34,6 +34,8 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # Schedule handles: one schedule steered and described through one object.
+    "schedule-handles": "packages/framework-m-core/tests/test_schedule_handles.py",
     # A limit's place kept between a worker's runs of one key.
     "places": "packages/framework-m-core/tests/test_kept_places.py",
     # The worker's own promises (a schema gone is synced again).
@@ -1723,6 +1725,33 @@ MUTANTS: tuple[Mutant, ...] = (
         "    local v = redis.call('INCR', KEYS[1])\n    redis.call('HSET', KEYS[i]",
         "    local v = (tonumber(current) or 0) + 1\n    redis.call('HSET', KEYS[i]",
         "test_store_versions_grow_across_keys",
+    ),
+    m(
+        "core-handle-trigger-unchecked",
+        "schedule-handles",
+        "a trigger's kwargs are checked against the handler before anything is sent",
+        f"{CORE}/control/schedules.py",
+        "        if self._spec is not None and (problem := self._spec.kwargs_problem(kwargs)):",
+        "        if False and (problem := ''):",
+        "test_a_trigger_is_checked_against_the_handler_then_enqueued",
+    ),
+    m(
+        "core-handle-pause-forever",
+        "schedule-handles",
+        "a pause until a time ends then",
+        f"{CORE}/control/schedules.py",
+        "until=None if until is None else _unix(until)",
+        "until=None",
+        "test_pause_describe_and_resume_through_the_handle",
+    ),
+    m(
+        "core-handle-backfill-scheduleless",
+        "schedule-handles",
+        "a code schedule's handle backfills by its own schedule",
+        f"{CORE}/control/schedules.py",
+        "        schedule = None if self._spec is None else self._spec.schedule\n",
+        "        schedule = None\n",
+        "test_a_backfill_enqueues_each_past_slot_once",
     ),
     m(
         "core-places-never-taken-over",

@@ -8,6 +8,7 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
+from .control.schedules import ScheduleDescription, ScheduleHandle
 from .errors import (
     AppLoadError,
     BrokerError,
@@ -104,7 +105,9 @@ __all__ = [
     "QueueStats",
     "ResultTimeoutError",
     "Schedule",
+    "ScheduleDescription",
     "ScheduleError",
+    "ScheduleHandle",
     "SchemaChange",
     "SchemaConflictError",
     "SchemaMissingError",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from .errors import BrokerError, InvalidJobError
+from .errors import BrokerError, ConfigurationError, InvalidJobError
 from .ports.base import BaseBroker
 from .ports.messages import delay_seconds
 from .ports.protocols import BrokerProtocol
@@ -27,6 +27,7 @@ from .ports.statuses import JobStatus
 from .tracking import queries
 
 if TYPE_CHECKING:
+    from .control.schedules import ScheduleHandle
     from .jobs import JobContext, JobSpec
     from .ports.protocols import JobQueueProtocol
 
@@ -103,6 +104,15 @@ class JobHandle(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<job {self.spec.name!r}>"
+
+    def schedule(self, broker: BrokerProtocol) -> ScheduleHandle:
+        """This scheduled job's schedule on ``broker``'s fleet: pause, resume, trigger,
+        backfill, describe (:class:`~framework_m_core.control.schedules.ScheduleHandle`)."""
+        from .control.schedules import ScheduleHandle
+
+        if self.spec.schedule is None:
+            raise ConfigurationError(f"job {self.spec.name!r} has no schedule")
+        return ScheduleHandle(broker, self.spec.name, self.spec)
 
     def with_options(
         self,
