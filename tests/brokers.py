@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # The server binaries these tests start: set them to run the same tests against another
@@ -537,3 +539,23 @@ class RabbitServer(ServerProcess):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc = None
+
+
+@contextlib.contextmanager
+def rabbit_cluster(workdir: Path, size: int = 3) -> Iterator[list[RabbitServer]]:
+    """``size`` RabbitMQ nodes with framework-m's plugin, started side by side and joined
+    into one cluster; every node SIGKILLed on exit (a stopped VM too)."""
+    cookie = uuid.uuid4().hex
+    nodes = [
+        RabbitServer(workdir, cookie=cookie, plugins=("framework_m_dedup_exchange",))
+        for _ in range(size)
+    ]
+    try:
+        with ThreadPoolExecutor(size) as pool:
+            list(pool.map(lambda node: node.start(), nodes))
+        for node in nodes[1:]:
+            node.join(nodes[0])
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL)

@@ -6,11 +6,9 @@ deadline, none be enqueued twice, and none that ran have been reported failed.""
 from __future__ import annotations
 
 import re
-import signal
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from framework_m_core.testing.scenarios import (
 )
 from framework_m_rabbitmq.testing import RabbitNamespace
 
-from .brokers import RabbitServer
+from .brokers import RabbitServer, rabbit_cluster
 from .test_probes import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # three nodes to start
@@ -43,20 +41,8 @@ RUN_SLACK = 3.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[list[RabbitServer]]:
-    cookie = uuid.uuid4().hex
-    nodes = [
-        RabbitServer(tmp_path, cookie=cookie, plugins=("framework_m_dedup_exchange",))
-        for _ in range(3)
-    ]
-    try:
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(lambda node: node.start(), nodes))
-        for node in nodes[1:]:
-            node.join(nodes[0])
+    with rabbit_cluster(tmp_path) as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.stop(signal.SIGKILL)  # a stopped VM too
 
 
 def reported(worker: Process, outcome: str) -> set[int]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,8 @@ from framework_m_core.testing import StoreContract, connected, namespace
 from framework_m_core.testing.namespaces import Namespace
 from framework_m_rabbitmq.testing import RabbitNamespace
 
-from .brokers import RabbitServer, redis_cluster
+from .brokers import rabbit_cluster as started_rabbit_cluster
+from .brokers import redis_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +51,7 @@ def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     declared or deleted with a member down waits on it), then one node is SIGKILLed,
     and the tests share the namespace (every store test uses keys of its own); the
     cluster goes with the module, so nothing is dropped."""
-    workdir, cookie = tmp_path_factory.mktemp("rabbit-cluster"), uuid.uuid4().hex
-    nodes = [
-        RabbitServer(workdir, cookie=cookie, plugins=("framework_m_dedup_exchange",))
-        for _ in range(3)
-    ]
-    try:
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(lambda node: node.start(), nodes))
-        for node in nodes[1:]:
-            node.join(nodes[0])
+    with started_rabbit_cluster(tmp_path_factory.mktemp("rabbit-cluster")) as nodes:
         first, second = (node.url.split("@")[1].rstrip("/") for node in nodes[:2])
         url = RabbitNamespace(nodes[0].url).url(dedup_window=1)
         url = url.replace(first, f"{first},{second}", 1)
@@ -73,9 +63,6 @@ def rabbit_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         asyncio.run(declare())
         nodes[2].stop(signal.SIGKILL)
         yield url
-    finally:
-        for node in nodes:
-            node.stop(signal.SIGKILL)
 
 
 class TestStoreOnRabbitCluster(StoreContract):

@@ -62,17 +62,7 @@ def seconds(text: str) -> float:
 
 
 def instant(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time, got {text!r}") from None
-    if when.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"give the time's offset (+00:00 or Z): {text!r}")
-    return when
-
-
-def aware_time(text: str) -> float:
-    """``--until``, ``--from``, ``--to``: an ISO 8601 time with its offset (or Z)."""
+    """``--at``: an ISO 8601 time with its offset (or Z)."""
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -81,7 +71,12 @@ def aware_time(text: str) -> float:
         ) from None
     if when.tzinfo is None:
         raise argparse.ArgumentTypeError(f"give the time's offset or Z: {text!r}")
-    return when.timestamp()
+    return when
+
+
+def aware_time(text: str) -> float:
+    """``--until``, ``--from``, ``--to``: :func:`instant` in unix seconds."""
+    return instant(text).timestamp()
 
 
 def iso(t: float) -> str:

@@ -142,7 +142,11 @@ class ProcessContract(ContractBase):
         _, again, other_pid, again_attempt = await asyncio.to_thread(
             wait_for_line, slow, "start", wait, 2
         )
-        assert (again, again_attempt) == (job_id, "2")
+        # A redelivery, counted. Not necessarily the second delivery: the killed worker's
+        # last pull request can outlive it on the server (NATS 2.9 serves it until it
+        # expires), and a delivery sent there comes back once more after its ack wait.
+        assert again == job_id
+        assert int(again_attempt) >= 2, again_attempt
         assert int(other_pid) != running.pid
         _, done, done_pid, _ = await asyncio.to_thread(wait_for_line, slow, "end", 20)
         assert (done, int(done_pid)) == (job_id, int(other_pid))
