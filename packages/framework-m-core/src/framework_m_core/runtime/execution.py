@@ -271,13 +271,16 @@ class Execution:
             await self._traced(spec, message, delivery, ())
             return
         holder = leases.holder_of(message.id)
+        limit = None  # the key of the job's limit, whose place is kept after the run
+        if spec.concurrency is not None:
+            limit = keys.concurrency(spec.name, spec.concurrency_key, message.kwargs)
         held: list[tuple[str, str]] = []
         try:
-            if await self._admit(spec, schedule, message, delivery, holder, held):
+            if await self._admit(spec, schedule, message, delivery, holder, limit, held):
                 await self._traced(spec, message, delivery, held)
         finally:
             if held:
-                await asyncio.shield(self._leave(held, spec))
+                await asyncio.shield(self._leave(held, limit))
 
     async def _traced(
         self,
@@ -301,6 +304,7 @@ class Execution:
         message: JobMessage,
         delivery: Delivery,
         holder: str,
+        limit: str | None,
         held: list[tuple[str, str]],
     ) -> bool:
         """Take the run's leases into ``held`` (key and holder: a place kept from an
@@ -326,18 +330,16 @@ class Execution:
                     if ticked:
                         await asyncio.shield(self._release(buffer, holder))
             held.append((key, holder))
-        if spec.concurrency is not None:
-            key = keys.concurrency(spec.name, spec.concurrency_key, message.kwargs)
-            kept = self.places.take(key, ttl)
+        if limit is not None and spec.concurrency is not None:
+            kept = self.places.take(limit, ttl)
             if kept is not None:
-                held.append((key, kept))
+                held.append((limit, kept))
                 return True
             sent = time.monotonic()
-            if not await self._acquire(key, holder, ttl, spec.concurrency):
-                await self._wait(spec, delivery, key, holder, ttl, spec.concurrency, held)
-                sent = time.monotonic()  # at most: the successful claim was sent before
-            self.places.written(key, holder, sent)
-            held.append((key, holder))
+            if not await self._acquire(limit, holder, ttl, spec.concurrency):
+                sent = await self._wait(spec, delivery, limit, holder, ttl, spec.concurrency, held)
+            self.places.written(limit, holder, sent)
+            held.append((limit, holder))
         return True
 
     async def _acquire(self, key: str, holder: str, ttl: float, limit: int) -> bool:
@@ -365,17 +367,19 @@ class Execution:
         ttl: float,
         limit: int,
         also_held: Sequence[tuple[str, str]],
-    ) -> None:
+    ) -> float:
         """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
-        is this run's. Waiting uses no attempt and no place of the worker's."""
+        is this run's; when (monotonic) the claim that took it was sent. Waiting uses
+        no attempt and no place of the worker's."""
         beat = self.heartbeats.start(delivery, also_held)
         log.debug("%s waits for a place under %s", holder, key)
         try:
             with self._waiting(spec):
                 while True:
                     await asyncio.sleep(random.uniform(*_WAIT_POLL))
+                    sent = time.monotonic()
                     if await self._acquire(key, holder, ttl, limit):
-                        return
+                        return sent
         finally:
             self.heartbeats.stop(beat)
 
@@ -417,10 +421,9 @@ class Execution:
         except Exception as exc:  # it expires with the reservation time
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 
-    async def _leave(self, held: Sequence[tuple[str, str]], spec: JobSpec) -> None:
-        """Give back a run's leases: a limit's place is kept for the worker's next run
-        of the key (:mod:`.places`), the others are released."""
-        limit = held[-1][0] if spec.concurrency is not None else None  # taken last
+    async def _leave(self, held: Sequence[tuple[str, str]], limit: str | None) -> None:
+        """Give back a run's leases: the place under the job's ``limit`` is kept for the
+        worker's next run of the key (:mod:`.places`), the others are released."""
         for key, holder in reversed(held):
             if key == limit:
                 self.places.keep(key, holder)
