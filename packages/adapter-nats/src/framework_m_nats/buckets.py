@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import struct
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,6 +22,23 @@ T = TypeVar("T")
 
 #: How long a write into a bucket is asked again while no stream answers it.
 SETTLE = 2.0
+#: What stands before a value in the memo and store buckets: its expiry, unix ms by the
+#: writer's clock (0: none).
+EXPIRY = struct.Struct(">Q")
+#: JetStream's error code for a write whose expected last sequence did not hold.
+WRONG_LAST_SEQUENCE = 10071
+#: A write only where the key has no entry (what nats-py's KeyValue.create sends).
+NO_ENTRY = {"Nats-Expected-Last-Subject-Sequence": "0"}
+
+
+def kv_key(key: str) -> str:
+    """``key`` as a bucket key: URL-safe base64, unpadded (any text fits)."""
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def now_ms() -> int:
+    """This clock in unix milliseconds, the unit of :data:`EXPIRY`."""
+    return int(time.time() * 1000)
 
 
 async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValue:

@@ -10,10 +10,7 @@ by the first put; getting before that finds nothing.
 
 from __future__ import annotations
 
-import base64
 import re
-import struct
-import time
 from functools import partial
 
 from nats.js import JetStreamContext
@@ -22,27 +19,22 @@ from nats.js.kv import KeyValue
 
 from framework_m_core.ports import MAX_MEMO_TTL
 
-from .buckets import LazyBucket, answered
+from .buckets import (
+    EXPIRY,
+    NO_ENTRY,
+    WRONG_LAST_SEQUENCE,
+    LazyBucket,
+    answered,
+    kv_key,
+    now_ms,
+)
 from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
 
-_EXPIRY = struct.Struct(">Q")
-# A write only where the key has no entry (what nats-py's KeyValue.create sends).
-_CREATE = {"Nats-Expected-Last-Subject-Sequence": "0"}
-_WRONG_LAST_SEQUENCE = 10071
-
 
 def bucket_name(s: NatsSettings) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_memos")
-
-
-def _kv_key(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Memos:
@@ -60,14 +52,14 @@ class Memos:
     async def _entry(self, kv: KeyValue, key: str) -> tuple[bytes | None, int | None]:
         """The unexpired value under ``key`` and the key's revision (None: no entry)."""
         try:
-            entry = await kv.get(_kv_key(key))
+            entry = await kv.get(kv_key(key))
         except KeyNotFoundError:
             return None, None
         raw = entry.value or b""
         revision = int(entry.revision or 0) or None
-        if len(raw) < _EXPIRY.size or _EXPIRY.unpack_from(raw)[0] <= _now_ms():
+        if len(raw) < EXPIRY.size or EXPIRY.unpack_from(raw)[0] <= now_ms():
             return None, revision
-        return raw[_EXPIRY.size :], revision
+        return raw[EXPIRY.size :], revision
 
     async def put(
         self,
@@ -80,18 +72,18 @@ class Memos:
     ) -> bool:
         kv = await self._bucket.get(js, create=True)
         assert kv is not None
-        stored = _EXPIRY.pack(_now_ms() + max(1, round(ttl * 1000))) + value
-        k = _kv_key(key)
+        stored = EXPIRY.pack(now_ms() + max(1, round(ttl * 1000))) + value
+        k = kv_key(key)
         subject = f"$KV.{self._bucket.name}.{k}"
         with server_errors(f"putting memo {key!r}"):
             if not create:
                 await answered(partial(confirms.publish, subject, stored))
                 return True
             try:
-                await answered(partial(confirms.publish, subject, stored, _CREATE))
+                await answered(partial(confirms.publish, subject, stored, NO_ENTRY))
                 return True
             except APIError as exc:
-                if exc.err_code != _WRONG_LAST_SEQUENCE:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
                     raise
             held, revision = await self._entry(kv, key)
             if held is not None or revision is None:

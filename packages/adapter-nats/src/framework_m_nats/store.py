@@ -21,10 +21,8 @@ the first write, and reading before that finds no record.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import re
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -42,15 +40,19 @@ from nats.js.kv import KeyValue
 from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
-from .buckets import LazyBucket, answered
+from .buckets import (
+    EXPIRY,
+    NO_ENTRY,
+    WRONG_LAST_SEQUENCE,
+    LazyBucket,
+    answered,
+    kv_key,
+    now_ms,
+)
 from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
 
-_EXPIRY = struct.Struct(">Q")
-_WRONG_LAST_SEQUENCE = 10071
-# A write only where the key has no entry (what nats-py's KeyValue.create sends).
-_NO_ENTRY = {"Nats-Expected-Last-Subject-Sequence": "0"}
 # A watch reads its key again this often even without a message (one lost while the
 # connection was being made again).
 _REREAD = 10.0
@@ -60,19 +62,11 @@ def bucket_name(s: NatsSettings) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_store")
 
 
-def _kv_key(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
 def _lost_race(exc: Exception) -> bool:
     """Whether ``exc`` says the key moved past the revision a write expected."""
     return isinstance(exc, KeyWrongLastSequenceError) or (
-        isinstance(exc, APIError) and exc.err_code == _WRONG_LAST_SEQUENCE
+        isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE
     )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Held:
@@ -113,18 +107,18 @@ class NatsStore(BaseStore):
 
     async def _held(self, kv: KeyValue, key: str) -> _Held:
         try:
-            entry = await kv.get(_kv_key(key))
+            entry = await kv.get(kv_key(key))
         except (KeyNotFoundError, KeyDeletedError) as exc:  # a delete marker has a revision
             marker = getattr(exc, "entry", None)
             return _Held(None, int(getattr(marker, "revision", 0) or 0))
         revision = int(entry.revision or 0)
         raw = entry.value or b""
-        if len(raw) < _EXPIRY.size:
+        if len(raw) < EXPIRY.size:
             return _Held(None, revision)
-        (expires,) = _EXPIRY.unpack_from(raw)
-        if expires and expires <= _now_ms():
+        (expires,) = EXPIRY.unpack_from(raw)
+        if expires and expires <= now_ms():
             return _Held(None, revision)
-        return _Held(Record(raw[_EXPIRY.size :], revision), revision)
+        return _Held(Record(raw[EXPIRY.size :], revision), revision)
 
     async def _read(self, keys: list[str]) -> list[Record | None]:
         kv = await self._kv(create=False)
@@ -159,11 +153,11 @@ class NatsStore(BaseStore):
                 if value is None:
                     if current is None:
                         return None
-                    await answered(partial(kv.delete, _kv_key(key), last=held.revision))
+                    await answered(partial(kv.delete, kv_key(key), last=held.revision))
                     return current
                 stored = _stored(value, ttl)
                 return int(
-                    await answered(partial(kv.update, _kv_key(key), stored, last=held.revision))
+                    await answered(partial(kv.update, kv_key(key), stored, last=held.revision))
                 )
             except (KeyWrongLastSequenceError, APIError) as exc:
                 if not _lost_race(exc):
@@ -175,8 +169,8 @@ class NatsStore(BaseStore):
     async def _publish(self, key: str, stored: bytes, create: bool) -> int | None:
         """Put ``stored`` under ``key`` in one publish (a create: only where the key has
         no entry); its revision, or None when a create found an entry."""
-        subject = f"$KV.{self._bucket.name}.{_kv_key(key)}"
-        headers = _NO_ENTRY if create else None
+        subject = f"$KV.{self._bucket.name}.{kv_key(key)}"
+        headers = NO_ENTRY if create else None
         try:
             ack = await answered(partial(self._confirms().publish, subject, stored, headers))
         except (KeyWrongLastSequenceError, APIError) as exc:
@@ -198,7 +192,7 @@ class NatsStore(BaseStore):
                     return None
                 n = (mine or free)[0]
                 stored = _stored(value, ttl)
-                update = partial(kv.update, _kv_key(keys[n]), stored, last=held[n].revision)
+                update = partial(kv.update, kv_key(keys[n]), stored, last=held[n].revision)
                 try:
                     version = await answered(update)
                 except (KeyWrongLastSequenceError, APIError) as exc:
@@ -215,7 +209,7 @@ class NatsStore(BaseStore):
             changed.set()
 
         nc = await self._link()
-        subject = f"$KV.{self._bucket.name}.{_kv_key(key)}"
+        subject = f"$KV.{self._bucket.name}.{kv_key(key)}"
         with server_errors(f"watching record {key!r}"):
             sub = await nc.subscribe(subject, cb=saw)
             await nc.flush(timeout=5)  # subscribed before the first read
@@ -228,5 +222,5 @@ class NatsStore(BaseStore):
 
 def _stored(value: bytes, ttl: float | None) -> bytes:
     """``value`` behind its expiry (unix ms by this clock; 0 for none)."""
-    expires = 0 if ttl is None else _now_ms() + max(1, round(ttl * 1000))
-    return _EXPIRY.pack(expires) + value
+    expires = 0 if ttl is None else now_ms() + max(1, round(ttl * 1000))
+    return EXPIRY.pack(expires) + value
