@@ -27,24 +27,44 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.ports.store import Record, StoreProtocol, Write
 from framework_m_core.scheduling import runtime
 from framework_m_core.testing import wait_until
 from framework_m_core.testing.namespaces import namespace
+from framework_m_core.testing.passing import PassingStore
 
 TARGET_IDLE = 0.001
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney")
 
 
+class _CountingStore(PassingStore):
+    """Counts the reads and writes of a broker's store."""
+
+    def __init__(self, inner: StoreProtocol, counts: dict[str, int]) -> None:
+        super().__init__(inner)
+        self.counts = counts
+
+    async def read(self, keys: Sequence[str]) -> list[Record | None]:
+        self.counts["read_state"] += 1
+        return await super().read(keys)
+
+    async def write(self, writes: Sequence[Write]) -> list[int | None]:
+        self.counts["write_state"] += 1
+        return await super().write(writes)
+
+
 class Counting:
-    """Counts a broker's publishes and state calls (wraps the connected broker)."""
+    """Counts a broker's publishes and store calls (wraps the connected broker)."""
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.counts = {"publish": 0, "read_state": 0, "write_state": 0}
+        self.store = _CountingStore(broker.store, self.counts)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.broker, name)

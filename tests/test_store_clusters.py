@@ -1,25 +1,81 @@
 """The store's contract area on the clusters the tests start: records, claims and
-watches hold when the namespace lives on a Redis Cluster, and on a 3-node RabbitMQ
-cluster one of whose nodes was killed (the records' table has a copy on every node)."""
+watches hold when the namespace lives on a 3-node NATS cluster (buckets with three
+replicas), on a Redis Cluster, and on a 3-node RabbitMQ cluster one of whose nodes was
+killed (the records' table has a copy on every node)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.ports.store import Write
 from framework_m_core.testing import StoreContract, connected, namespace
 from framework_m_core.testing.namespaces import Namespace
+from framework_m_nats.store import bucket_name, serializes_replicated_writes
 from framework_m_rabbitmq.testing import RabbitNamespace
 
+from .brokers import nats_cluster, redis_cluster
 from .brokers import rabbit_cluster as started_rabbit_cluster
-from .brokers import redis_cluster
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def nats_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Three NATS servers in one cluster, once JetStream answers on it (a fresh cluster
+    elects its meta leader first)."""
+    nodes = nats_cluster(Path(tmp_path_factory.mktemp("nats-cluster")), 3)
+    for node in nodes:
+        node.start()
+    url = "nats://" + ",".join(node.url.removeprefix("nats://") for node in nodes)
+
+    async def ready() -> None:
+        deadline = time.monotonic() + 60
+        probe = namespace(url).url(replicas=3)
+        while True:
+            try:
+                async with connected(lambda: open_broker(probe)):
+                    return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    try:
+        asyncio.run(ready())
+        yield url
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL)
+
+
+class TestStoreOnNatsCluster(StoreContract):
+    """A namespace of its own for each test; the cluster goes with the module, so
+    nothing is dropped."""
+
+    @pytest.fixture
+    def broker_url(self, nats_cluster_url: str) -> str:
+        return namespace(nats_cluster_url).url(replicas=3, dedup_window=1, ack_wait=1)
+
+    async def test_buckets_keep_one_replica_where_the_server_lets_two_writes_win(
+        self, broker_url: str
+    ) -> None:
+        """Before 2.10 a replicated bucket can take two writes expecting one revision
+        (nats-server#4320): there the store's buckets keep one replica."""
+        async with connected(lambda: open_broker(broker_url)) as broker:
+            await broker.store.write([Write("k", b"v")])
+            await broker.expiring_store.write([Write("k", b"v", ttl=60)])
+            nc = await broker._link()  # type: ignore[attr-defined]
+            expected = 3 if serializes_replicated_writes(nc) else 1
+            for kind in ("store", "memos"):
+                info = await broker.js.stream_info(f"KV_{bucket_name(broker.settings, kind)}")  # type: ignore[attr-defined]
+                assert info.config.num_replicas == expected, (kind, nc.connected_server_version)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from framework_m_core.control.shared import shared
 from framework_m_core.ports.store import Write as StoreWrite
 from framework_m_core.testing import wait_until
 from framework_m_nats import NatsBroker
@@ -32,19 +33,19 @@ async def _any_write(b: NatsBroker) -> object:
 
 
 async def _create(b: NatsBroker) -> object:
-    return await b.write_state("k", b"v", version=None)  # one publish, no entry expected
+    return await shared(b).write_state("k", b"v", version=None)  # one publish, no entry expected
 
 
 async def _claim(b: NatsBroker) -> object:
-    return await b.acquire_lease("k", "me", 30)  # read, then a compare-and-set
+    return await shared(b).acquire_lease("k", "me", 30)  # read, then a compare-and-set
 
 
 async def _memo_write(b: NatsBroker) -> object:
-    return await b.put_memo("k", b"v", ttl=30, create=True)  # the memo bucket
+    return await shared(b).put_memo("k", b"v", ttl=30, create=True)  # the memo bucket
 
 
 async def _memo_check(b: NatsBroker) -> bool:
-    return await b.get_memo("k") == b"v"
+    return await shared(b).get_memo("k") == b"v"
 
 
 async def _any_check(b: NatsBroker) -> bool:
@@ -53,12 +54,12 @@ async def _any_check(b: NatsBroker) -> bool:
 
 
 async def _state_check(b: NatsBroker) -> bool:
-    entry = await b.read_state("k")
+    entry = await shared(b).read_state("k")
     return entry is not None and entry.value == b"v"
 
 
 async def _lease_check(b: NatsBroker) -> bool:
-    return list(await b.lease_holders("k")) == ["me"]
+    return list(await shared(b).lease_holders("k")) == ["me"]
 
 
 @pytest.mark.parametrize(

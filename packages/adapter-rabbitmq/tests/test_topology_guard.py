@@ -7,6 +7,7 @@ from __future__ import annotations
 import aio_pika
 import pytest
 
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import BrokerError, SchemaConflictError
 from framework_m_core.ports import Capability
 from framework_m_core.ports.store import Write
@@ -56,15 +57,15 @@ async def test_a_missing_queue_fails_the_publish_naming_the_fix(url: str) -> Non
 
 async def test_store_off_keeps_no_store_exchange_and_says_so(url: str) -> None:
     async with RabbitBroker.from_url(url + "&store=off") as broker:
-        gone = {Capability.STORE, Capability.LEASES, Capability.STATE, Capability.MEMOS}
+        gone = {Capability.STORE}
         assert not gone & broker.capabilities
-        assert gone <= RabbitBroker.capabilities  # the class keeps them
+        assert gone <= RabbitBroker.capabilities  # the class keeps it
         targets = [c.target for c in (await broker.plan_schema()).changes]
         assert f"exchange {broker.settings.store_exchange}" not in targets
         with pytest.raises(BrokerError, match="keeps no store"):
             await broker.store.read(["k"])
-        with pytest.raises(BrokerError, match="keeps no memos"):
-            await broker.get_memo("k")
+        with pytest.raises(BrokerError, match="keeps no shared state"):
+            await shared(broker).get_memo("k")
 
 
 async def test_a_missing_store_exchange_fails_store_calls_naming_the_fix(url: str) -> None:
@@ -80,8 +81,8 @@ async def test_a_missing_store_exchange_fails_store_calls_naming_the_fix(url: st
         [change] = (await broker.plan_schema()).changes
         assert (change.action, change.target) == ("create", f"exchange {store}")
         await broker.sync_schema()
-        assert await broker.put_memo("k", b"v", ttl=60)
-        assert await broker.get_memo("k") == b"v"
+        assert await shared(broker).put_memo("k", b"v", ttl=60)
+        assert await shared(broker).get_memo("k") == b"v"
 
 
 async def test_a_new_dedup_window_is_refused_not_ignored(url: str) -> None:

@@ -6,55 +6,47 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
+from typing import TypeVar
 
 import pytest
 
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.keys import cancel_mark
+from framework_m_core.control.keys import memo as memo_key
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import BrokerError
 from framework_m_core.observability.observer import Observer
-from framework_m_core.ports import StateEntry
 from framework_m_core.ports.messages import decode_message
 from framework_m_core.ports.statuses import LATEST_CANCEL, decode_latest_cancel
+from framework_m_core.ports.store import Record
 from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
+from framework_m_core.testing.passing import PassingStore
 from framework_m_core.tracking.queries import cancel_job
 
 pytestmark = pytest.mark.anyio
 
 
-class _Swallowing(MemoryBroker):
-    """A broker whose client turns a cancelled wait into an error of its own."""
+class _SwallowingStore(PassingStore):
+    """A store whose client turns a cancelled watch into an error of its own."""
 
     waits = 0
 
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
         self.waits += 1
         try:
-            return await super()._wait_state(key, version, timeout)
+            return await super().watch(key, version, timeout=timeout)
         except asyncio.CancelledError:
             raise BrokerError("request cut short") from None
 
 
-async def test_a_watch_stops_when_cancelled_though_its_broker_swallows_it(
-    queue_name: str,
-) -> None:
-    broker = await synced(_Swallowing(MemorySettings(queue_name, 120.0, 5.0)))
-    watch = CancelWatch(broker, Observer())
-    assert await watch.start("job-1", Cancellation(), time.time())
-    task = asyncio.create_task(watch.run())
-    await wait_until(lambda: broker.waits >= 1, timeout=5)
-    task.cancel()
-    async with asyncio.timeout(5):
-        with pytest.raises(asyncio.CancelledError):
-            await task
+class _DeafStore(PassingStore):
+    """A store whose client swallows a cancellation whole (and uncancels the task)."""
 
-
-class _Deaf(MemoryBroker):
-    """A broker whose client swallows a cancellation whole (and uncancels the task)."""
-
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
         try:
-            return await super()._wait_state(key, version, timeout)
+            return await super().watch(key, version, timeout=timeout)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -62,10 +54,49 @@ class _Deaf(MemoryBroker):
             return None
 
 
+class _CountingStore(PassingStore):
+    """Counts reads of cancel marks and of the latest cancel's memo."""
+
+    mark_reads = 0
+    latest_reads = 0
+
+    async def read(self, keys: Sequence[str]) -> list[Record | None]:
+        for key in keys:
+            if key.startswith(memo_key(cancel_mark(""))):
+                self.mark_reads += 1
+            if key == memo_key(LATEST_CANCEL):
+                self.latest_reads += 1
+        return await super().read(keys)
+
+
+S = TypeVar("S", bound=PassingStore)
+
+
+async def _broker(queue_name: str, spy: type[S]) -> tuple[MemoryBroker, S]:
+    """memory:// whose store calls go through ``spy`` first."""
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
+    broker._store = store = spy(broker._store)  # type: ignore[assignment]
+    return broker, store
+
+
+async def test_a_watch_stops_when_cancelled_though_its_broker_swallows_it(
+    queue_name: str,
+) -> None:
+    broker, store = await _broker(queue_name, _SwallowingStore)
+    watch = CancelWatch(broker, Observer())
+    assert await watch.start("job-1", Cancellation(), time.time())
+    task = asyncio.create_task(watch.run())
+    await wait_until(lambda: store.waits >= 1, timeout=5)
+    task.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
     queue_name: str,
 ) -> None:
-    broker = await synced(_Deaf(MemorySettings(queue_name, 120.0, 5.0)))
+    broker, _ = await _broker(queue_name, _DeafStore)
     watch = CancelWatch(broker, Observer())
     assert await watch.start("job-1", Cancellation(), time.time())
     task = asyncio.create_task(watch.run())
@@ -77,57 +108,43 @@ async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
     assert task.done()
 
 
-class _Counting(MemoryBroker):
-    """Counts reads of cancel marks and of the latest cancel's memo."""
-
-    mark_reads = 0
-    latest_reads = 0
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        if key.startswith("cancel:"):
-            self.mark_reads += 1
-        if key == LATEST_CANCEL:
-            self.latest_reads += 1
-        return await super()._get_memo(key)
-
-
 async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_cancels(
     queue_name: str,
 ) -> None:
-    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    broker, store = await _broker(queue_name, _CountingStore)
     watch = CancelWatch(broker, Observer())
     now = time.time()
     started = await asyncio.gather(
         *(watch.start(f"job-{n}", Cancellation(), now) for n in range(50))
     )
     assert all(started)
-    assert (broker.latest_reads, broker.mark_reads) == (1, 0)
+    assert (store.latest_reads, store.mark_reads) == (1, 0)
     assert await watch.start("job-next", Cancellation(), now)  # a later pass: a read of its own
-    assert broker.latest_reads == 2
+    assert store.latest_reads == 2
 
 
 async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:
-    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
+    broker, store = await _broker(queue_name, _CountingStore)
     watch = CancelWatch(broker, Observer())
     job_id = await broker.enqueue("counted")
     [delivery] = await broker.receive(1, 1)
     enqueued_at = decode_message(delivery.body).enqueued_at
     assert await cancel_job(broker, job_id)  # keeps the latest cancel's time
     assert not await watch.start(job_id, Cancellation(), enqueued_at)
-    assert broker.mark_reads == 1
+    assert store.mark_reads == 1
     later = time.time() + MARGIN + 1  # a job enqueued long after the latest cancel
     assert await watch.start("job-later", Cancellation(), later)
-    assert broker.mark_reads == 1  # not read: no cancel can name it
+    assert store.mark_reads == 1  # not read: no cancel can name it
 
 
 async def test_a_latest_cancel_memo_it_cannot_read_makes_every_run_read_its_mark(
     queue_name: str,
 ) -> None:
-    broker = await synced(_Counting(MemorySettings(queue_name, 120.0, 5.0)))
-    assert await broker.put_memo(LATEST_CANCEL, b"not a time", ttl=60)
+    broker, store = await _broker(queue_name, _CountingStore)
+    assert await shared(broker).put_memo(LATEST_CANCEL, b"not a time", ttl=60)
     watch = CancelWatch(broker, Observer())
     assert await watch.start("job-1", Cancellation(), time.time() + 10 * MARGIN)
-    assert broker.mark_reads == 1
+    assert store.mark_reads == 1
     for junk in (b"x", b"nan", b"inf", b"\xff"):
         assert decode_latest_cancel(junk) == math.inf
     assert decode_latest_cancel(b"12.5") == 12.5

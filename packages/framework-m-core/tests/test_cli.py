@@ -17,6 +17,7 @@ import pytest
 
 from framework_m_core import JobMessage, decode_message, open_broker
 from framework_m_core.adapters.registry import connected
+from framework_m_core.control.shared import shared
 
 M = str(Path(sys.executable).with_name("m"))
 REPO = Path(__file__).resolve().parents[3]
@@ -421,7 +422,7 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
 
     async def lease() -> None:  # held for 30 s unless released: the namespace's drop ends it
         async with connected(open_broker(url)) as broker:
-            assert await broker.acquire_lease(key, holder, 30.0)
+            assert await shared(broker).acquire_lease(key, holder, 30.0)
 
     asyncio.run(lease())
     try:

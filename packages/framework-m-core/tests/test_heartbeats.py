@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.shared import shared
 from framework_m_core.runtime.heartbeats import Heartbeats
 from framework_m_core.testing import synced
 
@@ -52,12 +53,12 @@ async def test_one_sweep_keeps_runs_started_apart_reserved_and_lets_a_stopped_on
 async def test_a_long_run_keeps_its_lease_past_the_lease_ttl(short: MemoryBroker) -> None:
     await short.enqueue("long")
     [delivery] = await short.receive(1, 1)
-    assert await short.acquire_lease("overlap:long", "run-1", VISIBILITY)
+    assert await shared(short).acquire_lease("overlap:long", "run-1", VISIBILITY)
     beats = Heartbeats(short)
     beat = beats.start(delivery, [("overlap:long", "run-1")])
     await asyncio.sleep(VISIBILITY * 2.5)
-    assert not await short.acquire_lease("overlap:long", "run-2", VISIBILITY)
-    assert await short.lease_holders("overlap:long") == ["run-1"]
+    assert not await shared(short).acquire_lease("overlap:long", "run-2", VISIBILITY)
+    assert await shared(short).lease_holders("overlap:long") == ["run-1"]
     beats.stop(beat)
     await short.ack(delivery)
 

@@ -11,6 +11,8 @@ import pytest
 
 from framework_m_core import App, JobContext, Worker
 from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.control.shared import shared
+from framework_m_core.ports.store import Claim
 from framework_m_core.runtime.places import KEEP, KeptPlaces
 from framework_m_core.testing.helpers import wait_until
 
@@ -22,7 +24,7 @@ KEY, TTL = "concurrency:report", 30.0
 async def held_place(broker: MemoryBroker, holder: str, written: float) -> KeptPlaces:
     """A KeptPlaces whose run ``holder`` held KEY's one place, written at ``written``
     (monotonic), and has just ended."""
-    assert await broker.acquire_lease(KEY, holder, TTL)
+    assert await shared(broker).acquire_lease(KEY, holder, TTL)
     places = KeptPlaces(broker)
     places.written(KEY, holder, written)
     places.keep(KEY, holder)
@@ -34,16 +36,16 @@ async def test_the_next_run_takes_over_a_kept_place(memory: MemoryBroker) -> Non
     assert places.take(KEY, TTL) == "run-1"
     assert places.take(KEY, TTL) is None  # one place, taken over once
     await asyncio.sleep(KEEP * 3)  # taken over: not released when KEEP passed
-    assert await memory.lease_holders(KEY) == ["run-1"]
-    assert not await memory.acquire_lease(KEY, "elsewhere", TTL)
+    assert await shared(memory).lease_holders(KEY) == ["run-1"]
+    assert not await shared(memory).acquire_lease(KEY, "elsewhere", TTL)
 
 
 async def test_a_place_nobody_takes_over_is_released_after_keep(memory: MemoryBroker) -> None:
     places = await held_place(memory, "run-1", time.monotonic())
-    assert await memory.lease_holders(KEY) == ["run-1"]  # kept, still held
+    assert await shared(memory).lease_holders(KEY) == ["run-1"]  # kept, still held
     await wait_until(lambda: _free(memory), timeout=KEEP + 5, what="the kept place released")
     assert places.take(KEY, TTL) is None
-    assert await memory.acquire_lease(KEY, "elsewhere", TTL)
+    assert await shared(memory).acquire_lease(KEY, "elsewhere", TTL)
 
 
 async def test_a_place_too_old_to_take_over_is_released(memory: MemoryBroker) -> None:
@@ -70,14 +72,14 @@ async def test_a_worker_reuses_its_place_and_releases_it_when_it_stops(
             done.set()
 
     claims = 0
-    acquire = memory.acquire_lease
+    claim = memory.store.claim
 
-    async def counted(key: str, holder: str, ttl: float, limit: int = 1) -> bool:
+    async def counted(key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         nonlocal claims
         claims += 1
-        return await acquire(key, holder, ttl, limit=limit)
+        return await claim(key, places, value, ttl)
 
-    memory.acquire_lease = counted  # type: ignore[method-assign]
+    memory.store.claim = counted  # type: ignore[method-assign]
     for n in range(runs):
         await memory.enqueue("report", n=n)
     worker = Worker(app, memory, concurrency=1, fetch_timeout=0.05)
@@ -87,8 +89,8 @@ async def test_a_worker_reuses_its_place_and_releases_it_when_it_stops(
     worker.stop()
     await task
     assert claims <= runs // 2, f"{claims} claims for {runs} runs one after another"
-    assert await memory.lease_holders("concurrency:report") == []  # released at once
+    assert await shared(memory).lease_holders("concurrency:report") == []  # released at once
 
 
 async def _free(broker: MemoryBroker) -> bool:
-    return await broker.lease_holders(KEY) == []
+    return await shared(broker).lease_holders(KEY) == []

@@ -10,6 +10,7 @@ import pytest
 
 from framework_m_core import App, JobContext, JobDefinitionError
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports import Capability, JobMessage
 from framework_m_core.testing import running_worker, wait_until
@@ -58,7 +59,7 @@ async def test_a_slot_coming_while_the_previous_run_runs_is_skipped(memory: Memo
         await wait_until(lambda: worker.stats.succeeded == 2, what="the third run")
     assert [when.timestamp() for _, _, when in spans.spans] == [3600, 10800]  # type: ignore[attr-defined]
     assert worker.stats.retried == 0
-    assert list(await memory.lease_holders("overlap:report")) == []  # released
+    assert list(await shared(memory).lease_holders("overlap:report")) == []  # released
 
 
 async def test_buffer_one_lets_one_slot_wait_and_starts_it_when_the_run_ends(
@@ -180,7 +181,7 @@ def test_bad_limits_are_refused_at_import(options: dict[str, object], says: str)
 
 
 class _NoLeases(MemoryBroker):
-    capabilities = MemoryBroker.capabilities - {Capability.LEASES, Capability.STORE}
+    capabilities = MemoryBroker.capabilities - {Capability.STORE}
 
 
 async def test_a_limit_on_a_broker_without_leases_is_refused_at_start(queue_name: str) -> None:
@@ -190,6 +191,8 @@ async def test_a_limit_on_a_broker_without_leases_is_refused_at_start(queue_name
     async def sync(ctx: JobContext) -> None: ...
 
     async with _NoLeases(MemorySettings(queue_name)) as broker:
-        with pytest.raises(ConfigurationError, match="has no leases, which concurrency= needs"):
+        with pytest.raises(
+            ConfigurationError, match="has no store for leases, which concurrency= needs"
+        ):
             async with running_worker(app, broker):
                 pass

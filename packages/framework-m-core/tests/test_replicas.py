@@ -12,6 +12,7 @@ import pytest
 
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.control.shared import shared
 from framework_m_core.runtime import replicas
 from framework_m_core.runtime.replicas import Heartbeat, list_replicas
 from framework_m_core.testing import running_worker, wait_until
@@ -70,14 +71,14 @@ async def test_a_replica_not_renewed_drops_out_and_is_forgotten(memory: MemoryBr
     assert await list_replicas(memory, now + replicas.QUIET + 1) == []  # gone quiet
     other = Heartbeat(memory, lambda: (False, 0), concurrency=1)
     other.key = quiet.key  # the same bucket
-    entries = json.loads((await memory.read_state(quiet.key)).value)["replicas"]  # type: ignore[union-attr]
+    entries = json.loads((await shared(memory).read_state(quiet.key)).value)["replicas"]  # type: ignore[union-attr]
     entries[quiet.id]["seen_at"] = now - replicas.FORGET - 1
-    record = await memory.read_state(quiet.key)
+    record = await shared(memory).read_state(quiet.key)
     assert record is not None
     value = json.dumps({"replicas": entries}).encode()
-    assert await memory.write_state(quiet.key, value, version=record.version)
+    assert await shared(memory).write_state(quiet.key, value, version=record.version)
     await other.beat()  # the next writer of the bucket drops the forgotten entry
-    stored = json.loads((await memory.read_state(quiet.key)).value)["replicas"]  # type: ignore[union-attr]
+    stored = json.loads((await shared(memory).read_state(quiet.key)).value)["replicas"]  # type: ignore[union-attr]
     assert set(stored) == {other.id}
 
 
@@ -94,15 +95,15 @@ async def test_records_that_are_no_roll_are_read_as_empty_and_said(
 ) -> None:
     good = Heartbeat(memory, lambda: (True, 2), concurrency=4)
     await good.beat()
-    record = await memory.read_state(good.key)
+    record = await shared(memory).read_state(good.key)
     assert record is not None
     entries = json.loads(record.value)["replicas"]
     entries["forged"] = {**entries[good.id], "pid": "1; rm -rf /"}
     entries["partial"] = {"host": "h"}
     value = json.dumps({"replicas": entries}).encode()
-    assert await memory.write_state(good.key, value, version=record.version)
+    assert await shared(memory).write_state(good.key, value, version=record.version)
     other = "replicas:0" if good.key != "replicas:0" else "replicas:1"
-    assert await memory.write_state(other, b"not json", version=None)
+    assert await shared(memory).write_state(other, b"not json", version=None)
     with caplog.at_level(logging.WARNING, logger="framework_m.worker"):
         assert [r.id for r in await list_replicas(memory)] == [good.id]
     said = caplog.text

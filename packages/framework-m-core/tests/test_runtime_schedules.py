@@ -11,8 +11,10 @@ import pytest
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.control import keys
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError, ScheduleError
-from framework_m_core.ports import Capability, StateEntry, decode_message
+from framework_m_core.ports import decode_message
+from framework_m_core.ports.store import Record
 from framework_m_core.scheduling import control, runtime
 from framework_m_core.scheduling.runtime import (
     BUCKETS,
@@ -21,6 +23,7 @@ from framework_m_core.scheduling.runtime import (
     runtime_schedule,
 )
 from framework_m_core.testing import receive_all, synced, wait_until
+from framework_m_core.testing.passing import PassingStore
 
 pytestmark = pytest.mark.anyio
 
@@ -100,12 +103,12 @@ async def test_malformed_records_are_skipped_with_a_warning(
     good = report("good")
     await runtime.set_schedule(memory, good)
     n = bucket_of("good")
-    entry = await memory.read_state(keys.runtime_bucket(n))
+    entry = await shared(memory).read_state(keys.runtime_bucket(n))
     assert entry is not None
     body = json.loads(entry.value)
     body["evil"] = {"job": "report", "every": "1"}  # the wrong bucket, and not an int
     body["good2"] = {"job": "report", "every": 0}
-    await memory.write_state(
+    await shared(memory).write_state(
         keys.runtime_bucket(n), json.dumps(body).encode(), version=entry.version
     )
     with caplog.at_level(logging.WARNING, logger="framework_m"):
@@ -164,22 +167,12 @@ async def test_tickers_follow_set_change_and_delete_within_seconds(
     assert all(k == {"tenant": 2} and s % 2 == 0 for _, s, k in after)
 
 
-class _PolledMemory(MemoryBroker):
-    """memory:// as a broker without a watch would be: waits on state poll."""
-
-    capabilities = MemoryBroker.capabilities - {Capability.WATCHED_STATE, Capability.STORE}
-
-
-@pytest.mark.parametrize("watched", [True, False])
-async def test_a_watch_brings_a_change_at_once_a_poll_at_the_next_read(
-    queue_name: str,
-    watched: bool,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_watch_brings_a_change_at_once(
+    queue_name: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = MemorySettings(queue_name, dedup_window=120.0, visibility_timeout=5.0)
-    broker = await synced((MemoryBroker if watched else _PolledMemory)(settings))
-    monkeypatch.setattr(runtime, "POLL", 30.0 if watched else 0.3)
+    broker = await synced(MemoryBroker(settings))
+    monkeypatch.setattr(runtime, "POLL", 30.0)  # a change comes long before a read would
     ticker = InProcessTickerAdapter(_app().jobs.values(), broker, grace=2)
     caplog.set_level(logging.INFO, logger="framework_m")
     task = asyncio.create_task(ticker.run())
@@ -194,16 +187,16 @@ async def test_a_watch_brings_a_change_at_once_a_poll_at_the_next_read(
     await task
 
 
-class _Deaf(MemoryBroker):
-    """A broker whose client swallows a cancellation whole (and uncancels the task), as
+class _DeafStore(PassingStore):
+    """A store whose client swallows a cancellation whole (and uncancels the task), as
     nats-py's waits were seen to."""
 
     waits = 0
 
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
+    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
         self.waits += 1
         try:
-            return await super()._wait_state(key, version, timeout)
+            return await super().watch(key, version, timeout=timeout)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -215,7 +208,8 @@ async def test_a_stopped_ticker_ends_though_its_broker_ate_the_follower_cancel(
     queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime, "POLL", 0.5)
-    broker = await synced(_Deaf(MemorySettings(queue_name, 120.0, 5.0)))
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
+    broker._store = deaf = _DeafStore(broker._store)  # type: ignore[assignment]
     app = _app()
 
     @app.job(every=1)
@@ -223,7 +217,7 @@ async def test_a_stopped_ticker_ends_though_its_broker_ate_the_follower_cancel(
 
     ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=2)
     task = asyncio.create_task(ticker.run())
-    await wait_until(lambda: broker.waits >= 2, timeout=10)  # the follower waits
+    await wait_until(lambda: deaf.waits >= 2, timeout=10)  # the follower waits
     ticker.stop()
     async with asyncio.timeout(10):  # it ends at its next turn, within a poll
         await task

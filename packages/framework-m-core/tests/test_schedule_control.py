@@ -11,6 +11,7 @@ import pytest
 from framework_m_core import App, InProcessTickerAdapter, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.control import keys
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
 from framework_m_core.scheduling import control
@@ -26,7 +27,7 @@ async def test_a_schedule_nobody_changed_runs_and_knows_no_slot(memory: MemoryBr
     state = await control.read(memory, "report")
     assert state == ScheduleState()
     assert not state.pauses(NOW)
-    assert await memory.read_state(keys.schedule("report")) is None  # reading wrote nothing
+    assert await shared(memory).read_state(keys.schedule("report")) is None  # reading wrote nothing
 
 
 async def test_pause_holds_every_slot_until_resume(memory: MemoryBroker) -> None:
@@ -55,7 +56,7 @@ async def test_a_pause_that_would_end_in_the_past_is_refused(
 ) -> None:
     with pytest.raises(ConfigurationError, match="future"):
         await control.pause(memory, "report", until=until, clock=lambda: NOW)
-    assert await memory.read_state(keys.schedule("report")) is None
+    assert await shared(memory).read_state(keys.schedule("report")) is None
 
 
 @pytest.mark.parametrize("reason", ["x" * 201, "two\nlines", 5])
@@ -245,7 +246,7 @@ async def test_a_bad_backfill_range_is_refused_and_enqueues_nothing(
     with pytest.raises(ConfigurationError, match=why):
         await control.backfill(memory, "beat", every(1), start, end, clock=lambda: NOW)
     assert await received_slots(memory) == []
-    assert await memory.read_state(keys.schedule("beat")) is None
+    assert await shared(memory).read_state(keys.schedule("beat")) is None
 
 
 async def test_a_running_ticker_obeys_a_pause_at_its_next_tick(memory: MemoryBroker) -> None:

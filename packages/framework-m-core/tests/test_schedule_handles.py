@@ -11,6 +11,7 @@ import pytest
 from framework_m_core import App, JobContext, ScheduleHandle
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.control import keys
+from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
 from framework_m_core.scheduling import runtime
@@ -43,7 +44,7 @@ async def test_pause_describe_and_resume_through_the_handle(memory: MemoryBroker
 
 
 async def test_describe_names_the_runs_going_on(memory: MemoryBroker) -> None:
-    assert await memory.acquire_lease(keys.overlap("report"), "job-1@host:1", 30)
+    assert await shared(memory).acquire_lease(keys.overlap("report"), "job-1@host:1", 30)
     assert (await report.schedule(memory).describe()).running == ["job-1@host:1"]
 
 
@@ -93,7 +94,7 @@ async def test_wrong_input_is_refused_before_anything_is_written(memory: MemoryB
         await handle.pause(until=datetime.now() + timedelta(hours=1))
     with pytest.raises(ConfigurationError, match="unix seconds"):
         await handle.backfill(float("nan"), 0)
-    assert await memory.read_state(keys.schedule("report")) is None
+    assert await shared(memory).read_state(keys.schedule("report")) is None
     memory.capabilities = frozenset()
     with pytest.raises(ConfigurationError, match="keeps no shared state"):
         await handle.pause()

@@ -12,35 +12,56 @@ import pytest
 
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.keys import memo, status
 from framework_m_core.ports.messages import decode_message
 from framework_m_core.ports.records import Delivery
 from framework_m_core.ports.statuses import JobState, decode_status
+from framework_m_core.ports.store import StoreProtocol, Write
 from framework_m_core.runtime.statuses import RUNNING_AFTER
 from framework_m_core.testing import running_worker, synced, wait_until
+from framework_m_core.testing.passing import PassingStore
 from framework_m_core.tracking.queries import cancel_job, job_status
 
 pytestmark = pytest.mark.anyio
 
 
-class _Recording(MemoryBroker):
-    """Keeps the states of the status memos put, in the order they landed; a running
+class _RecordingStore(PassingStore):
+    """Keeps the states of the status memos stored, in the order they landed; a running
     status takes 0.3 s to land (a slow broker)."""
 
-    memos_in_publish = False  # the enqueue's create goes through _put_memo too
+    def __init__(self, inner: StoreProtocol) -> None:
+        super().__init__(inner)
+        self.puts: list[tuple[str, JobState]] = []
+
+    async def write(self, writes: Sequence[Write]) -> list[int | None]:
+        prefix = memo(status(""))
+        states = {
+            w.key: decode_status(w.key[len(prefix) :], w.value).state
+            for w in writes
+            if w.key.startswith(prefix) and w.value is not None
+        }
+        if JobState.RUNNING in states.values():
+            await asyncio.sleep(0.3)
+        stored = await super().write(writes)
+        for w, version in zip(writes, stored, strict=True):
+            if w.key in states and version is not None:
+                self.puts.append((w.key[len(prefix) :], states[w.key]))
+        return stored
+
+
+class _Recording(MemoryBroker):
+    """memory:// whose status memos are recorded as they land (:class:`_RecordingStore`)."""
+
+    memos_in_publish = False  # the enqueue's create goes beside the publish
 
     def __init__(self, settings: MemorySettings) -> None:
         super().__init__(settings)
-        self.puts: list[tuple[str, JobState]] = []
+        self.recorder = _RecordingStore(self._store)
+        self._store = self.recorder  # type: ignore[assignment]
 
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        if not key.startswith("job:"):
-            return await super()._put_memo(key, value, ttl, create)
-        state = decode_status(key[4:], value).state
-        if state is JobState.RUNNING:
-            await asyncio.sleep(0.3)
-        stored = await super()._put_memo(key, value, ttl, create)
-        self.puts.append((key[4:], state))
-        return stored
+    @property
+    def puts(self) -> list[tuple[str, JobState]]:
+        return self.recorder.puts
 
 
 def _app(started: asyncio.Event) -> App:

@@ -592,7 +592,7 @@ class TestCatchUp:
 
     async def test_a_broker_without_shared_state_is_refused(self, queue_name: str) -> None:
         class Stateless(MemoryBroker):
-            capabilities = MemoryBroker.capabilities - {Capability.STATE, Capability.STORE}
+            capabilities = MemoryBroker.capabilities - {Capability.STORE}
 
         broker = await synced(Stateless(MemorySettings(queue_name, dedup_window=60)))
         ticker = InProcessTickerAdapter(app_catching_up(10, 600).jobs.values(), broker, grace=1)

@@ -38,7 +38,6 @@ from . import (
     delays,
     events,
     greeting,
-    memos,
     publishing,
     pulling,
     schema,
@@ -70,7 +69,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.REDELIVER_ON_CLOSE,
             C.STORE_DEADLINE,
             C.STORED_DEDUP_WINDOW,
-            C.STORE,  # memos are still its own (memos.py): a bucket that forgets them
+            C.STORE,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -86,12 +85,15 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._held: dict[int, Reservation] = {}
         self._mover = delays.DelayMover(settings, lambda: self.js, self._publish_once)
         self._trimmer = trimming.StreamTrimmer(settings, lambda: self.js, lambda: self.dedup_window)
-        self._memos = memos.Memos(settings)
-        self._records = store.NatsStore(
-            settings,
-            lambda: self.js,
-            self._link,
-            lambda: self._connected(self._confirms),
+        self._records, self._expiring = (
+            store.NatsStore(
+                settings,
+                lambda: self.js,
+                self._link,
+                lambda: self._connected(self._confirms),
+                kind=kind,
+            )
+            for kind in ("store", "memos")
         )
 
     @property
@@ -109,6 +111,13 @@ class NatsBroker(BaseBroker[NatsSettings]):
     @property
     def store(self) -> StoreProtocol:
         return self._records
+
+    @property
+    def expiring_store(self) -> StoreProtocol:
+        """The bucket ``{stream}_memos``, whose ``max_age`` (seven days) drops a record
+        at the latest then: JetStream 2.9 keeps no ttl per key, and a record of
+        :attr:`store` stays in its bucket after its expiry until written again."""
+        return self._expiring
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -137,8 +146,8 @@ class NatsBroker(BaseBroker[NatsSettings]):
         nc.options["max_reconnect_attempts"] = -1
         self._nc, self._js = nc, nc.jetstream(timeout=publishing.TIMEOUT)
         self._confirms = confirms.Confirms(nc, publishing.TIMEOUT)
-        self._memos.reset()
         self._records.reset()
+        self._expiring.reset()
         self._puller, self._held = None, {}
         with server_errors("reading the stream settings"):
             await self._read_server_settings()
@@ -327,16 +336,3 @@ class NatsBroker(BaseBroker[NatsSettings]):
         """
         await self._link()
         return await stats.read(self.js, self.settings)
-
-    # -- memos (memos.py) ----------------------------------------------------------------
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        """A memo in the bucket ``{stream}_memos``, whose ``max_age`` (seven days) drops
-        it at the latest then: JetStream 2.9 keeps no per-key ttl, and a record of the
-        store would stay in its bucket after its expiry."""
-        return await self._memos.put(
-            self.js, self._connected(self._confirms), key, value, ttl, create
-        )
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        return await self._memos.get(self.js, key)

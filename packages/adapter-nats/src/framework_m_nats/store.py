@@ -1,4 +1,5 @@
-"""The store in a JetStream key-value bucket, ``{stream}_store``.
+"""The store in a JetStream key-value bucket, ``{stream}_store`` (and the expiring store
+in ``{stream}_memos``, whose ``max_age`` drops every record seven days on).
 
 One key per record (in URL-safe base64), history 1. A record's version is its key's
 revision: the sequence of its last write in the bucket's one stream, so every write,
@@ -13,6 +14,11 @@ confirmations; a create over an entry, and a write with a version, read the key 
 claim reads its places at once, then takes the first free one the same way, reading
 again when it lost a race.
 
+On servers before 2.10 the buckets keep one replica, whatever ``replicas=`` says: those
+servers check the revision a write expects before it is replicated, so two writes
+expecting one revision at once can both land on a replicated bucket
+(nats-server#4320); on one replica they cannot.
+
 A watch subscribes to the key's subject (``$KV.{bucket}.{key}``, where every write and
 delete is published), reads, and reads again at each message; the bucket is made by
 the first write, and reading before that finds no record.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +44,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from framework_m_core.ports.store import ANY, Claim, Record, Write, place_key
+from framework_m_core.ports.store import ANY, MAX_TTL, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
 from .buckets import (
@@ -53,13 +60,15 @@ from .confirms import Confirms
 from .errors import server_errors
 from .settings import NatsSettings
 
+log = logging.getLogger("framework_m.nats")
+
 # A watch reads its key again this often even without a message (one lost while the
 # connection was being made again).
 _REREAD = 10.0
 
 
-def bucket_name(s: NatsSettings) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_store")
+def bucket_name(s: NatsSettings, kind: str = "store") -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{s.stream}_{kind}")
 
 
 def _lost_race(exc: Exception) -> bool:
@@ -88,22 +97,50 @@ class NatsStore(BaseStore):
         js: Callable[[], JetStreamContext],
         link: Callable[[], Awaitable[Client]],
         confirms: Callable[[], Confirms],
+        *,
+        kind: str = "store",
     ) -> None:
         """``link`` is the broker's client, connected anew when the server closed the
         last one for good; ``js`` and ``confirms`` are its JetStream context and
-        publish confirmations."""
+        publish confirmations. ``kind`` ``memos`` is the expiring store: its bucket
+        drops every record :data:`~framework_m_core.ports.store.MAX_TTL` after its
+        write."""
         self._js, self._link, self._confirms = js, link, confirms
-        self._bucket = LazyBucket(
-            bucket_name(settings), "store", history=1, replicas=settings.replicas
+        self._name, self._kind, self._replicas = (
+            bucket_name(settings, kind),
+            kind,
+            settings.replicas,
         )
+        self._config = {"ttl": MAX_TTL} if kind == "memos" else {}
+        self._lazy: LazyBucket | None = None
 
     def reset(self) -> None:
         """Forget the bucket (the connection that had it is gone)."""
-        self._bucket.reset()
+        if self._lazy is not None:
+            self._lazy.reset()
 
     async def _kv(self, *, create: bool) -> KeyValue | None:
-        await self._link()
-        return await self._bucket.get(self._js(), create=create)
+        nc = await self._link()
+        return await self._bucket(nc).get(self._js(), create=create)
+
+    def _bucket(self, nc: Client) -> LazyBucket:
+        if self._lazy is None:
+            replicas = self._replicas
+            if replicas > 1 and not serializes_replicated_writes(nc):
+                log.warning(
+                    "nats: the %s bucket %s keeps 1 replica, not %d: servers before 2.10 "
+                    "(this one is %s) can let two compare-and-set writes land at once on a "
+                    "replicated bucket (nats-server#4320)",
+                    self._kind,
+                    self._name,
+                    replicas,
+                    nc.connected_server_version,
+                )
+                replicas = 1
+            self._lazy = LazyBucket(
+                self._name, self._kind, history=1, replicas=replicas, **self._config
+            )
+        return self._lazy
 
     async def _held(self, kv: KeyValue, key: str) -> _Held:
         try:
@@ -169,7 +206,7 @@ class NatsStore(BaseStore):
     async def _publish(self, key: str, stored: bytes, create: bool) -> int | None:
         """Put ``stored`` under ``key`` in one publish (a create: only where the key has
         no entry); its revision, or None when a create found an entry."""
-        subject = f"$KV.{self._bucket.name}.{kv_key(key)}"
+        subject = f"$KV.{self._name}.{kv_key(key)}"
         headers = NO_ENTRY if create else None
         try:
             ack = await answered(partial(self._confirms().publish, subject, stored, headers))
@@ -209,7 +246,7 @@ class NatsStore(BaseStore):
             changed.set()
 
         nc = await self._link()
-        subject = f"$KV.{self._bucket.name}.{kv_key(key)}"
+        subject = f"$KV.{self._name}.{kv_key(key)}"
         with server_errors(f"watching record {key!r}"):
             sub = await nc.subscribe(subject, cb=saw)
             await nc.flush(timeout=5)  # subscribed before the first read
@@ -224,3 +261,13 @@ def _stored(value: bytes, ttl: float | None) -> bytes:
     """``value`` behind its expiry (unix ms by this clock; 0 for none)."""
     expires = 0 if ttl is None else now_ms() + max(1, round(ttl * 1000))
     return EXPIRY.pack(expires) + value
+
+
+def serializes_replicated_writes(nc: Client) -> bool:
+    """Whether the server checks a write's expected revision in order with the writes
+    being replicated (2.10 and later)."""
+    version = nc.connected_server_version
+    try:
+        return (version.major, version.minor) >= (2, 10)
+    except ValueError:  # a version that is no semver: assume a current server
+        return True

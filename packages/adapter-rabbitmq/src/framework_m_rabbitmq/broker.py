@@ -35,7 +35,6 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
-    without_store,
 )
 from framework_m_core.ports import Capability as C
 from framework_m_core.ports.store import StoreProtocol
@@ -76,7 +75,7 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     def __init__(self, settings: RabbitSettings) -> None:
         super().__init__(settings)
         if not settings.store:
-            self.capabilities = without_store(type(self).capabilities)
+            self.capabilities = type(self).capabilities - {C.STORE}
         self.link = Link(settings, self._forget_connection)
         self.schema = RabbitSchema(self.link)
         self._store = RabbitStore(self.link, settings.store_exchange)

@@ -9,6 +9,7 @@ from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
 from .control.schedules import ScheduleDescription, ScheduleHandle
+from .control.shared import StateEntry
 from .errors import (
     AppLoadError,
     BrokerError,
@@ -41,10 +42,7 @@ from .ports.protocols import (
     BrokerProtocol,
     ConsumerProtocol,
     JobQueueProtocol,
-    LeaseProtocol,
-    MemoProtocol,
     SchemaSyncProtocol,
-    StateProtocol,
     TickerProtocol,
 )
 from .ports.records import (
@@ -54,10 +52,10 @@ from .ports.records import (
     Delivery,
     PublishResult,
     QueueStats,
-    StateEntry,
 )
 from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .ports.statuses import JobState, JobStatus
+from .ports.store import StoreProtocol
 from .runtime.worker import Worker
 from .scheduling.schedules import Cron, Every, Schedule, cron, every
 from .scheduling.ticker import InProcessTickerAdapter
@@ -98,8 +96,6 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
-    "LeaseProtocol",
-    "MemoProtocol",
     "MessageDecodeError",
     "PublishResult",
     "QueueStats",
@@ -115,7 +111,7 @@ __all__ = [
     "SchemaRaceError",
     "SchemaSyncProtocol",
     "StateEntry",
-    "StateProtocol",
+    "StoreProtocol",
     "TickerProtocol",
     "UnknownBrokerError",
     "UnknownJobError",

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from ..adapters.registry import connected
 from ..app import load_app
 from ..control import keys
+from ..control.shared import shared
 from ..errors import ConfigurationError
 from ..jobs import JobSpec
 from ..ports.capabilities import Capability
@@ -148,7 +149,7 @@ async def _steer(args: argparse.Namespace) -> int:
     kwargs = kwargs_of(args.kwargs) if args.action == "trigger" else {}
     schedule = _code_schedule(args, kwargs)
     broker = shared_broker(args.broker, f"m schedules {args.action}")
-    if Capability.STATE not in broker.capabilities:
+    if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(
             f"{broker.display_url} keeps no shared state: schedules cannot be steered there"
         )
@@ -213,7 +214,7 @@ async def _runtime_change(args: argparse.Namespace) -> int:
     else:
         runtime.validate_id(args.id)
     broker = shared_broker(args.broker, f"m schedules {args.action}")
-    if Capability.STATE not in broker.capabilities:
+    if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(
             f"{broker.display_url} keeps no shared state: it cannot hold runtime schedules"
         )
@@ -238,8 +239,8 @@ async def _shared_view(
     its state (pause, latest slot, last trigger) and the holders of its overlap lease
     (``job id@host:pid``) now; and the runtime schedules."""
     broker = shared_broker(url, "m schedules --broker")
-    stateful = Capability.STATE in broker.capabilities
-    leases = Capability.LEASES in broker.capabilities
+    stateful = Capability.STORE in broker.capabilities
+    leases = Capability.STORE in broker.capabilities
     if not (stateful or leases):
         raise ConfigurationError(
             f"{broker.display_url} keeps neither state nor leases: it knows nothing more"
@@ -252,7 +253,7 @@ async def _shared_view(
             if stateful:
                 lines.extend(_state_lines(await control.read(broker, name)))
             if leases:
-                holders = sorted(await broker.lease_holders(keys.overlap(name)))
+                holders = sorted(await shared(broker).lease_holders(keys.overlap(name)))
                 lines.append(f"running: {', '.join(holders) or 'no'}")
     return out, found
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..adapters.registry import connected, open_broker
 from ..app import App, load_app
 from ..control import keys
+from ..control.shared import shared
 from ..errors import BrokerError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
@@ -86,16 +87,16 @@ async def status(args: argparse.Namespace) -> int:
 async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
     """Per job with an overlap policy or a limit, the holders of its leases: the runs
     going on now, ``job id@host:pid`` (a limit per key value is not listed)."""
-    if Capability.LEASES not in broker.capabilities:
+    if Capability.STORE not in broker.capabilities:
         return {}
     out: dict[str, list[str]] = {}
     for spec in app.jobs.values():
         found: list[str] = []
         if spec.schedule is not None and spec.overlap != "allow":
-            found += await broker.lease_holders(keys.overlap(spec.name))
+            found += await shared(broker).lease_holders(keys.overlap(spec.name))
         if spec.concurrency is not None and spec.concurrency_key is None:
             key = keys.concurrency(spec.name, spec.concurrency_key, {})
-            found += await broker.lease_holders(key, limit=spec.concurrency)
+            found += await shared(broker).lease_holders(key, limit=spec.concurrency)
         if spec.leased:
             out[spec.name] = sorted(set(found))
     return out

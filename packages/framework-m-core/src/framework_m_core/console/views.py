@@ -18,6 +18,7 @@ from typing import Any
 
 from ..app import App
 from ..control import keys
+from ..control.shared import shared
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
@@ -73,9 +74,9 @@ class Views:
         self.app = app
         self.samples: deque[dict[str, Any]] = deque(maxlen=SAMPLES)
         caps = broker.capabilities
-        self.stateful = Capability.STATE in caps
-        self.leases = Capability.LEASES in caps
-        self.memos = Capability.MEMOS in caps
+        self.stateful = Capability.STORE in caps
+        self.leases = Capability.STORE in caps
+        self.memos = Capability.STORE in caps
 
     # -- overview ------------------------------------------------------------------------
 
@@ -124,7 +125,7 @@ class Views:
         state = await control.read(self.broker, entry.name) if self.stateful else None
         running: list[str] | None = None
         if self.leases and overlap not in (None, "allow"):
-            running = sorted(await self.broker.lease_holders(keys.overlap(entry.name)))
+            running = sorted(await shared(self.broker).lease_holders(keys.overlap(entry.name)))
         return {
             "name": entry.name,
             "job": entry.job,

@@ -35,8 +35,8 @@ import json
 import zlib
 from collections.abc import Mapping
 
-from ..ports.leases import MAX_LEASE_TEXT
 from ..ports.store import place_key
+from .checks import MAX_TEXT
 
 #: What each kind of record is stored under: ``{prefix}{name}``.
 PREFIXES = {
@@ -67,7 +67,7 @@ def cancel_mark(job_id: str) -> str:
 def slot(deduplication_id: str) -> str:
     """The memo naming the job a tick (by its deduplication id) was enqueued as."""
     key = f"slot:{deduplication_id}"
-    if len(key) <= MAX_LEASE_TEXT:
+    if len(key) <= MAX_TEXT:
         return key
     return "slot:#" + hashlib.sha256(deduplication_id.encode()).hexdigest()
 
@@ -119,7 +119,7 @@ def concurrency(job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
 
 def _bounded(key: str) -> str:
     """``key`` if it is a valid lease key, else its readable start and a digest of it."""
-    if len(key) <= MAX_LEASE_TEXT and key.isprintable() and key == key.strip():
+    if len(key) <= MAX_TEXT and key.isprintable() and key == key.strip():
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     start = "".join(c if c.isprintable() and not c.isspace() else "_" for c in key[:120])

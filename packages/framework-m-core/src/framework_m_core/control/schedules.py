@@ -22,6 +22,7 @@ from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..scheduling import control
 from . import keys
+from .shared import shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class ScheduleHandle:
         return f"<schedule {self.name!r} on {self.broker.display_url}>"
 
     def _steerable(self) -> BrokerProtocol:
-        if Capability.STATE not in self.broker.capabilities:
+        if Capability.STORE not in self.broker.capabilities:
             raise ConfigurationError(
                 f"{self.broker.display_url} keeps no shared state: schedules cannot be "
                 "steered there"
@@ -60,8 +61,8 @@ class ScheduleHandle:
         """The schedule's state and its runs going on now."""
         state = await control.read(self._steerable(), self.name)
         running: list[str] = []
-        if Capability.LEASES in self.broker.capabilities:
-            running = sorted(await self.broker.lease_holders(keys.overlap(self.name)))
+        if Capability.STORE in self.broker.capabilities:
+            running = sorted(await shared(self.broker).lease_holders(keys.overlap(self.name)))
         return ScheduleDescription(self.name, state, running)
 
     async def pause(

@@ -11,29 +11,17 @@ from abc import abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..control import keys
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from . import statuses
-from .capabilities import ON_THE_STORE, Capability, as_capabilities
-from .leases import validate_lease_text, validate_limit, validate_ttl
-from .memos import validate_memo_key, validate_memo_ttl, validate_memo_value
+from .capabilities import Capability, as_capabilities
 from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
 from .protocols import BrokerProtocol
-from .records import BatchJob, BrokerStats, EnqueueMemo, PublishResult, StateEntry
+from .records import BatchJob, BrokerStats, EnqueueMemo, PublishResult
 from .schema import SchemaPlan, SchemaRaceError
-from .state import (
-    validate_state_key,
-    validate_state_value,
-    validate_version,
-    validate_wait,
-    version_of,
-)
-
-if TYPE_CHECKING:
-    from ..control.shared import SharedState
 
 __all__ = ["BaseBroker", "BrokerSettings"]
 
@@ -70,22 +58,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.capabilities = as_capabilities(cls.capabilities, cls.__qualname__)
-        if Capability.STORE in cls.capabilities:  # built on the store, in core
-            cls.capabilities |= ON_THE_STORE
 
     def __init__(self, settings: S) -> None:
         self.settings = settings
         self.stats = BrokerStats()
-        self._shared_state: SharedState | None = None
-
-    @property
-    def _shared(self) -> SharedState:
-        """Leases, state records and memos on :attr:`store` (adapters with ``STORE``)."""
-        if self._shared_state is None:
-            from ..control.shared import SharedState
-
-            self._shared_state = SharedState(self.store)
-        return self._shared_state
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url}>"
@@ -228,7 +204,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     def _notes(self, message: JobMessage) -> bool:
         """Whether an enqueue of ``message`` creates memos (:meth:`enqueue_memos`)."""
-        return Capability.MEMOS in self.capabilities and message.keep != 0
+        return Capability.STORE in self.capabilities and message.keep != 0
 
     #: Whether ``_publish`` (and ``_publish_many``) create the memos of
     #: :meth:`enqueue_memos` themselves, in the step that stores the job; else they are
@@ -256,8 +232,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         """Create :meth:`enqueue_memos` of a job just stored. A failure is logged: the
         job is stored, and its worker keeps its status from its start on."""
         try:
-            for memo in self.enqueue_memos(message, job_id):
-                await self._put_memo(memo.key, memo.value, memo.ttl, True)
+            if memos := self.enqueue_memos(message, job_id):
+                from ..control.shared import shared  # control builds on the ports
+
+                await shared(self).put_memos([(m.key, m.value, m.ttl, True) for m in memos])
         except Exception as exc:
             log.warning(
                 "%s[%s] is enqueued but its status is not kept yet (%s)",
@@ -352,121 +330,6 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         and ``duplicate=True``. Raises :class:`~.errors.BrokerError` on failure.
         """
 
-    # -- leases --------------------------------------------------------------------------
-
-    async def acquire_lease(self, key: str, holder: str, ttl: float, *, limit: int = 1) -> bool:
-        args = _lease_args(key, holder)
-        ttl, limit = validate_ttl(ttl), validate_limit(limit)
-        if Capability.LEASES not in self.capabilities:
-            return await super().acquire_lease(key, holder, ttl, limit=limit)
-        return await self._acquire_lease(*args, ttl, limit)
-
-    async def extend_lease(self, key: str, holder: str) -> bool:
-        args = _lease_args(key, holder)
-        if Capability.LEASES not in self.capabilities:
-            return await super().extend_lease(key, holder)
-        return await self._extend_lease(*args)
-
-    async def release_lease(self, key: str, holder: str) -> bool:
-        args = _lease_args(key, holder)
-        if Capability.LEASES not in self.capabilities:
-            return await super().release_lease(key, holder)
-        return await self._release_lease(*args)
-
-    async def lease_holders(self, key: str, *, limit: int = 1) -> Sequence[str]:
-        validate_lease_text("key", key)
-        limit = validate_limit(limit)
-        if Capability.LEASES not in self.capabilities:
-            return await super().lease_holders(key, limit=limit)
-        return await self._lease_holders(key, limit)
-
-    async def _acquire_lease(self, key: str, holder: str, ttl: float, limit: int) -> bool:
-        """:meth:`acquire_lease` with valid arguments: on the store (``STORE``), unless
-        the adapter keeps leases of its own and overrides this."""
-        return await self._shared.acquire(key, holder, ttl, limit)
-
-    async def _extend_lease(self, key: str, holder: str) -> bool:
-        """:meth:`extend_lease` with valid arguments (on the store, as above)."""
-        return await self._shared.extend(key, holder)
-
-    async def _release_lease(self, key: str, holder: str) -> bool:
-        """:meth:`release_lease` with valid arguments (on the store, as above)."""
-        return await self._shared.release(key, holder)
-
-    async def _lease_holders(self, key: str, limit: int) -> Sequence[str]:
-        """:meth:`lease_holders` with valid arguments (on the store, as above)."""
-        return await self._shared.holders(key, limit)
-
-    # -- state ---------------------------------------------------------------------------
-
-    async def read_state(self, key: str) -> StateEntry | None:
-        key = validate_state_key(key)
-        if Capability.STATE not in self.capabilities:
-            return await super().read_state(key)
-        return await self._read_state(key)
-
-    async def write_state(self, key: str, value: bytes, *, version: int | None) -> int | None:
-        key, value = validate_state_key(key), validate_state_value(value)
-        version = validate_version(version)
-        if Capability.STATE not in self.capabilities:
-            return await super().write_state(key, value, version=version)
-        return await self._write_state(key, value, version)
-
-    async def wait_state(
-        self, key: str, version: int | None, *, timeout: float
-    ) -> StateEntry | None:
-        key, version = validate_state_key(key), validate_version(version)
-        timeout = validate_wait(timeout)
-        if Capability.STATE not in self.capabilities:
-            return await super().wait_state(key, version, timeout=timeout)
-        return await self._wait_state(key, version, timeout)
-
-    async def _wait_state(self, key: str, version: int | None, timeout: float) -> StateEntry | None:
-        """:meth:`wait_state` with valid arguments: a watch of the store with ``STORE``;
-        otherwise a poll, reading at the start and at the timeout, which adapters with
-        ``WATCHED_STATE`` override."""
-        if Capability.STORE in self.capabilities:
-            return await self._shared.wait_state(key, version, timeout)
-        entry = await self._read_state(key)
-        if version_of(entry) != version:
-            return entry
-        await asyncio.sleep(timeout)
-        return await self._read_state(key)
-
-    async def _read_state(self, key: str) -> StateEntry | None:
-        """:meth:`read_state` with a valid key: on the store (``STORE``), unless the
-        adapter keeps state of its own and overrides this."""
-        return await self._shared.read_state(key)
-
-    async def _write_state(self, key: str, value: bytes, version: int | None) -> int | None:
-        """:meth:`write_state` with valid arguments (on the store, as above)."""
-        return await self._shared.write_state(key, value, version)
-
-    # -- memos ---------------------------------------------------------------------------
-
-    async def put_memo(self, key: str, value: bytes, *, ttl: float, create: bool = False) -> bool:
-        key, value = validate_memo_key(key), validate_memo_value(value)
-        ttl = validate_memo_ttl(ttl)
-        if Capability.MEMOS not in self.capabilities:
-            return await super().put_memo(key, value, ttl=ttl, create=create)
-        return await self._put_memo(key, value, ttl, bool(create))
-
-    async def get_memo(self, key: str) -> bytes | None:
-        key = validate_memo_key(key)
-        if Capability.MEMOS not in self.capabilities:
-            return await super().get_memo(key)
-        return await self._get_memo(key)
-
-    async def _put_memo(self, key: str, value: bytes, ttl: float, create: bool) -> bool:
-        """:meth:`put_memo` with valid arguments: on the store (``STORE``), unless the
-        adapter keeps memos of its own and overrides this."""
-        (stored,) = await self._shared.put_memos([(key, value, ttl, create)])
-        return stored
-
-    async def _get_memo(self, key: str) -> bytes | None:
-        """:meth:`get_memo` with a valid key (on the store, as above)."""
-        return await self._shared.get_memo(key)
-
     # -- schema sync ---------------------------------------------------------------------
 
     async def sync_schema(self, *, dry_run: bool = False) -> SchemaPlan:
@@ -506,10 +369,6 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-def _lease_args(key: str, holder: str) -> tuple[str, str]:
-    return validate_lease_text("key", key), validate_lease_text("holder", holder)
 
 
 def _message(

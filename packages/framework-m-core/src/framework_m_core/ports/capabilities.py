@@ -47,21 +47,11 @@ class Capability(StrEnum):
     #: URL asking for another window plans a change (migrated or refused), and every
     #: connected replica reports the window the queue keeps, whatever its URL says.
     STORED_DEDUP_WINDOW = "stored_dedup_window"
-    #: ``acquire_lease()`` and its siblings keep leases in the broker, shared by every
-    #: process: ``overlap=`` and ``concurrency=`` of jobs need them.
-    LEASES = "leases"
-    #: ``read_state()`` and ``write_state()`` keep versioned records in the broker,
-    #: shared by every process: pausing schedules and catching up need them.
-    STATE = "state"
-    #: ``wait_state()`` returns within ``WATCH_DELAY`` (two seconds) of a write from any
-    #: connection (a watch), rather than at its timeout: runtime schedules reach tickers
-    #: at once.
-    WATCHED_STATE = "watched_state"
-    #: ``put_memo()`` and ``get_memo()`` keep expiring values in the broker, shared by
-    #: every process: job statuses, results and cancellation need them.
-    MEMOS = "memos"
     #: ``store`` keeps records in the broker, shared by every process: versioned,
     #: written by compare-and-set, expiring, watched (:mod:`framework_m_core.ports.store`).
+    #: Core builds the control plane on it (:mod:`framework_m_core.control`): leases for
+    #: ``overlap=`` and ``concurrency=``, pauses, catch-up, runtime schedules, job
+    #: statuses, results and cancels.
     STORE = "store"
 
     @property
@@ -86,24 +76,8 @@ _PROMISES = {
     Capability.STORED_DEDUP_WINDOW: (
         "the queue keeps its dedup window; every replica reports the one it keeps"
     ),
-    Capability.LEASES: "leases in the broker: at most limit holders, expiring unless extended",
-    Capability.STATE: "versioned records in the broker, written by compare-and-set",
-    Capability.WATCHED_STATE: "wait_state() returns within 2 s of a write anywhere",
-    Capability.MEMOS: "expiring values in the broker, created at most once while they last",
     Capability.STORE: "records in the broker: compare-and-set, expiring, watched, claimed",
 }
-
-
-#: What core builds on the store of an adapter that declares ``STORE``.
-ON_THE_STORE = frozenset(
-    {Capability.LEASES, Capability.STATE, Capability.WATCHED_STATE, Capability.MEMOS}
-)
-
-
-def without_store(capabilities: frozenset[Capability]) -> frozenset[Capability]:
-    """``capabilities`` less the store and what core builds on it: for an adapter
-    whose URL turns its store off."""
-    return capabilities - {Capability.STORE} - ON_THE_STORE
 
 
 def as_capabilities(declared: Iterable[object], owner: str) -> frozenset[Capability]:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
         Delivery,
         PublishResult,
         QueueStats,
-        StateEntry,
     )
     from .schema import SchemaPlan
     from .store import StoreProtocol
@@ -258,194 +257,14 @@ class SchemaSyncProtocol(Protocol):
 
 
 @runtime_checkable
-class LeaseProtocol(Protocol):
-    """Leases: shared state with expiry, for what must hold across every replica.
-
-    A lease *key* has up to ``limit`` places; each place is held by one *holder*
-    until it is released or expires. With ``limit`` 1 a lease is a mutex (a
-    schedule whose runs must not overlap); with more, a counting semaphore (a
-    concurrency limit). Keys and holders are printable strings of at most 200
-    characters without leading or trailing whitespace, a ttl is 0.01 s to a day, a
-    limit 1 to 1000; a call with an invalid one raises
-    :class:`~.errors.InvalidLeaseError` and sends nothing. Leases live in the broker,
-    not in any one process: every promise below holds between any number of
-    connections and processes at once. Expiry is measured by the broker's clock
-    where it has one, otherwise by the callers' wall clocks, which then must agree
-    within the ticker's clock skew. A place is extended and released through the
-    broker instance that acquired it: on some brokers it belongs to that connection
-    and ends with it (a killed process frees its places at once).
-
-    *Optional* (:attr:`~.Capability.LEASES`): without it every method raises
-    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
-    broker could not be reached; the call may then have taken effect or not, and
-    repeating it is safe.
-    """
-
-    async def acquire_lease(self, key: str, holder: str, ttl: float, *, limit: int = 1) -> bool:
-        """Take a place under ``key`` for ``holder`` for ``ttl`` seconds; True when it holds one.
-
-        False, changing nothing, when ``limit`` other holders hold unexpired places
-        under ``key``: never more than ``limit`` holders at one time, however many
-        acquire at once. A holder that holds a place already keeps that one place
-        and its expiry is renewed: acquiring again is idempotent. A place expires
-        ``ttl`` seconds after it was acquired or last extended; from then on it is
-        free for another holder. Callers of one key pass the same ``limit``.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} has no leases")
-
-    async def extend_lease(self, key: str, holder: str) -> bool:
-        """Renew ``holder``'s place under ``key`` for the ``ttl`` it was acquired with;
-        True when it still held the place.
-
-        While a holder extends its place more often than every ``ttl`` seconds,
-        nobody else takes it. False, changing nothing, when the holder holds no
-        unexpired place there (never acquired, released, or expired): an expired
-        place is never revived, the holder must acquire again. Never changes
-        another holder's place.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} has no leases")
-
-    async def release_lease(self, key: str, holder: str) -> bool:
-        """Free ``holder``'s place under ``key`` at once; True when it held one.
-
-        Another holder can take the place immediately. Idempotent: releasing a
-        place not held (never acquired, expired, released already) changes nothing
-        and returns False. Never frees another holder's place.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} has no leases")
-
-    async def lease_holders(self, key: str, *, limit: int = 1) -> Sequence[str]:
-        """The holders of unexpired places under ``key`` now, in no particular order.
-
-        ``limit`` is the key's, as its holders pass it to :meth:`acquire_lease` (a
-        broker may look at only that many places). Reading changes nothing. What
-        ``m schedules`` shows as running, and where.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} has no leases")
-
-
-@runtime_checkable
-class StateProtocol(Protocol):
-    """Shared state: small records with versions, changed by compare-and-set.
-
-    Each *key* holds at most one record: a value of at most 16 KiB of bytes and a
-    version, a positive integer. Keys are as lease keys (printable, at most 200
-    characters, no leading or trailing whitespace); an invalid key, value or
-    version raises :class:`~.errors.InvalidStateError` and sends nothing. Records
-    live in the broker: every promise holds between any number of connections and
-    processes at once, and a record lasts as long as the broker keeps its queue
-    (across broker restarts where the broker persists). Schedules keep their pause
-    and their latest slot here; tickers wait on the runtime schedules' catalog.
-
-    *Optional* (:attr:`~.Capability.STATE`): without it every method raises
-    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
-    broker could not be reached; a write may then have taken effect or not: read
-    the key again before deciding.
-    """
-
-    async def read_state(self, key: str) -> StateEntry | None:
-        """The record under ``key`` as last written, or None when there is none.
-
-        Reading changes nothing. A read that starts after a write returned sees that
-        write or a later one, from any connection.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} keeps no state")
-
-    async def write_state(self, key: str, value: bytes, *, version: int | None) -> int | None:
-        """Store ``value`` under ``key`` when the key's current version is ``version``
-        (None: when the key has no record); return the record's new version.
-
-        The new version is greater than every version the key had. When the
-        current version is another, nothing changes and None is returned: of
-        several writes with the same ``version`` at once, exactly one succeeds.
-        Read the key and decide again to retry.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} keeps no state")
-
-    async def wait_state(
-        self, key: str, version: int | None, *, timeout: float
-    ) -> StateEntry | None:
-        """The record under ``key`` once its version is other than ``version`` (None:
-        once the key has a record), or as it is when ``timeout`` seconds have passed.
-
-        Returns at once when the record already differs from ``version``. It returns
-        before the timeout only with a record that differs; at the timeout it
-        returns the record as then read, changed or not. An adapter with
-        :attr:`~.Capability.WATCHED_STATE` returns within ``WATCH_DELAY`` (two seconds)
-        of a write from any connection; others may see the change only at the timeout
-        (a poll).
-        ``timeout`` is a number of seconds above 0 and at most
-        ``MAX_STATE_WAIT`` (an hour).
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} keeps no state")
-
-
-@runtime_checkable
-class MemoProtocol(Protocol):
-    """Memos: small values under keys that the broker forgets after their ttl.
-
-    What the fleet says about a job lives here: its status, its result, a cancel
-    mark. A *key* holds at most one memo, a value of at most 128 KiB of bytes kept for
-    a ttl of at most seven days; keys are as state keys. An invalid key, value or ttl
-    raises :class:`~.errors.InvalidMemoError` and sends nothing. Memos live in the
-    broker: every promise holds between any number of connections and processes at
-    once. Expiry is measured by the broker's clock where it has one, else by the
-    writer's and the reader's wall clocks, which then must agree within the ticker's
-    clock skew.
-
-    *Optional* (:attr:`~.Capability.MEMOS`): without it both methods raise
-    :class:`~.errors.BrokerError`. :class:`~.errors.BrokerError` also means the
-    broker could not be reached; a put may then have taken effect or not.
-    """
-
-    async def put_memo(self, key: str, value: bytes, *, ttl: float, create: bool = False) -> bool:
-        """Keep ``value`` under ``key`` for ``ttl`` seconds; True when it was stored.
-
-        Replaces the key's memo and its ttl. With ``create`` it stores only when the
-        key holds no unexpired memo, and returns False otherwise, changing nothing:
-        of several creates at once exactly one stores. From ``ttl`` seconds after the
-        put on, the memo is gone.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} keeps no memos")
-
-    async def get_memo(self, key: str) -> bytes | None:
-        """The memo under ``key`` as last put, or None when there is none or it expired.
-
-        Reading changes nothing. A get that starts after a put returned sees that put
-        or a later one, from any connection.
-        """
-        from ..errors import BrokerError
-
-        raise BrokerError(f"{type(self).__name__} keeps no memos")
-
-
-@runtime_checkable
 class BrokerProtocol(
     JobQueueProtocol,
     ConsumerProtocol,
     SchemaSyncProtocol,
-    LeaseProtocol,
-    StateProtocol,
-    MemoProtocol,
     Protocol,
 ):
-    """Everything an adapter provides.
+    """Everything an adapter provides: the data plane (enqueue, consume, schema sync,
+    stats) and, optionally, a store for the control plane.
 
     The ``framework_m.adapters`` entry point of a URL scheme names a class
     implementing this port; the registry builds instances with :meth:`from_url`.
@@ -492,6 +311,20 @@ class BrokerProtocol(
         from .store_base import NoStore
 
         return NoStore(type(self).__name__)
+
+    @property
+    def expiring_store(self) -> StoreProtocol:
+        """Where core keeps the records it always writes with a ttl (job statuses,
+        results, cancel marks): :attr:`store`, unless that store keeps an expired record
+        until its key is written again.
+
+        Such an adapter (JetStream 2.9 keeps no ttl per key) gives here a second store
+        that also drops every record :data:`~framework_m_core.ports.store.MAX_TTL` after
+        its write at the latest, so records nobody reads again do not pile up; it is
+        never written without a ttl. The two stores keep apart keys: a key is only ever
+        written to one of them.
+        """
+        return self.store
 
     @property
     @abstractmethod

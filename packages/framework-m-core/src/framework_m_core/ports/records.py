@@ -18,13 +18,6 @@ class BatchJob(NamedTuple):
     deduplication_id: str | None = None
 
 
-class StateEntry(NamedTuple):
-    """A state record as :meth:`~.protocols.StateProtocol.read_state` found it."""
-
-    value: bytes
-    version: int  # positive; every write of the key gives a greater one
-
-
 class EnqueueMemo(NamedTuple):
     """A memo an enqueue creates with the job it stores (its status, its slot's job)."""
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..control.checks import MAX_MEMO_TTL
 from ..errors import BrokerError, FrameworkMError
-from .memos import MAX_MEMO_TTL
 from .messages import MAX_ID_LENGTH, JobMessage, loads_strict
 
 STATUS_VERSION = 1

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 
 from ..control import keys
+from ..control.shared import shared
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
@@ -66,7 +67,7 @@ class CancelWatch:
     def __init__(self, broker: BrokerProtocol, observer: Observer) -> None:
         self.broker = broker
         self.observer = observer
-        self.on = {Capability.MEMOS, Capability.STATE} <= broker.capabilities
+        self.on = Capability.STORE in broker.capabilities
         self._runs: dict[str, Cancellation] = {}
         self._registered = asyncio.Event()
         self._closed = asyncio.Event()
@@ -85,7 +86,9 @@ class CancelWatch:
         try:
             latest = await self._latest()
             maybe = latest is not None and enqueued_at <= latest + MARGIN
-            marked = maybe and await self.broker.get_memo(keys.cancel_mark(job_id)) is not None
+            marked = (
+                maybe and await shared(self.broker).get_memo(keys.cancel_mark(job_id)) is not None
+            )
         except Exception as exc:  # a mark not read is a run not stopped: say so, go on
             reraise_if_cancelled()
             self.observer.broker_error("memo")
@@ -106,7 +109,7 @@ class CancelWatch:
     async def _read(self, answer: asyncio.Future[float | None]) -> None:
         self._joining = None  # runs registering from now on wait for the next read
         try:
-            found = decode_latest_cancel(await self.broker.get_memo(LATEST_CANCEL))
+            found = decode_latest_cancel(await shared(self.broker).get_memo(LATEST_CANCEL))
         except Exception as exc:  # every run waiting for it reads its own mark instead
             log.debug("cancels: the latest cancel not read (%s); each run reads its mark", exc)
             found = math.inf
@@ -127,10 +130,10 @@ class CancelWatch:
                 return
             try:
                 if not known:
-                    entry = await self.broker.read_state(CANCELS)
+                    entry = await shared(self.broker).read_state(CANCELS)
                     known = True
                 else:
-                    entry = await self.broker.wait_state(CANCELS, version, timeout=POLL)
+                    entry = await shared(self.broker).wait_state(CANCELS, version, timeout=POLL)
                 moved = entry is not None and entry.version != version
                 version = None if entry is None else entry.version
                 if moved:
@@ -143,6 +146,6 @@ class CancelWatch:
 
     async def _check_runs(self) -> None:
         for job_id, cancellation in list(self._runs.items()):
-            if await self.broker.get_memo(keys.cancel_mark(job_id)) is not None:
+            if await shared(self.broker).get_memo(keys.cancel_mark(job_id)) is not None:
                 log.info("%s: cancelled by request; stopping it", job_id)
                 cancellation.request()

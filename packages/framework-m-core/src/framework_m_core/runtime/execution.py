@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..app import App
 from ..control import keys
+from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
 from ..observability import tracing
@@ -141,7 +142,7 @@ class Execution:
         self.stats = stats
         self.observer = observer or Observer()
         #: Whether runs take their leases (the broker keeps them); else they run at once.
-        self.leases = Capability.LEASES in broker.capabilities
+        self.leases = Capability.STORE in broker.capabilities
         #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
         self.on_waiting: Callable[[int], None] = lambda delta: None
         self.notes = StatusNotes(broker, self.observer)
@@ -349,7 +350,7 @@ class Execution:
         delay = 0.1
         while True:
             try:
-                return await self.broker.acquire_lease(key, holder, ttl, limit=limit)
+                return await shared(self.broker).acquire_lease(key, holder, ttl, limit=limit)
             except BrokerError as exc:
                 self.observer.broker_error("lease")
                 if time.monotonic() + delay > deadline:
@@ -399,7 +400,7 @@ class Execution:
 
     async def _skip(self, delivery: Delivery, message: JobMessage, key: str) -> None:
         try:
-            running = ", ".join(await self.broker.lease_holders(key)) or "a run just ending"
+            running = ", ".join(await shared(self.broker).lease_holders(key)) or "a run just ending"
         except BrokerError as exc:
             running = f"unknown ({exc})"
         why = f"skipped: the previous run of the schedule was still running ({running})"
@@ -417,7 +418,7 @@ class Execution:
 
     async def _release(self, key: str, holder: str) -> None:
         try:
-            await self.broker.release_lease(key, holder)
+            await shared(self.broker).release_lease(key, holder)
         except Exception as exc:  # it expires with the reservation time
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from ..control.shared import shared
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from .leases import lease_ttl
@@ -107,7 +108,7 @@ class Heartbeats:
     async def _extend_lease(self, beat: Beat, key: str, holder: str) -> None:
         try:
             sent = time.monotonic()
-            if await self._broker.extend_lease(key, holder):
+            if await shared(self._broker).extend_lease(key, holder):
                 if self._places is not None:
                     self._places.written(key, holder, sent)
                 return

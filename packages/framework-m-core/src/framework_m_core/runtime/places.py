@@ -22,6 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ..control.shared import shared
 from ..ports.protocols import BrokerProtocol
 
 log = logging.getLogger("framework_m.worker")
@@ -108,7 +109,7 @@ class KeptPlaces:
     async def _release(self, key: str, holder: str) -> None:
         self.forget(key, holder)
         try:
-            await self.broker.release_lease(key, holder)
+            await shared(self.broker).release_lease(key, holder)
         except Exception as exc:  # it expires with its ttl
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..about import __version__
 from ..control import keys
+from ..control.shared import shared
 from ..errors import BrokerError
 from ..ports.protocols import BrokerProtocol
 from ..scheduling.runtime import contention_pause
@@ -110,12 +111,12 @@ async def _change(
     other writers won every round."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        current = await broker.read_state(key)
+        current = await shared(broker).read_state(key)
         entries = _decode(None if current is None else current.value, key)
         edit(entries)
         value = json.dumps({"replicas": entries}, separators=(",", ":")).encode()
         version = None if current is None else current.version
-        if await broker.write_state(key, value, version=version) is not None:
+        if await shared(broker).write_state(key, value, version=version) is not None:
             return True
     return False
 
@@ -124,7 +125,7 @@ async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> lis
     """The replicas renewed within :data:`QUIET` seconds of ``now``, by host and pid."""
     now = time.time() if now is None else now
     names = keys.replicas_buckets()
-    records = await asyncio.gather(*(broker.read_state(key) for key in names))
+    records = await asyncio.gather(*(shared(broker).read_state(key) for key in names))
     out = []
     for key, record in zip(names, records, strict=True):
         for replica_id, entry in _decode(None if record is None else record.value, key).items():

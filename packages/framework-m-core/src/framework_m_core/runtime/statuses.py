@@ -1,6 +1,6 @@
 """The statuses a worker keeps of the jobs it runs: running, then how each attempt ended.
 
-Written as memos (brokers with :attr:`~.Capability.MEMOS`) before the delivery is
+Written as memos (brokers with :attr:`~.Capability.STORE`) before the delivery is
 settled, so a job whose status says it finished has finished; a write that fails is
 logged and never fails the job. A run says running once it has run for
 :data:`RUNNING_AFTER` seconds (:class:`RunningNotes`): one that ends sooner goes
@@ -17,6 +17,7 @@ import logging
 import time
 
 from ..control import keys
+from ..control.shared import shared
 from ..jobs import DEFAULT_KEEP, JobSpec
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
@@ -45,7 +46,7 @@ class StatusNotes:
     def __init__(self, broker: BrokerProtocol, observer: Observer) -> None:
         self.broker = broker
         self.observer = observer
-        self.on = Capability.MEMOS in broker.capabilities
+        self.on = Capability.STORE in broker.capabilities
         self._warned_at = -_QUIET
 
     def keep(self, spec: JobSpec | None, message: JobMessage) -> tuple[float, bool]:
@@ -109,7 +110,7 @@ class StatusNotes:
         if self.keep(spec, message)[0] <= 0:
             return None
         try:
-            found = await self.broker.get_memo(keys.status(message.id))
+            found = await shared(self.broker).get_memo(keys.status(message.id))
             status = None if found is None else decode_status(message.id, found)
         except Exception as exc:  # not known to have finished: it runs, as it would have
             self.observer.broker_error("memo")
@@ -119,7 +120,7 @@ class StatusNotes:
 
     async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
         try:
-            await self.broker.put_memo(
+            await shared(self.broker).put_memo(
                 keys.status(status.job_id), encode_status(status, result_json), ttl=ttl
             )
         except Exception as exc:

@@ -132,7 +132,7 @@ class Worker:
         self._health = BrokerHealth(self._observer)
         self.heartbeat = (
             replicas.Heartbeat(broker, self._described, concurrency=concurrency, interval=heartbeat)
-            if heartbeat > 0 and Capability.STATE in broker.capabilities
+            if heartbeat > 0 and Capability.STORE in broker.capabilities
             else None
         )
         self.watchdog = (
@@ -188,19 +188,19 @@ class Worker:
 
     def _check_leases(self) -> None:
         """Refuse limits the broker cannot hold; say that overlap policies are not held."""
-        if Capability.LEASES in self.broker.capabilities:
+        if Capability.STORE in self.broker.capabilities:
             return
         jobs = self.app.jobs.values()
         limited = sorted(spec.name for spec in jobs if spec.concurrency is not None)
         if limited:
             raise ConfigurationError(
-                f"{self.broker.display_url} has no leases, which concurrency= needs "
+                f"{self.broker.display_url} has no store for leases, which concurrency= needs "
                 f"(jobs {', '.join(limited)}): use a broker that has them"
             )
         kept = sorted(spec.name for spec in jobs if spec.leased)
         if kept:
             log.warning(
-                "%s has no leases: runs of %s may overlap whatever their overlap= says",
+                "%s has no store for leases: runs of %s may overlap whatever their overlap= says",
                 self.broker.display_url,
                 ", ".join(kept),
             )

@@ -3,7 +3,7 @@
 One state record per scheduled job, under ``schedule:{job}``: whether it is paused
 (until when, why, since when), the latest slot known enqueued (it only moves
 forward) and the last trigger. Every change reads the record and writes it back by
-compare-and-set (:class:`~framework_m_core.ports.protocols.StateProtocol`), so
+compare-and-set (:meth:`~framework_m_core.control.shared.Shared.write_state`), so
 replicas and operators changing one schedule at once never undo each other.
 
 A record read from the broker is validated like any other input: a field that is
@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..control import keys
+from ..control.shared import shared
 from ..errors import BrokerError, ConfigurationError
 from ..ports.messages import (
     JobMessage,
@@ -116,7 +117,7 @@ def _is_time(value: object) -> bool:
 
 async def read(broker: BrokerProtocol, job_name: str) -> ScheduleState:
     """The schedule's state as the broker holds it now (the default when none is kept)."""
-    entry = await broker.read_state(keys.schedule(job_name))
+    entry = await shared(broker).read_state(keys.schedule(job_name))
     return ScheduleState() if entry is None else decode_state(entry.value, job_name)
 
 
@@ -128,13 +129,13 @@ async def change(
     key = keys.schedule(job_name)
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(key)
+        entry = await shared(broker).read_state(key)
         state = ScheduleState() if entry is None else decode_state(entry.value, job_name)
         new = step(state)
         if new is None or (new == state and entry is not None):
             return state
         version = None if entry is None else entry.version
-        if await broker.write_state(key, new.encode(), version=version) is not None:
+        if await shared(broker).write_state(key, new.encode(), version=version) is not None:
             return new
     raise BrokerError(f"the state of schedule {job_name!r} kept changing; try again")
 
@@ -143,16 +144,16 @@ async def _steered(broker: BrokerProtocol) -> None:
     """Move the steering record's version (after a pause or resume was written)."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(keys.STEERING)
+        entry = await shared(broker).read_state(keys.STEERING)
         version = None if entry is None else entry.version
-        if await broker.write_state(keys.STEERING, b"{}", version=version) is not None:
+        if await shared(broker).write_state(keys.STEERING, b"{}", version=version) is not None:
             return
     raise BrokerError("the schedules' steering record kept changing; try again")
 
 
 async def steering_version(broker: BrokerProtocol) -> int | None:
     """The steering record's version now (None: nothing was ever paused or resumed)."""
-    entry = await broker.read_state(keys.STEERING)
+    entry = await shared(broker).read_state(keys.STEERING)
     return None if entry is None else entry.version
 
 

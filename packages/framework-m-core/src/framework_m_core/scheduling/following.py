@@ -10,14 +10,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..control import keys
-from ..ports.capabilities import Capability
+from ..control.shared import shared
 from ..runtime.events import reraise_if_cancelled, said
 from . import runtime
 from .runtime import Catalog, RuntimeSchedule
 
 if TYPE_CHECKING:
+    from ..control.shared import StateEntry
     from ..ports.protocols import BrokerProtocol
-    from ..ports.records import StateEntry
     from .ticker import InProcessTickerAdapter
 
 log = logging.getLogger("framework_m.ticker")
@@ -31,9 +31,9 @@ _MIN_GAP = 0.05
 class RuntimeFollower:
     """Keeps the ticker's runtime entries equal to the broker's runtime schedules.
 
-    It waits on the catalog record for at most :data:`~.runtime.POLL` seconds (a broker
-    with :attr:`~.Capability.WATCHED_STATE` ends the wait as soon as the record changes;
-    others are read every :data:`~.runtime.POLL` seconds); when its counter moved, it
+    It watches the catalog record for at most :data:`~.runtime.POLL` seconds (the store
+    ends the watch as soon as the record changes; after a failure it is read every
+    :data:`~.runtime.POLL` seconds until it answers again); when its counter moved, it
     reads the buckets the latest changes name (every bucket in use when this replica is
     further behind, and every :data:`~.runtime.RESYNC` seconds anyway) and puts what
     changed into the ticker. A broker that does not answer is read again
@@ -66,20 +66,21 @@ class RuntimeFollower:
         """Read every runtime schedule (at start, before the first slots)."""
         try:
             async with asyncio.timeout(_READ_TIMEOUT):
-                await self._sync(await self._broker.read_state(keys.RUNTIME_CATALOG), full=True)
+                await self._sync(
+                    await shared(self._broker).read_state(keys.RUNTIME_CATALOG), full=True
+                )
         except Exception as exc:
             self._failed(exc)
 
     async def follow(self) -> None:
         """Put the catalog's changes into the ticker until :meth:`close`."""
-        watched = Capability.WATCHED_STATE in self._broker.capabilities
         while not self._closed.is_set():
             await asyncio.sleep(_MIN_GAP)
             if self._closed.is_set():
                 return
             try:
                 async with asyncio.timeout(runtime.POLL + _READ_TIMEOUT):
-                    entry = await self._next_catalog(watched and not self._failing)
+                    entry = await self._next_catalog(not self._failing)
                     await self._sync(entry, full=time.monotonic() >= self._resync_at)
             except Exception as exc:
                 reraise_if_cancelled()
@@ -93,11 +94,11 @@ class RuntimeFollower:
         """The catalog record once it moved from the one last applied (at most
         :data:`~.runtime.POLL` seconds on), or read :data:`~.runtime.POLL` seconds on."""
         if watch:
-            return await self._broker.wait_state(
+            return await shared(self._broker).wait_state(
                 keys.RUNTIME_CATALOG, self._version, timeout=runtime.POLL
             )
         await asyncio.sleep(runtime.POLL)
-        return await self._broker.read_state(keys.RUNTIME_CATALOG)
+        return await shared(self._broker).read_state(keys.RUNTIME_CATALOG)
 
     def _failed(self, exc: BaseException) -> None:
         self._ticker.observer.broker_error("state")

@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..control import keys
+from ..control.checks import MAX_STATE_VALUE
+from ..control.shared import shared
 from ..errors import BrokerError, ConfigurationError, ScheduleError
 from ..ports.messages import validate_job_name
 from ..ports.protocols import BrokerProtocol
-from ..ports.state import MAX_STATE_VALUE
 from .schedules import Cron, Every, Schedule, cron, every
 
 log = logging.getLogger("framework_m.schedules")
@@ -247,7 +248,7 @@ async def _change_bucket(
     ``step`` had nothing to write)."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(keys.runtime_bucket(n))
+        entry = await shared(broker).read_state(keys.runtime_bucket(n))
         current = {} if entry is None else decode_bucket(entry.value, n)
         new = step(dict(current))
         if new is None:
@@ -259,7 +260,8 @@ async def _change_bucket(
                 "use shorter kwargs"
             )
         version = None if entry is None else entry.version
-        if await broker.write_state(keys.runtime_bucket(n), value, version=version) is not None:
+        written = await shared(broker).write_state(keys.runtime_bucket(n), value, version=version)
+        if written is not None:
             return new
     raise BrokerError(f"bucket {n} of the runtime schedules kept changing; try again")
 
@@ -270,9 +272,9 @@ async def _note_change(broker: BrokerProtocol, n: int) -> Catalog:
     the later catalog write sees the later bucket."""
     for attempt in range(_ROUNDS):
         await contention_pause(attempt)
-        entry = await broker.read_state(keys.RUNTIME_CATALOG)
+        entry = await shared(broker).read_state(keys.RUNTIME_CATALOG)
         catalog = Catalog() if entry is None else decode_catalog(entry.value)
-        bucket = await broker.read_state(keys.runtime_bucket(n))
+        bucket = await shared(broker).read_state(keys.runtime_bucket(n))
         in_use = bucket is not None and bool(decode_bucket(bucket.value, n))
         counter = catalog.counter + 1
         used = catalog.used | {n} if in_use else catalog.used - {n}
@@ -280,7 +282,7 @@ async def _note_change(broker: BrokerProtocol, n: int) -> Catalog:
         new = Catalog(counter, changes, frozenset(used))
         version = None if entry is None else entry.version
         if (
-            await broker.write_state(keys.RUNTIME_CATALOG, new.encode(), version=version)
+            await shared(broker).write_state(keys.RUNTIME_CATALOG, new.encode(), version=version)
             is not None
         ):
             return new
@@ -326,7 +328,7 @@ async def delete_schedule(broker: BrokerProtocol, schedule_id: str) -> bool:
 
 
 async def read_catalog(broker: BrokerProtocol) -> Catalog:
-    entry = await broker.read_state(keys.RUNTIME_CATALOG)
+    entry = await shared(broker).read_state(keys.RUNTIME_CATALOG)
     return Catalog() if entry is None else decode_catalog(entry.value)
 
 
@@ -336,7 +338,7 @@ async def read_buckets(
     """Every schedule of ``buckets``, by id."""
     out: dict[str, RuntimeSchedule] = {}
     for n in sorted(buckets):
-        entry = await broker.read_state(keys.runtime_bucket(n))
+        entry = await shared(broker).read_state(keys.runtime_bucket(n))
         if entry is not None:
             out.update(decode_bucket(entry.value, n))
     return out

@@ -146,7 +146,7 @@ class InProcessTickerAdapter:
         self._measuring: asyncio.Task[None] | None = None  # a clock check in progress
         self._latest: dict[str, int] = {}  # per job: the latest slot fired
         # Brokers with shared state keep each schedule's pause and latest slot.
-        self._stateful = Capability.STATE in broker.capabilities
+        self._stateful = Capability.STORE in broker.capabilities
         # Set while publishes get no answer (a broker that takes connections but stores
         # nothing: RabbitMQ without quorum); the worker's readiness says it.
         self.store_problem: str | None = None

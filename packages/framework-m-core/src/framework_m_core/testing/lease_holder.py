@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..adapters.registry import open_broker
+from ..control.shared import shared
 
 
 async def main(url: str, key: str, ttl: float, limit: int, go: Path, args: list[str]) -> None:
@@ -29,14 +30,16 @@ async def main(url: str, key: str, ttl: float, limit: int, go: Path, args: list[
         if time.monotonic() > deadline:
             raise SystemExit("the go signal never came")
         await asyncio.sleep(0.002)
-    held = await asyncio.gather(*(broker.acquire_lease(key, h, ttl, limit=limit) for h in holders))
+    held = await asyncio.gather(
+        *(shared(broker).acquire_lease(key, h, ttl, limit=limit) for h in holders)
+    )
     print(json.dumps(dict(zip(holders, held, strict=True))), flush=True)
     mine = [h for h, ok in zip(holders, held, strict=True) if ok]
     while True:
         await asyncio.sleep(ttl / 4)
         if extend:
             for holder in list(mine):
-                if not await broker.extend_lease(key, holder):
+                if not await shared(broker).extend_lease(key, holder):
                     print(f"lost {holder}", flush=True)
                     mine.remove(holder)
 

@@ -1,6 +1,6 @@
 """Asking what became of a job: its status, its result (waiting for it), the job of a slot.
 
-Every function takes a connected broker with :attr:`~.Capability.MEMOS` and raises
+Every function takes a connected broker with :attr:`~.Capability.STORE` and raises
 :class:`~.errors.BrokerError` when it has none or cannot be reached.
 """
 
@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from ..control import keys
+from ..control.checks import MAX_MEMO_TTL
+from ..control.shared import shared
 from ..errors import (
     BrokerError,
     InvalidJobError,
@@ -22,7 +24,6 @@ from ..errors import (
     UnknownJobError,
 )
 from ..ports.capabilities import Capability
-from ..ports.memos import MAX_MEMO_TTL
 from ..ports.messages import MAX_ID_LENGTH, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import (
@@ -55,9 +56,9 @@ def validate_job_id(job_id: object) -> str:
 
 
 def _need_memos(broker: BrokerProtocol) -> None:
-    if Capability.MEMOS not in broker.capabilities:
+    if Capability.STORE not in broker.capabilities:
         raise BrokerError(
-            f"{broker.display_url} keeps no job statuses (it lacks the 'memos' capability)"
+            f"{broker.display_url} keeps no job statuses (it lacks the 'store' capability)"
         )
 
 
@@ -66,7 +67,7 @@ async def job_status(broker: BrokerProtocol, job_id: str) -> JobStatus:
     kept (never enqueued, enqueued with ``keep_result=0``, or expired)."""
     job_id = validate_job_id(job_id)
     _need_memos(broker)
-    found = await broker.get_memo(keys.status(job_id))
+    found = await shared(broker).get_memo(keys.status(job_id))
     if found is None:
         return JobStatus(job_id, JobState.UNKNOWN)
     return decode_status(job_id, found)
@@ -126,7 +127,7 @@ async def job_of_slot(broker: BrokerProtocol, schedule: str, slot: int) -> str |
     _need_memos(broker)
     if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
         raise InvalidJobError(f"a slot is a whole unix time in seconds, got {slot!r}")
-    found = await broker.get_memo(keys.slot(tick_deduplication_id(schedule, slot)))
+    found = await shared(broker).get_memo(keys.slot(tick_deduplication_id(schedule, slot)))
     if found is None:
         return None
     try:
@@ -150,26 +151,29 @@ async def cancel_job(broker: BrokerProtocol, job_id: str) -> bool:
         return False
     now = time.time()
     ttl = pending_ttl(0.0, status.due_at, now)
-    await broker.put_memo(keys.cancel_mark(job_id), b"cancelled by request", ttl=ttl)
-    await broker.put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)
+    await shared(broker).put_memo(keys.cancel_mark(job_id), b"cancelled by request", ttl=ttl)
+    await shared(broker).put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)
     if status.state in (JobState.QUEUED, JobState.SCHEDULED):
         done = dataclasses.replace(
             status, state=JobState.CANCELLED, finished_at=now, error="cancelled by request"
         )
-        await broker.put_memo(keys.status(job_id), encode_status(done), ttl=ttl)
+        await shared(broker).put_memo(keys.status(job_id), encode_status(done), ttl=ttl)
     await _announce(broker)
     return True
 
 
 async def _announce(broker: BrokerProtocol) -> None:
     """Move the cancels record on, so that workers look at their running jobs' marks."""
-    if Capability.STATE not in broker.capabilities:
+    if Capability.STORE not in broker.capabilities:
         return
     for attempt in range(50):
         await contention_pause(attempt)
-        entry = await broker.read_state(CANCELS)
+        entry = await shared(broker).read_state(CANCELS)
         count = int(entry.value) if entry is not None and entry.value.isdigit() else 0
         version = None if entry is None else entry.version
-        if await broker.write_state(CANCELS, b"%d" % (count + 1), version=version) is not None:
+        if (
+            await shared(broker).write_state(CANCELS, b"%d" % (count + 1), version=version)
+            is not None
+        ):
             return
     raise BrokerError("cancel: the cancels record kept changing; the mark is set, try again")

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from ...control.shared import shared
 from ...ports import (
     BaseBroker,
     BrokerError,
@@ -136,7 +137,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             q.remember(message.deduplication_id, message.id, now)
         memos = self.enqueue_memos(message, message.id)
         if memos:  # the store's write awaits nothing: the job and its memos in one step
-            await self._shared.put_memos([(m.key, m.value, m.ttl, True) for m in memos])
+            await shared(self).put_memos([(m.key, m.value, m.ttl, True) for m in memos])
         now = self.clock()
         entry = server.Entry(body, stored_at=now)
         if message.not_before is not None and message.not_before > now:

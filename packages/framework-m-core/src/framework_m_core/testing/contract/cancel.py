@@ -21,7 +21,7 @@ from .status import jobs_app, state_is
 class CancelContract(ContractBase):
     """A cancelled job never runs, or stops within seconds where it runs; not retried."""
 
-    @requires(Capability.MEMOS, Capability.STATE, Capability.DELAYED_ENQUEUE)
+    @requires(Capability.STORE, Capability.STORE, Capability.DELAYED_ENQUEUE)
     async def test_a_waiting_job_cancelled_never_runs(self, broker_factory: BrokerFactory) -> None:
         app = jobs_app()
         async with many(broker_factory, 2) as (worker_side, asker):
@@ -40,7 +40,7 @@ class CancelContract(ContractBase):
         assert status.state is JobState.CANCELLED
         assert worker.stats.succeeded == 0
 
-    @requires(Capability.MEMOS, Capability.STATE)
+    @requires(Capability.STORE, Capability.STORE)
     async def test_a_running_job_is_stopped_within_seconds_and_not_retried(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -64,7 +64,7 @@ class CancelContract(ContractBase):
         assert [s.attempts for s in statuses] == [1, 1]
         assert (worker.stats.retried, worker.stats.succeeded) == (0, 0)
 
-    @requires(Capability.MEMOS, Capability.STATE)
+    @requires(Capability.STORE, Capability.STORE)
     async def test_a_finished_or_unknown_job_is_not_cancelled(
         self, broker_factory: BrokerFactory
     ) -> None:

@@ -1,6 +1,6 @@
 """Contract tests of leases: a few places under a key, each held by one holder until it
 is released or expires; one test or more for each sentence of
-:class:`~framework_m_core.ports.protocols.LeaseProtocol`."""
+:meth:`~framework_m_core.control.shared.Shared.acquire_lease`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ...control.shared import shared
 from ...errors import BrokerError, InvalidLeaseError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
@@ -35,7 +36,7 @@ def _key() -> str:
 async def _free_after(broker: BrokerProtocol, key: str, holder: str, since: float) -> float:
     """Seconds from ``since`` until ``holder`` could take a place under ``key``."""
     await wait_until(
-        lambda: broker.acquire_lease(key, holder, TTL),
+        lambda: shared(broker).acquire_lease(key, holder, TTL),
         timeout=TTL + LATE + 3,
         interval=0.05,
         what=f"{holder} acquiring {key}",
@@ -46,74 +47,77 @@ async def _free_after(broker: BrokerProtocol, key: str, holder: str, since: floa
 class LeaseContract(ContractBase):
     """Leases: exclusive across connections and processes, expiring unless extended."""
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_a_place_is_held_until_released_and_then_free_at_once(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        assert await broker.acquire_lease(key, "a", TTL) is True
-        assert await broker.acquire_lease(key, "b", TTL) is False
-        assert list(await broker.lease_holders(key)) == ["a"]  # the refusal changed nothing
-        assert await broker.release_lease(key, "a") is True
-        assert await broker.acquire_lease(key, "b", TTL) is True
-        assert list(await broker.lease_holders(key)) == ["b"]
+        assert await shared(broker).acquire_lease(key, "a", TTL) is True
+        assert await shared(broker).acquire_lease(key, "b", TTL) is False
+        assert list(await shared(broker).lease_holders(key)) == ["a"]  # the refusal changed nothing
+        assert await shared(broker).release_lease(key, "a") is True
+        assert await shared(broker).acquire_lease(key, "b", TTL) is True
+        assert list(await shared(broker).lease_holders(key)) == ["b"]
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_keys_are_independent(self, broker: BrokerProtocol) -> None:
         one, two = _key(), _key()
-        assert await broker.acquire_lease(one, "a", TTL)
-        assert await broker.acquire_lease(two, "b", TTL)
-        assert await broker.acquire_lease(two, "a", TTL) is False
-        assert list(await broker.lease_holders(one)) == ["a"]
-        assert list(await broker.lease_holders(two)) == ["b"]
+        assert await shared(broker).acquire_lease(one, "a", TTL)
+        assert await shared(broker).acquire_lease(two, "b", TTL)
+        assert await shared(broker).acquire_lease(two, "a", TTL) is False
+        assert list(await shared(broker).lease_holders(one)) == ["a"]
+        assert list(await shared(broker).lease_holders(two)) == ["b"]
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_never_more_than_limit_holders_across_connections_at_once(
         self, broker_factory: BrokerFactory
     ) -> None:
         key = _key()
         async with many(broker_factory, 4) as brokers:
             held = await asyncio.gather(
-                *(brokers[i % 4].acquire_lease(key, f"h{i}", 5.0, limit=3) for i in range(24))
+                *(
+                    shared(brokers[i % 4]).acquire_lease(key, f"h{i}", 5.0, limit=3)
+                    for i in range(24)
+                )
             )
             assert sum(held) == 3, held
             winners = {f"h{i}" for i, ok in enumerate(held) if ok}
             for b in brokers:
-                assert set(await b.lease_holders(key, limit=3)) == winners
-            assert not await brokers[0].acquire_lease(key, "late", 5.0, limit=3)
+                assert set(await shared(b).lease_holders(key, limit=3)) == winners
+            assert not await shared(brokers[0]).acquire_lease(key, "late", 5.0, limit=3)
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_acquiring_again_keeps_one_place_and_renews_it(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        assert await broker.acquire_lease(key, "a", TTL, limit=2)
-        assert await broker.acquire_lease(key, "a", TTL, limit=2)  # the same place
-        assert await broker.acquire_lease(key, "b", TTL, limit=2)  # so one is left for b
-        assert not await broker.acquire_lease(key, "c", TTL, limit=2)
+        assert await shared(broker).acquire_lease(key, "a", TTL, limit=2)
+        assert await shared(broker).acquire_lease(key, "a", TTL, limit=2)  # the same place
+        assert await shared(broker).acquire_lease(key, "b", TTL, limit=2)  # so one is left for b
+        assert not await shared(broker).acquire_lease(key, "c", TTL, limit=2)
         start = time.monotonic()
         while time.monotonic() - start < 2.5 * TTL:  # renewed by acquiring, it stays held
-            assert await broker.acquire_lease(key, "a", TTL, limit=2)
+            assert await shared(broker).acquire_lease(key, "a", TTL, limit=2)
             await asyncio.sleep(TTL / 4)
-        assert list(await broker.lease_holders(key, limit=2)) == ["a"]  # b expired
-        assert await broker.acquire_lease(key, "c", TTL, limit=2)
-        assert not await broker.acquire_lease(key, "d", TTL, limit=2)
+        assert list(await shared(broker).lease_holders(key, limit=2)) == ["a"]  # b expired
+        assert await shared(broker).acquire_lease(key, "c", TTL, limit=2)
+        assert not await shared(broker).acquire_lease(key, "d", TTL, limit=2)
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_a_place_expires_after_its_ttl_and_not_before(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
         start = time.monotonic()
-        assert await broker.acquire_lease(key, "a", TTL)
+        assert await shared(broker).acquire_lease(key, "a", TTL)
         await asyncio.sleep(TTL / 2)
-        assert not await broker.acquire_lease(key, "b", TTL)
-        assert list(await broker.lease_holders(key)) == ["a"]
+        assert not await shared(broker).acquire_lease(key, "b", TTL)
+        assert list(await shared(broker).lease_holders(key)) == ["a"]
         waited = await _free_after(broker, key, "b", start)
         assert TTL * 0.9 <= waited <= TTL + LATE, waited
-        assert list(await broker.lease_holders(key)) == ["b"]
+        assert list(await shared(broker).lease_holders(key)) == ["b"]
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_a_place_held_at_close_lasts_until_its_ttl(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
@@ -124,44 +128,44 @@ class LeaseContract(ContractBase):
         await holder.connect()
         start = time.monotonic()
         try:
-            assert await holder.acquire_lease(key, "closing", TTL)
+            assert await shared(holder).acquire_lease(key, "closing", TTL)
         finally:
             await holder.close()
-        assert list(await broker.lease_holders(key)) == ["closing"]
-        assert not await broker.acquire_lease(key, "other", TTL)
+        assert list(await shared(broker).lease_holders(key)) == ["closing"]
+        assert not await shared(broker).acquire_lease(key, "other", TTL)
         waited = await _free_after(broker, key, "other", start)
         assert TTL * 0.9 <= waited <= TTL + LATE, waited
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_an_extended_place_is_kept_past_its_ttl_then_expires(
         self, broker_factory: BrokerFactory
     ) -> None:
         key = _key()
         async with many(broker_factory, 2) as (holder, rival):
-            assert await holder.acquire_lease(key, "a", TTL)
+            assert await shared(holder).acquire_lease(key, "a", TTL)
             start = time.monotonic()
             while time.monotonic() - start < 3 * TTL:
-                assert await holder.extend_lease(key, "a")
-                assert not await rival.acquire_lease(key, "b", TTL)
+                assert await shared(holder).extend_lease(key, "a")
+                assert not await shared(rival).acquire_lease(key, "b", TTL)
                 await asyncio.sleep(TTL / 4)
             stopped = time.monotonic()
             waited = await _free_after(rival, key, "b", stopped)
             assert waited <= TTL + LATE, waited
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_extending_by_another_holder_fails_and_changes_nothing(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
         start = time.monotonic()
-        assert await broker.acquire_lease(key, "a", TTL)
-        assert await broker.extend_lease(key, "b") is False
-        assert await broker.extend_lease(_key(), "a") is False  # a key it never held
-        assert list(await broker.lease_holders(key)) == ["a"]
+        assert await shared(broker).acquire_lease(key, "a", TTL)
+        assert await shared(broker).extend_lease(key, "b") is False
+        assert await shared(broker).extend_lease(_key(), "a") is False  # a key it never held
+        assert list(await shared(broker).lease_holders(key)) == ["a"]
 
         async def others_extend() -> None:
             while True:
-                assert await broker.extend_lease(key, "b") is False
+                assert await shared(broker).extend_lease(key, "b") is False
                 await asyncio.sleep(TTL / 5)
 
         extending = asyncio.ensure_future(others_extend())
@@ -171,59 +175,59 @@ class LeaseContract(ContractBase):
             extending.cancel()
         assert waited <= TTL + LATE, waited
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_an_expired_place_is_never_revived_by_extend(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        assert await broker.acquire_lease(key, "a", TTL)
+        assert await shared(broker).acquire_lease(key, "a", TTL)
 
         async def expired() -> bool:
-            return list(await broker.lease_holders(key)) == []
+            return list(await shared(broker).lease_holders(key)) == []
 
         await wait_until(expired, timeout=TTL + LATE, interval=0.05, what="expiry")
-        assert await broker.extend_lease(key, "a") is False
-        assert list(await broker.lease_holders(key)) == []
-        assert await broker.acquire_lease(key, "b", TTL)
-        assert await broker.extend_lease(key, "a") is False
-        assert list(await broker.lease_holders(key)) == ["b"]
+        assert await shared(broker).extend_lease(key, "a") is False
+        assert list(await shared(broker).lease_holders(key)) == []
+        assert await shared(broker).acquire_lease(key, "b", TTL)
+        assert await shared(broker).extend_lease(key, "a") is False
+        assert list(await shared(broker).lease_holders(key)) == ["b"]
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_release_is_idempotent_and_never_frees_another_holders_place(
         self, broker_factory: BrokerFactory
     ) -> None:
         key = _key()
         async with many(broker_factory, 2) as (one, two):
-            assert await one.acquire_lease(key, "a", 5.0)
-            assert await two.release_lease(key, "b") is False  # not b's
-            assert await one.release_lease(key, "b") is False
-            assert list(await two.lease_holders(key)) == ["a"]
-            assert await one.release_lease(key, "a") is True
-            assert await one.release_lease(key, "a") is False  # released already
-            assert await two.acquire_lease(key, "b", 5.0)
-            assert await one.release_lease(key, "a") is False
-            assert await one.release_lease(key, "c") is False
-            assert list(await one.lease_holders(key)) == ["b"]
-            assert not await one.acquire_lease(key, "c", 5.0)
-            assert await one.release_lease(_key(), "b") is False
+            assert await shared(one).acquire_lease(key, "a", 5.0)
+            assert await shared(two).release_lease(key, "b") is False  # not b's
+            assert await shared(one).release_lease(key, "b") is False
+            assert list(await shared(two).lease_holders(key)) == ["a"]
+            assert await shared(one).release_lease(key, "a") is True
+            assert await shared(one).release_lease(key, "a") is False  # released already
+            assert await shared(two).acquire_lease(key, "b", 5.0)
+            assert await shared(one).release_lease(key, "a") is False
+            assert await shared(one).release_lease(key, "c") is False
+            assert list(await shared(one).lease_holders(key)) == ["b"]
+            assert not await shared(one).acquire_lease(key, "c", 5.0)
+            assert await shared(one).release_lease(_key(), "b") is False
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_releasing_an_expired_place_returns_false(self, broker: BrokerProtocol) -> None:
         key = _key()
-        assert await broker.acquire_lease(key, "a", TTL)
+        assert await shared(broker).acquire_lease(key, "a", TTL)
         await _free_after(broker, key, "b", time.monotonic())
-        assert await broker.release_lease(key, "a") is False
-        assert list(await broker.lease_holders(key)) == ["b"]
+        assert await shared(broker).release_lease(key, "a") is False
+        assert list(await shared(broker).lease_holders(key)) == ["b"]
 
-    @requires(Capability.LEASES)
+    @requires(Capability.STORE)
     async def test_reading_the_holders_changes_nothing(self, broker: BrokerProtocol) -> None:
         key = _key()
-        assert list(await broker.lease_holders(key, limit=2)) == []
-        assert await broker.acquire_lease(key, "a", 5.0, limit=2)
-        assert await broker.acquire_lease(key, "b", 5.0, limit=2)
+        assert list(await shared(broker).lease_holders(key, limit=2)) == []
+        assert await shared(broker).acquire_lease(key, "a", 5.0, limit=2)
+        assert await shared(broker).acquire_lease(key, "b", 5.0, limit=2)
         for _ in range(3):
-            assert sorted(await broker.lease_holders(key, limit=2)) == ["a", "b"]
-        assert not await broker.acquire_lease(key, "c", 5.0, limit=2)
+            assert sorted(await shared(broker).lease_holders(key, limit=2)) == ["a", "b"]
+        assert not await shared(broker).acquire_lease(key, "c", 5.0, limit=2)
 
     @pytest.mark.parametrize(
         ("key", "holder", "ttl", "limit"),
@@ -252,23 +256,23 @@ class LeaseContract(ContractBase):
         self, broker: BrokerProtocol, key: object, holder: object, ttl: object, limit: object
     ) -> None:
         with pytest.raises(InvalidLeaseError):
-            await broker.acquire_lease(key, holder, ttl, limit=limit)  # type: ignore[arg-type]
+            await shared(broker).acquire_lease(key, holder, ttl, limit=limit)  # type: ignore[arg-type]
         if isinstance(key, str) and isinstance(holder, str) and (key, holder) != ("k", "a"):
             with pytest.raises(InvalidLeaseError):
-                await broker.extend_lease(key, holder)
+                await shared(broker).extend_lease(key, holder)
             with pytest.raises(InvalidLeaseError):
-                await broker.release_lease(key, holder)
-        if Capability.LEASES in broker.capabilities:
-            assert list(await broker.lease_holders("k")) == []
+                await shared(broker).release_lease(key, holder)
+        if Capability.STORE in broker.capabilities:
+            assert list(await shared(broker).lease_holders("k")) == []
 
     async def test_a_broker_without_leases_says_so(self, broker: BrokerProtocol) -> None:
-        if Capability.LEASES in broker.capabilities:
-            pytest.skip("the adapter declares the 'leases' capability")
+        if Capability.STORE in broker.capabilities:
+            pytest.skip("the adapter declares the 'store' capability")
         for call in (
-            broker.acquire_lease("k", "a", 1.0),
-            broker.extend_lease("k", "a"),
-            broker.release_lease("k", "a"),
-            broker.lease_holders("k"),
+            shared(broker).acquire_lease("k", "a", 1.0),
+            shared(broker).extend_lease("k", "a"),
+            shared(broker).release_lease("k", "a"),
+            shared(broker).lease_holders("k"),
         ):
             with pytest.raises(BrokerError):
                 await call
@@ -290,7 +294,7 @@ class LeaseContract(ContractBase):
             *holders,
         )
 
-    @requires(Capability.LEASES, Capability.CROSS_PROCESS)
+    @requires(Capability.STORE, Capability.CROSS_PROCESS)
     async def test_processes_acquiring_at_once_never_exceed_the_limit(
         self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -307,10 +311,10 @@ class LeaseContract(ContractBase):
             [line] = await asyncio.to_thread(child.wait_for, r"^\{", 1, 30)
             won |= {h for h, ok in json.loads(line.string).items() if ok}
         assert len(won) == 2, won
-        assert set(await broker.lease_holders(key, limit=2)) == won
-        assert not await broker.acquire_lease(key, "parent", TTL, limit=2)
+        assert set(await shared(broker).lease_holders(key, limit=2)) == won
+        assert not await shared(broker).acquire_lease(key, "parent", TTL, limit=2)
 
-    @requires(Capability.LEASES, Capability.CROSS_PROCESS)
+    @requires(Capability.STORE, Capability.CROSS_PROCESS)
     async def test_a_live_process_that_stops_extending_loses_its_place(
         self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -320,12 +324,12 @@ class LeaseContract(ContractBase):
         go.touch()
         await asyncio.to_thread(child.wait_for, r'^\{"child": true\}', 1, 30)
         start = time.monotonic()
-        assert not await broker.acquire_lease(key, "parent", TTL)
+        assert not await shared(broker).acquire_lease(key, "parent", TTL)
         waited = await _free_after(broker, key, "parent", start)
         assert waited <= TTL + LATE, waited
         assert child.proc.poll() is None  # it lived on, holding nothing
 
-    @requires(Capability.LEASES, Capability.CROSS_PROCESS)
+    @requires(Capability.STORE, Capability.CROSS_PROCESS)
     async def test_a_process_extending_keeps_its_place_and_a_killed_one_frees_it(
         self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -336,8 +340,8 @@ class LeaseContract(ContractBase):
         await asyncio.to_thread(child.wait_for, r'^\{"child": true\}', 1, 30)
         start = time.monotonic()
         while time.monotonic() - start < 3 * TTL:
-            assert not await broker.acquire_lease(key, "parent", TTL)
-            assert list(await broker.lease_holders(key)) == ["child"]
+            assert not await shared(broker).acquire_lease(key, "parent", TTL)
+            assert list(await shared(broker).lease_holders(key)) == ["child"]
             await asyncio.sleep(TTL / 4)
         assert not child.matches("^lost")
         child.signal(signal.SIGKILL)

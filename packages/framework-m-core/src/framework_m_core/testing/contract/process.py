@@ -20,6 +20,7 @@ from typing import TypeVar
 import pytest
 
 from ...adapters.registry import open_broker
+from ...control.shared import shared
 from ...errors import JobFailedError
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message, new_job_id
@@ -182,7 +183,7 @@ class ProcessContract(ContractBase):
         assert secret not in worker.output
         assert "fmuser:***@" in worker.output
 
-    @requires(Capability.CROSS_PROCESS, Capability.LEASES, DEDUP_WINDOW_IN_URL)
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_runs_of_a_skip_schedule_never_overlap_while_the_holder_is_killed(
         self, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -214,9 +215,9 @@ class ProcessContract(ContractBase):
         slots = sorted(int(what) for what in first_tries)
         assert slots[-1] - slots[0] >= len(slots)  # slots came while runs ran: skipped
         async with connected(lambda: open_broker(url), sync=False) as broker:
-            assert list(await broker.lease_holders("overlap:overlapping")) == []
+            assert list(await shared(broker).lease_holders("overlap:overlapping")) == []
 
-    @requires(Capability.CROSS_PROCESS, Capability.LEASES)
+    @requires(Capability.CROSS_PROCESS, Capability.STORE)
     async def test_a_concurrency_limit_holds_across_worker_processes(
         self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -236,9 +237,9 @@ class ProcessContract(ContractBase):
         assert all(attempt == 1 for _, _, _, _, attempt in runs)
         assert most_at_once(runs, time.time()) == 2
         assert len({pid for _, _, _, pid, _ in runs}) >= 2  # the replicas shared the work
-        assert list(await broker.lease_holders("concurrency:limited", limit=2)) == []
+        assert list(await shared(broker).lease_holders("concurrency:limited", limit=2)) == []
 
-    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_obey_pause_trigger_and_resume_of_a_schedule(
         self, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -278,7 +279,7 @@ class ProcessContract(ContractBase):
         assert not [m for m in left if m.job_name == "hourly"], "a trigger is left to run"
         assert job_id
 
-    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_a_slot_every_replica_missed_runs_once_as_they_come_back_one_by_one(
         self, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:
@@ -316,8 +317,8 @@ class ProcessContract(ContractBase):
 
     @requires(
         Capability.CROSS_PROCESS,
-        Capability.MEMOS,
-        Capability.STATE,
+        Capability.STORE,
+        Capability.STORE,
         Capability.DELAYED_ENQUEUE,
     )
     async def test_statuses_results_and_cancels_reach_across_processes(
@@ -368,7 +369,7 @@ class ProcessContract(ContractBase):
         assert len(cancelled) == 2, [w.output[-500:] for w in workers]
         assert sum(cancelled) >= 1, cancelled  # the stopped run (the delayed one if delivered)
 
-    @requires(Capability.CROSS_PROCESS, Capability.STATE, DEDUP_WINDOW_IN_URL)
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_run_a_runtime_schedule_as_set_changed_and_deleted(
         self, broker_url: str, procs: Processes, tmp_path: Path
     ) -> None:

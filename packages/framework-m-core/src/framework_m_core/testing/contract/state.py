@@ -1,6 +1,6 @@
 """Contract tests of shared state: records with versions, changed by compare-and-set;
 one test or more for each sentence of
-:class:`~framework_m_core.ports.protocols.StateProtocol`."""
+:meth:`~framework_m_core.control.shared.Shared.write_state`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from ...control.checks import MAX_STATE_VALUE, MAX_STATE_WAIT
+from ...control.shared import StateEntry, shared
 from ...errors import BrokerError, InvalidStateError
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
-from ...ports.records import StateEntry
-from ...ports.state import MAX_STATE_VALUE, MAX_STATE_WAIT
 from ...ports.store import WATCH_DELAY
 from ...scheduling import runtime
 from ..helpers import BrokerFactory, many
@@ -32,10 +32,10 @@ async def _increment(broker: BrokerProtocol, key: str) -> int:
     of writes refused on the way."""
     refused = 0
     while True:
-        entry = await broker.read_state(key)
+        entry = await shared(broker).read_state(key)
         count = int(entry.value) if entry is not None else 0
         version = entry.version if entry is not None else None
-        if await broker.write_state(key, b"%d" % (count + 1), version=version) is not None:
+        if await shared(broker).write_state(key, b"%d" % (count + 1), version=version) is not None:
             return refused
         refused += 1
 
@@ -43,32 +43,32 @@ async def _increment(broker: BrokerProtocol, key: str) -> int:
 class StateContract(ContractBase):
     """Shared state: what was written is read back everywhere; stale writes change nothing."""
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_key_without_a_record_reads_none_and_a_first_write_creates_it(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        assert await broker.read_state(key) is None
-        version = await broker.write_state(key, b"one", version=None)
+        assert await shared(broker).read_state(key) is None
+        version = await shared(broker).write_state(key, b"one", version=None)
         assert isinstance(version, int)
         assert not isinstance(version, bool)
         assert version >= 1
-        entry = await broker.read_state(key)
+        entry = await shared(broker).read_state(key)
         assert entry is not None
         assert (entry.value, entry.version) == (b"one", version)
-        assert await broker.read_state(key) == entry  # reading changed nothing
+        assert await shared(broker).read_state(key) == entry  # reading changed nothing
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_write_with_the_current_version_replaces_and_gives_a_greater_one(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        versions = [await broker.write_state(key, b"v0", version=None)]
+        versions = [await shared(broker).write_state(key, b"v0", version=None)]
         for i in range(1, 5):
             last = versions[-1]
             assert last is not None
-            versions.append(await broker.write_state(key, b"v%d" % i, version=last))
-            entry = await broker.read_state(key)
+            versions.append(await shared(broker).write_state(key, b"v%d" % i, version=last))
+            entry = await shared(broker).read_state(key)
             assert entry is not None
             assert entry.value == b"v%d" % i
             assert entry.version == versions[-1]
@@ -76,47 +76,47 @@ class StateContract(ContractBase):
         assert given == versions
         assert given == sorted(set(given)), versions  # strictly increasing
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_write_with_another_version_changes_nothing(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        assert await broker.write_state(key, b"x", version=1) is None  # no record yet
-        assert await broker.read_state(key) is None
-        first = await broker.write_state(key, b"first", version=None)
+        assert await shared(broker).write_state(key, b"x", version=1) is None  # no record yet
+        assert await shared(broker).read_state(key) is None
+        first = await shared(broker).write_state(key, b"first", version=None)
         assert first is not None
-        assert await broker.write_state(key, b"again", version=None) is None  # exists now
-        second = await broker.write_state(key, b"second", version=first)
+        assert await shared(broker).write_state(key, b"again", version=None) is None  # exists now
+        second = await shared(broker).write_state(key, b"second", version=first)
         assert second is not None
         for stale in (first, second + 1, second + 1000):
-            assert await broker.write_state(key, b"stale", version=stale) is None
-        entry = await broker.read_state(key)
+            assert await shared(broker).write_state(key, b"stale", version=stale) is None
+        entry = await shared(broker).read_state(key)
         assert entry is not None
         assert (entry.value, entry.version) == (b"second", second)
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_state_keys_are_independent(self, broker: BrokerProtocol) -> None:
         one, two = _key(), _key()
-        v1 = await broker.write_state(one, b"one", version=None)
+        v1 = await shared(broker).write_state(one, b"one", version=None)
         assert v1 is not None
-        assert await broker.read_state(two) is None
-        v2 = await broker.write_state(two, b"two", version=None)
+        assert await shared(broker).read_state(two) is None
+        v2 = await shared(broker).write_state(two, b"two", version=None)
         assert v2 is not None
-        assert await broker.write_state(two, b"two'", version=v2) is not None
-        entry = await broker.read_state(one)
+        assert await shared(broker).write_state(two, b"two'", version=v2) is not None
+        entry = await shared(broker).read_state(one)
         assert entry is not None
         assert (entry.value, entry.version) == (b"one", v1)
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_values_come_back_byte_for_byte(self, broker: BrokerProtocol) -> None:
         for value in (b"", bytes(range(256)), b"\x00" * 7, b"\xff" * MAX_STATE_VALUE):
             key = _key()
-            assert await broker.write_state(key, value, version=None) is not None
-            entry = await broker.read_state(key)
+            assert await shared(broker).write_state(key, value, version=None) is not None
+            entry = await shared(broker).read_state(key)
             assert entry is not None
             assert entry.value == value
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_write_is_read_on_every_connection_once_it_returned(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -125,13 +125,13 @@ class StateContract(ContractBase):
             version: int | None = None
             for i in range(6):
                 writer, reader = brokers[i % 3], brokers[(i + 1) % 3]
-                version = await writer.write_state(key, b"w%d" % i, version=version)
+                version = await shared(writer).write_state(key, b"w%d" % i, version=version)
                 assert version is not None
-                entry = await reader.read_state(key)
+                entry = await shared(reader).read_state(key)
                 assert entry is not None
                 assert (entry.value, entry.version) == (b"w%d" % i, version)
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_of_writes_with_one_version_at_once_exactly_one_succeeds(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -140,20 +140,20 @@ class StateContract(ContractBase):
                 key = _key()
                 version = None
                 if not expect_absent:
-                    version = await brokers[0].write_state(key, b"base", version=None)
+                    version = await shared(brokers[0]).write_state(key, b"base", version=None)
                 results = await asyncio.gather(
                     *(
-                        brokers[i % 4].write_state(key, b"w%d" % i, version=version)
+                        shared(brokers[i % 4]).write_state(key, b"w%d" % i, version=version)
                         for i in range(16)
                     )
                 )
                 won = [i for i, v in enumerate(results) if v is not None]
                 assert len(won) == 1, results
-                entry = await brokers[3].read_state(key)
+                entry = await shared(brokers[3]).read_state(key)
                 assert entry is not None
                 assert (entry.value, entry.version) == (b"w%d" % won[0], results[won[0]])
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_first_writes_on_many_connections_at_once_all_land(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -163,73 +163,77 @@ class StateContract(ContractBase):
         async with many(broker_factory, 8) as brokers:
             versions = await asyncio.gather(
                 *(
-                    b.write_state(k, b"first", version=None)
+                    shared(b).write_state(k, b"first", version=None)
                     for b, k in zip(brokers, keys, strict=True)
                 )
             )
             assert all(v is not None for v in versions), versions
-            entries = [await brokers[0].read_state(k) for k in keys]
+            entries = [await shared(brokers[0]).read_state(k) for k in keys]
         assert [e.value if e else None for e in entries] == [b"first"] * 8
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_read_modify_write_loses_no_update_across_connections(
         self, broker_factory: BrokerFactory
     ) -> None:
         key = _key()
         async with many(broker_factory, 4) as brokers:
             refused = await asyncio.gather(*(_increment(brokers[i % 4], key) for i in range(24)))
-            entry = await brokers[0].read_state(key)
+            entry = await shared(brokers[0]).read_state(key)
         assert entry is not None, refused
         assert entry.value == b"24", (entry, refused)
 
     # -- waiting for a change ------------------------------------------------------------
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_wait_returns_at_once_when_the_record_differs(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
         async with asyncio.timeout(10):  # far below the waits' own timeout
-            assert await broker.wait_state(key, 7, timeout=60) is None  # no record
-            one = await broker.write_state(key, b"one", version=None)
+            assert await shared(broker).wait_state(key, 7, timeout=60) is None  # no record
+            one = await shared(broker).write_state(key, b"one", version=None)
             assert one is not None
-            assert await broker.wait_state(key, None, timeout=60) == StateEntry(b"one", one)
-            two = await broker.write_state(key, b"two", version=one)
+            assert await shared(broker).wait_state(key, None, timeout=60) == StateEntry(b"one", one)
+            two = await shared(broker).write_state(key, b"two", version=one)
             assert two is not None
-            assert await broker.wait_state(key, one, timeout=60) == StateEntry(b"two", two)
-            assert await broker.wait_state(key, two + 5, timeout=60) == StateEntry(b"two", two)
+            assert await shared(broker).wait_state(key, one, timeout=60) == StateEntry(b"two", two)
+            assert await shared(broker).wait_state(key, two + 5, timeout=60) == StateEntry(
+                b"two", two
+            )
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_wait_on_an_unchanged_record_lasts_its_timeout(
         self, broker: BrokerProtocol
     ) -> None:
         key = _key()
-        one = await broker.write_state(key, b"one", version=None)
+        one = await shared(broker).write_state(key, b"one", version=None)
         assert one is not None
         for waited, version, expect in (
             (key, one, StateEntry(b"one", one)),
             (_key(), None, None),
         ):
             started = time.monotonic()
-            assert await broker.wait_state(waited, version, timeout=0.5) == expect
+            assert await shared(broker).wait_state(waited, version, timeout=0.5) == expect
             assert time.monotonic() - started >= 0.45, "returned early with no change"
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_a_wait_sees_writes_from_another_connection(
         self, broker_factory: BrokerFactory, broker: BrokerProtocol
     ) -> None:
         """At its timeout at the latest; with ``watched_state`` within WATCH_DELAY (two
         seconds) of the write, of a thirty-second wait."""
-        watched = Capability.WATCHED_STATE in broker.capabilities
+        watched = Capability.STORE in broker.capabilities
         timeout = 30.0 if watched else 1.0
         key = _key()
         async with many(broker_factory, 2) as (writer, waiter):
             version: int | None = None
             for i in range(3):  # the first wait is on a key without a record
-                waiting = asyncio.create_task(waiter.wait_state(key, version, timeout=timeout))
+                waiting = asyncio.create_task(
+                    shared(waiter).wait_state(key, version, timeout=timeout)
+                )
                 await asyncio.sleep(0.3)  # the wait is under way (or the check below fails)
                 assert not waiting.done(), "returned with no change"
-                version = await writer.write_state(key, b"w%d" % i, version=version)
+                version = await shared(writer).write_state(key, b"w%d" % i, version=version)
                 wrote = time.monotonic()
                 assert version is not None
                 async with asyncio.timeout(WATCH_DELAY + 5 if watched else timeout + 5):
@@ -239,18 +243,21 @@ class StateContract(ContractBase):
                 if watched:
                     assert waited <= WATCH_DELAY, f"the write woke the wait after {waited:.2f}s"
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_waits_on_one_key_from_many_connections_all_end(
         self, broker_factory: BrokerFactory
     ) -> None:
         key = _key()
         async with many(broker_factory, 4) as brokers:
-            first = await brokers[0].write_state(key, b"first", version=None)
+            first = await shared(brokers[0]).write_state(key, b"first", version=None)
             assert first is not None
-            waits = [asyncio.create_task(b.wait_state(key, first, timeout=3)) for b in brokers[1:]]
-            waits.append(asyncio.create_task(brokers[1].wait_state(key, first, timeout=3)))
+            waits = [
+                asyncio.create_task(shared(b).wait_state(key, first, timeout=3))
+                for b in brokers[1:]
+            ]
+            waits.append(asyncio.create_task(shared(brokers[1]).wait_state(key, first, timeout=3)))
             await asyncio.sleep(0.3)
-            second = await brokers[0].write_state(key, b"second", version=first)
+            second = await shared(brokers[0]).write_state(key, b"second", version=first)
             assert second is not None
             async with asyncio.timeout(10):
                 entries = await asyncio.gather(*waits)
@@ -261,40 +268,40 @@ class StateContract(ContractBase):
     ) -> None:
         for key in ("", " k", "k\n", "x" * 201, None, 5):
             with pytest.raises(InvalidStateError):
-                await broker.read_state(key)  # type: ignore[arg-type]
+                await shared(broker).read_state(key)  # type: ignore[arg-type]
             with pytest.raises(InvalidStateError):
-                await broker.write_state(key, b"v", version=None)  # type: ignore[arg-type]
+                await shared(broker).write_state(key, b"v", version=None)  # type: ignore[arg-type]
         for value in ("text", bytearray(b"v"), None, b"x" * (MAX_STATE_VALUE + 1)):
             with pytest.raises(InvalidStateError):
-                await broker.write_state("k", value, version=None)  # type: ignore[arg-type]
+                await shared(broker).write_state("k", value, version=None)  # type: ignore[arg-type]
         for version in (0, -1, True, 1.0, "1"):
             with pytest.raises(InvalidStateError):
-                await broker.write_state("k", b"v", version=version)  # type: ignore[arg-type]
+                await shared(broker).write_state("k", b"v", version=version)  # type: ignore[arg-type]
             with pytest.raises(InvalidStateError):
-                await broker.wait_state("k", version, timeout=1)  # type: ignore[arg-type]
+                await shared(broker).wait_state("k", version, timeout=1)  # type: ignore[arg-type]
         for key in ("", " k", None):
             with pytest.raises(InvalidStateError):
-                await broker.wait_state(key, None, timeout=1)  # type: ignore[arg-type]
+                await shared(broker).wait_state(key, None, timeout=1)  # type: ignore[arg-type]
         bad_waits = (0, -1, float("nan"), float("inf"), MAX_STATE_WAIT + 1, True, "1", None)
         for timeout in bad_waits:
             with pytest.raises(InvalidStateError):
-                await broker.wait_state("k", None, timeout=timeout)  # type: ignore[arg-type]
-        if Capability.STATE in broker.capabilities:
-            assert await broker.read_state("k") is None  # nothing was written
+                await shared(broker).wait_state("k", None, timeout=timeout)  # type: ignore[arg-type]
+        if Capability.STORE in broker.capabilities:
+            assert await shared(broker).read_state("k") is None  # nothing was written
 
     async def test_a_broker_without_state_says_so(self, broker: BrokerProtocol) -> None:
-        if Capability.STATE in broker.capabilities:
-            pytest.skip("the adapter declares the 'state' capability")
+        if Capability.STORE in broker.capabilities:
+            pytest.skip("the adapter declares the 'store' capability")
         with pytest.raises(BrokerError):
-            await broker.read_state("k")
+            await shared(broker).read_state("k")
         with pytest.raises(BrokerError):
-            await broker.write_state("k", b"v", version=None)
+            await shared(broker).write_state("k", b"v", version=None)
         with pytest.raises(BrokerError):
-            await broker.wait_state("k", None, timeout=0.1)
+            await shared(broker).wait_state("k", None, timeout=0.1)
 
     # -- runtime schedules: the records they are kept in (scheduling.runtime) ------------
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_runtime_schedules_set_on_one_connection_are_read_on_another(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -314,7 +321,7 @@ class StateContract(ContractBase):
             assert await runtime.list_schedules(reader) == [two]
             assert await runtime.get_schedule(reader, "rt-one") is None
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_runtime_schedule_writers_on_many_connections_lose_none(
         self, broker_factory: BrokerFactory
     ) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from ...app import App
 from ...control import keys
+from ...control.shared import shared
 from ...errors import JobFailedError, ResultTimeoutError, UnknownJobError
 from ...jobs import JobContext
 from ...ports.capabilities import Capability
@@ -77,7 +78,7 @@ def _cancellable(app: App, ran: list[str]) -> None:
 class StatusContract(ContractBase):
     """A job id leads to its status and its result, from any connection."""
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_a_result_and_its_status_are_read_on_another_connection(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -96,7 +97,7 @@ class StatusContract(ContractBase):
         assert status.finished_at is not None
         assert status.enqueued_at <= status.started_at <= status.finished_at
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_an_enqueue_never_overwrites_a_later_status(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -105,13 +106,13 @@ class StatusContract(ContractBase):
         async with many(broker_factory, 1) as (broker,):
             job_id, now = new_job_id(), time.time()
             done = JobStatus(job_id, JobState.SUCCEEDED, "add", 1, enqueued_at=now, finished_at=now)
-            await broker.put_memo(keys.status(job_id), encode_status(done), ttl=60)
+            await shared(broker).put_memo(keys.status(job_id), encode_status(done), ttl=60)
             message = JobMessage("add", {"a": 1, "b": 2}, id=job_id, enqueued_at=now)
             assert (await broker.publish(message)).job_id == job_id
             status = await job_status(broker, job_id)
         assert (status.state, status.attempts) == (JobState.SUCCEEDED, 1)
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_a_failed_job_raises_its_error_and_says_failed(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -131,7 +132,7 @@ class StatusContract(ContractBase):
         assert "broken on purpose" in (status.error or "")
         assert f"more than the {MAX_RESULT:,} kept" in (refused.value.error or "")
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_a_running_job_says_so_and_a_wait_times_out_apart(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -149,7 +150,7 @@ class StatusContract(ContractBase):
                 assert isinstance(late.value, TimeoutError)
                 assert await wait_result(asker, job_id, timeout=20) == "slept"
 
-    @requires(Capability.MEMOS, Capability.DELAYED_ENQUEUE)
+    @requires(Capability.STORE, Capability.DELAYED_ENQUEUE)
     async def test_a_delayed_job_says_scheduled_with_its_due_time(
         self, broker_factory: BrokerFactory
     ) -> None:
@@ -161,7 +162,7 @@ class StatusContract(ContractBase):
         assert status.enqueued_at is not None
         assert 59 <= status.due_at - status.enqueued_at <= 61
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_an_id_never_enqueued_is_unknown(self, broker_factory: BrokerFactory) -> None:
         async with many(broker_factory, 1) as (asker,):
             job_id = new_job_id()
@@ -169,7 +170,7 @@ class StatusContract(ContractBase):
             with pytest.raises(UnknownJobError):
                 await wait_result(asker, job_id, timeout=5)
 
-    @requires(Capability.MEMOS)
+    @requires(Capability.STORE)
     async def test_a_job_keeping_nothing_writes_no_status(
         self, broker_factory: BrokerFactory
     ) -> None:

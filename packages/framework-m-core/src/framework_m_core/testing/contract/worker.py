@@ -268,7 +268,7 @@ class WorkerContract(ContractBase):
         assert sum(t.stats.failed for t in tickers) == 0
         assert sum(t.stats.duplicates for t in tickers) >= len(slots) - 1 - unanswered
 
-    @requires(Capability.STATE)
+    @requires(Capability.STORE)
     async def test_tickers_enqueue_nothing_of_a_paused_schedule_then_each_slot_once(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
@@ -302,7 +302,7 @@ class WorkerContract(ContractBase):
         assert not state.paused
         assert state.latest_slot in slots  # recorded once a minute without catch-up
 
-    @requires(Capability.STATE, SHORT_DEDUP_WINDOW)
+    @requires(Capability.STORE, SHORT_DEDUP_WINDOW)
     async def test_a_slot_every_ticker_missed_is_caught_up_once_past_the_dedup_window(
         self, broker: BrokerProtocol, broker_factory: BrokerFactory
     ) -> None:
