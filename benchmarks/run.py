@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from framework_m_core import App, BaseBroker, BatchJob, InProcessTickerAdapter, JobContext, Worker
+from framework_m_core import App, BaseBroker, BatchJob, JobContext, Ticker, Worker
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.jobs import DEFAULT_KEEP
 from framework_m_core.observability.metrics import Metrics
@@ -226,9 +226,7 @@ async def bench_ticker_cpu(url: str, replicas: int, seconds: float, busy: bool) 
                 brokers.append(open_broker(shared))
                 await brokers[-1].connect()
             await brokers[0].sync_schema()
-            tickers = [
-                InProcessTickerAdapter(app.jobs.values(), b, clock_skew=1.0) for b in brokers
-            ]
+            tickers = [Ticker(app.jobs.values(), b, clock_skew=1.0) for b in brokers]
             tasks = [asyncio.create_task(t.run()) for t in tickers]
             await asyncio.sleep(0.5)  # start-up (first slot computations) is not steady state
             c0, t0 = time.process_time(), time.perf_counter()

@@ -30,10 +30,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext
+from framework_m_core import App, JobContext, Ticker
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.control import runtime_schedules
 from framework_m_core.ports.store import Record, StoreProtocol, Write
-from framework_m_core.scheduling import runtime
 from framework_m_core.testing import wait_until
 from framework_m_core.testing.namespaces import namespace
 from framework_m_core.testing.passing import PassingStore
@@ -105,7 +105,7 @@ async def replica(url: str, code: int) -> None:
 
     async with open_broker(url) as raw:
         broker = Counting(raw)
-        ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=30)  # type: ignore[arg-type]
+        ticker = Ticker(app.jobs.values(), broker, grace=30)  # type: ignore[arg-type]
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker._ticking or task.done(), timeout=300)
         print(json.dumps({"event": "ready"}), flush=True)
@@ -199,14 +199,16 @@ async def fill(url: str, count: int, every: int) -> float:
 
         async def one(i: int) -> None:
             if i < every:
-                s = runtime.runtime_schedule(f"t{i}", "report", every_seconds=1, kwargs={"n": i})
+                s = runtime_schedules.runtime_schedule(
+                    f"t{i}", "report", every_seconds=1, kwargs={"n": i}
+                )
             else:
                 expr, tz = f"{i % 60} {i % 24} * * *", ZONES[i % len(ZONES)]
-                s = runtime.runtime_schedule(
+                s = runtime_schedules.runtime_schedule(
                     f"t{i}", "report", cron_expression=expr, tz=tz, kwargs={"n": i}
                 )
             async with sem:
-                await runtime.set_schedule(broker, s)
+                await runtime_schedules.set_schedule(broker, s)
 
         await asyncio.gather(*(one(i) for i in range(count)))
         return count / (time.perf_counter() - t0) if count else 0.0
@@ -216,10 +218,10 @@ async def change(url: str, set_it: bool) -> float:
     async with open_broker(url) as broker:
         at = time.time()
         if set_it:
-            probe = runtime.runtime_schedule("probe", "report", every_seconds=3600)
-            await runtime.set_schedule(broker, probe)
+            probe = runtime_schedules.runtime_schedule("probe", "report", every_seconds=3600)
+            await runtime_schedules.set_schedule(broker, probe)
         else:
-            await runtime.delete_schedule(broker, "probe")
+            await runtime_schedules.delete_schedule(broker, "probe")
         return at
 
 

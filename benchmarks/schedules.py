@@ -17,7 +17,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext, cron
+from framework_m_core import App, JobContext, Ticker, cron
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 
 TARGET_CALL_US = 20.0
@@ -45,7 +45,7 @@ async def ticker_cpu(every_second: int, daily: int, seconds: float) -> tuple[flo
     broker = MemoryBroker(MemorySettings(f"bench-{every_second}-{daily}", dedup_window=600))
     async with broker:
         await broker.sync_schema()
-        ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=30)
+        ticker = Ticker(app.jobs.values(), broker, grace=30)
         task = asyncio.create_task(ticker.run())
         await asyncio.sleep(1.5)  # start-up: schedules built, first slots fired
         published, cpu0, wall0 = ticker.stats.published, time.process_time(), time.monotonic()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from framework_m_core.adapters.registry import open_broker
-from framework_m_core.scheduling import control
+from framework_m_core.control import steering
 from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
@@ -67,15 +67,15 @@ def test_a_schedules_state_survives_a_restart_of_the_broker(
     ns = namespace(own.url)
     url = ns.url(**options)
 
-    async def steer() -> control.ScheduleState:
+    async def steer() -> steering.ScheduleState:
         async with open_broker(url) as broker:
             await broker.sync_schema()
-            await control.advance(broker, "nightly", 1_796_000_000)
-            return await control.pause(broker, "nightly", reason="restart test")
+            await steering.advance(broker, "nightly", 1_796_000_000)
+            return await steering.pause(broker, "nightly", reason="restart test")
 
-    async def read() -> control.ScheduleState:
+    async def read() -> steering.ScheduleState:
         async with open_broker(url) as broker:
-            return await control.read(broker, "nightly")
+            return await steering.read(broker, "nightly")
 
     try:
         before = asyncio.run(steer())

@@ -10,8 +10,8 @@ import time
 from datetime import UTC, datetime
 
 from framework_m_core.adapters.registry import open_broker
+from framework_m_core.control import steering
 from framework_m_core.ports import decode_message
-from framework_m_core.scheduling import control
 from framework_m_core.testing import namespace, receive_all
 
 from .conftest import REPO
@@ -31,9 +31,9 @@ def test_pause_resume_and_trigger_from_the_command_line() -> None:
     url = ns.url()
     app = ["--app", "examples.heartbeat", "--broker", url]
 
-    async def state() -> control.ScheduleState:
+    async def state() -> steering.ScheduleState:
         async with open_broker(url) as broker:
-            return await control.read(broker, "heartbeat")
+            return await steering.read(broker, "heartbeat")
 
     async def queued() -> list[tuple[str | None, int | None]]:
         async with open_broker(url) as broker:

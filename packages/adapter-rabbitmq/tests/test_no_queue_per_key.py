@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from framework_m_core import App, JobContext, Worker, job_status, wait_result
-from framework_m_core.scheduling import control, runtime
+from framework_m_core.control import runtime_schedules, steering
 from framework_m_rabbitmq import RabbitBroker
 from framework_m_rabbitmq.testing import RabbitNamespace
 
@@ -43,9 +43,10 @@ async def test_control_calls_leave_no_queue_per_key_or_per_place(
     async with RabbitBroker.from_url(namespace.url()) as broker:
         await broker.sync_schema()
         declared = await queues(f"{namespace.name}.")
-        await control.pause(broker, "hourly", reason="maintenance")
-        await runtime.set_schedule(
-            broker, runtime.runtime_schedule("nightly", "limited", cron_expression="0 3 * * *")
+        await steering.pause(broker, "hourly", reason="maintenance")
+        await runtime_schedules.set_schedule(
+            broker,
+            runtime_schedules.runtime_schedule("nightly", "limited", cron_expression="0 3 * * *"),
         )
         job_id = await broker.enqueue("limited")
         worker = Worker(app, broker, concurrency=2, fetch_timeout=0.2)
@@ -57,6 +58,6 @@ async def test_control_calls_leave_no_queue_per_key_or_per_place(
             await task
         assert ran.is_set()
         assert (await job_status(broker, job_id)).state == "succeeded"
-        assert (await control.read(broker, "hourly")).paused
-        assert await runtime.get_schedule(broker, "nightly") is not None
+        assert (await steering.read(broker, "hourly")).paused
+        assert await runtime_schedules.get_schedule(broker, "nightly") is not None
         assert await queues(f"{namespace.name}.") == declared

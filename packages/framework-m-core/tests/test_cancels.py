@@ -12,6 +12,7 @@ from typing import TypeVar
 import pytest
 
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.jobs import cancel_job
 from framework_m_core.control.keys import cancel_mark
 from framework_m_core.control.keys import memo as memo_key
 from framework_m_core.control.shared import shared
@@ -23,7 +24,6 @@ from framework_m_core.ports.store import Record
 from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
 from framework_m_core.testing.passing import PassingStore
-from framework_m_core.tracking.queries import cancel_job
 
 pytestmark = pytest.mark.anyio
 

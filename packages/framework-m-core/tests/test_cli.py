@@ -413,7 +413,7 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
 ) -> None:
     from framework_m_core.cli.main import main
     from framework_m_core.control import keys
-    from framework_m_core.runtime.leases import holder_of
+    from framework_m_core.control.leases import holder_of
     from framework_m_core.testing import namespace
 
     ns = namespace("redis://127.0.0.1:6379/0")

@@ -18,10 +18,10 @@ from framework_m_core.console.auth import Guard
 from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
+from framework_m_core.control import runtime_schedules, steering
 from framework_m_core.control.keys import schedule, state
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports.store import Record
-from framework_m_core.scheduling import control, runtime
 from framework_m_core.testing import running_worker, synced, wait_until
 from framework_m_core.testing.passing import PassingStore
 
@@ -77,13 +77,13 @@ async def test_reads_are_open_and_changes_need_the_change_token(
     for headers in ({}, bearer("wrong-token-0123456789"), {"Authorization": "Basic x"}):
         refused = await client.post("/api/schedules/minutely/pause", headers=headers)
         assert refused.status_code == 401, refused.text
-    assert not (await control.read(memory, "minutely")).paused  # nothing changed
+    assert not (await steering.read(memory, "minutely")).paused  # nothing changed
     done = await client.post(
         "/api/schedules/minutely/pause", json={"reason": "incident"}, headers=bearer(TOKEN)
     )
     assert done.status_code == 200, done.text
     assert (done.json()["paused"], done.json()["reason"]) == (True, "incident")
-    assert (await control.read(memory, "minutely")).paused
+    assert (await steering.read(memory, "minutely")).paused
     resumed = await client.post("/api/schedules/minutely/resume", headers=bearer(TOKEN))
     assert resumed.json()["paused"] is False
 
@@ -148,7 +148,7 @@ async def test_the_page_signs_in_to_a_strict_httponly_cookie_and_sends_its_csrf_
         headers={"X-CSRF-Token": csrf, "Origin": "https://console.test"},
     )
     assert behind_tls.status_code == 200
-    assert not (await control.read(memory, "minutely")).paused
+    assert not (await steering.read(memory, "minutely")).paused
     done = await client.post(
         "/api/schedules/minutely/pause", headers={"X-CSRF-Token": csrf, "Origin": ORIGIN}
     )
@@ -191,9 +191,9 @@ async def test_schedules_are_searched_and_paged_and_runtime_ones_set_and_deleted
     client: httpx.AsyncClient, memory: MemoryBroker
 ) -> None:
     for n in range(120):
-        await runtime.set_schedule(
+        await runtime_schedules.set_schedule(
             memory,
-            runtime.runtime_schedule(
+            runtime_schedules.runtime_schedule(
                 f"tenant-{n:03d}", "report", every_seconds=3600, kwargs={"tenant": n}
             ),
         )
@@ -213,10 +213,10 @@ async def test_schedules_are_searched_and_paged_and_runtime_ones_set_and_deleted
         headers=bearer(TOKEN),
     )
     assert made.status_code == 200, made.text
-    assert (await runtime.get_schedule(memory, "made")) is not None
+    assert (await runtime_schedules.get_schedule(memory, "made")) is not None
     gone = await client.delete("/api/runtime-schedules/made", headers=bearer(TOKEN))
     assert gone.status_code == 200
-    assert (await runtime.get_schedule(memory, "made")) is None
+    assert (await runtime_schedules.get_schedule(memory, "made")) is None
     berlin = (await client.get("/api/schedules?q=morning")).json()["items"][0]
     assert berlin["zone"] == "Europe/Berlin"
 
@@ -237,8 +237,8 @@ async def test_a_page_of_thousands_of_schedules_reads_only_its_own_records(
     broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
     broker._store = counting = _CountingStore(broker._store)  # type: ignore[assignment]
     for n in range(3000):
-        schedule = runtime.runtime_schedule(f"t{n:04d}", "report", every_seconds=60)
-        await runtime.set_schedule(broker, schedule)
+        schedule = runtime_schedules.runtime_schedule(f"t{n:04d}", "report", every_seconds=60)
+        await runtime_schedules.set_schedule(broker, schedule)
     async with await _client(broker) as c:
         page = (await c.get("/api/schedules?offset=2950&limit=50")).json()
         assert page["total"] == 3002

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext
+from framework_m_core import App, JobContext, Ticker
 from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.control import steering
 from framework_m_core.observability.metrics import Metrics
-from framework_m_core.scheduling import control
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -58,7 +58,7 @@ async def test_ticks_and_the_last_slot_are_recorded(memory: MemoryBroker) -> Non
     @app.job(every=1)
     async def tick(ctx: JobContext) -> None: ...
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2, observer=metrics)
+    ticker = Ticker(app.jobs.values(), memory, grace=2, observer=metrics)
     async with running_worker(app, memory, ticker=ticker, observer=metrics) as worker:
         await wait_until(lambda: worker.stats.succeeded >= 2, timeout=10)
     text = metrics.exposition().decode()
@@ -85,7 +85,7 @@ async def test_the_next_slot_of_each_schedule_moves_on_as_the_ticker_ticks(
         sample = f'frameworkm_tick_next_slot_timestamp_seconds{{job="{job}"}}'
         return value(metrics.exposition().decode(), sample)
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2, observer=metrics)
+    ticker = Ticker(app.jobs.values(), memory, grace=2, observer=metrics)
     task = asyncio.create_task(ticker.run())
     try:
         await wait_until(lambda: 'seconds{job="fast"}' in metrics.exposition().decode(), timeout=10)
@@ -189,7 +189,7 @@ async def test_triggered_runs_are_counted_once_each_whatever_their_attempts(
         if ctx.attempt == 1:
             raise RuntimeError("first attempt fails")
 
-    await control.trigger(memory, "report")
+    await steering.trigger(memory, "report")
     await memory.enqueue("report")  # not a trigger
     async with running_worker(app, memory, observer=metrics) as worker:
         await wait_until(lambda: worker.stats.succeeded == 2)

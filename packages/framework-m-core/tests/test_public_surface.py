@@ -41,7 +41,7 @@ CORE = [
     "SchemaMissingError",
     "Every",
     "FrameworkMError",
-    "InProcessTickerAdapter",
+    "Ticker",
     "InvalidJobError",
     "InvalidLeaseError",
     "InvalidStateError",

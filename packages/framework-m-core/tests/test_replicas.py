@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext
+from framework_m_core import App, JobContext, Ticker
 from framework_m_core.adapters.memory import MemoryBroker
+from framework_m_core.control import replicas
+from framework_m_core.control.replicas import RollEntry, list_replicas
 from framework_m_core.control.shared import shared
-from framework_m_core.runtime import replicas
-from framework_m_core.runtime.replicas import Heartbeat, list_replicas
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +40,7 @@ async def test_running_workers_are_listed_with_what_they_do_and_leave_when_stopp
 ) -> None:
     started = asyncio.Event()
     app = _app(started)
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
+    ticker = Ticker(app.jobs.values(), memory, grace=2)
     quick = {"shutdown_timeout": 0.2}
     async with running_worker(app, memory, ticker=ticker, concurrency=3, **quick) as ticking:
         async with running_worker(app, memory, **quick) as pool:
@@ -64,12 +64,12 @@ async def test_running_workers_are_listed_with_what_they_do_and_leave_when_stopp
 
 
 async def test_a_replica_not_renewed_drops_out_and_is_forgotten(memory: MemoryBroker) -> None:
-    quiet = Heartbeat(memory, lambda: (True, 0), concurrency=1)
+    quiet = RollEntry(memory, lambda: (True, 0), concurrency=1)
     await quiet.beat()
     now = time.time()
     assert [r.id for r in await list_replicas(memory, now)] == [quiet.id]
     assert await list_replicas(memory, now + replicas.QUIET + 1) == []  # gone quiet
-    other = Heartbeat(memory, lambda: (False, 0), concurrency=1)
+    other = RollEntry(memory, lambda: (False, 0), concurrency=1)
     other.key = quiet.key  # the same bucket
     entries = json.loads((await shared(memory).read_state(quiet.key)).value)["replicas"]  # type: ignore[union-attr]
     entries[quiet.id]["seen_at"] = now - replicas.FORGET - 1
@@ -83,7 +83,7 @@ async def test_a_replica_not_renewed_drops_out_and_is_forgotten(memory: MemoryBr
 
 
 async def test_beats_of_many_replicas_at_once_lose_none(memory: MemoryBroker) -> None:
-    beats = [Heartbeat(memory, lambda: (False, 0), concurrency=1) for _ in range(24)]
+    beats = [RollEntry(memory, lambda: (False, 0), concurrency=1) for _ in range(24)]
     for beat in beats[:8]:
         beat.key = beats[0].key  # eight racing on one bucket
     await asyncio.gather(*(b.beat() for b in beats))
@@ -93,7 +93,7 @@ async def test_beats_of_many_replicas_at_once_lose_none(memory: MemoryBroker) ->
 async def test_records_that_are_no_roll_are_read_as_empty_and_said(
     memory: MemoryBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    good = Heartbeat(memory, lambda: (True, 2), concurrency=4)
+    good = RollEntry(memory, lambda: (True, 2), concurrency=4)
     await good.beat()
     record = await shared(memory).read_state(good.key)
     assert record is not None

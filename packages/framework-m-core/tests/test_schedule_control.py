@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext
+from framework_m_core import App, JobContext, Ticker
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.control import keys
+from framework_m_core.control import keys, steering
 from framework_m_core.control.shared import shared
+from framework_m_core.control.steering import ScheduleState, decode_state
 from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
-from framework_m_core.scheduling import control
-from framework_m_core.scheduling.control import ScheduleState, decode_state
 from framework_m_core.scheduling.schedules import cron, every
 from framework_m_core.testing import receive_all, received_slots, wait_until
 
@@ -24,28 +23,28 @@ NOW = 1_700_000_000.0
 
 
 async def test_a_schedule_nobody_changed_runs_and_knows_no_slot(memory: MemoryBroker) -> None:
-    state = await control.read(memory, "report")
+    state = await steering.read(memory, "report")
     assert state == ScheduleState()
     assert not state.pauses(NOW)
     assert await shared(memory).read_state(keys.schedule("report")) is None  # reading wrote nothing
 
 
 async def test_pause_holds_every_slot_until_resume(memory: MemoryBroker) -> None:
-    state = await control.pause(memory, "report", reason="incident 42", clock=lambda: NOW)
+    state = await steering.pause(memory, "report", reason="incident 42", clock=lambda: NOW)
     assert (state.paused, state.paused_until, state.reason) == (True, None, "incident 42")
     assert state.paused_at == NOW
-    read = await control.read(memory, "report")
+    read = await steering.read(memory, "report")
     assert read == state
     assert read.pauses(NOW + 10**6)
-    assert not (await control.read(memory, "other")).paused  # schedules are independent
-    resumed = await control.resume(memory, "report", clock=lambda: NOW + 5)
+    assert not (await steering.read(memory, "other")).paused  # schedules are independent
+    resumed = await steering.resume(memory, "report", clock=lambda: NOW + 5)
     assert resumed == ScheduleState(resumed_at=NOW + 5)
-    assert not (await control.read(memory, "report")).pauses(NOW)
+    assert not (await steering.read(memory, "report")).pauses(NOW)
 
 
 async def test_a_pause_until_a_time_holds_only_the_slots_before_it(memory: MemoryBroker) -> None:
-    await control.pause(memory, "report", until=NOW + 60, clock=lambda: NOW)
-    state = await control.read(memory, "report")
+    await steering.pause(memory, "report", until=NOW + 60, clock=lambda: NOW)
+    state = await steering.read(memory, "report")
     assert state.pauses(NOW + 59)
     assert not state.pauses(NOW + 60)
 
@@ -55,52 +54,52 @@ async def test_a_pause_that_would_end_in_the_past_is_refused(
     memory: MemoryBroker, until: float
 ) -> None:
     with pytest.raises(ConfigurationError, match="future"):
-        await control.pause(memory, "report", until=until, clock=lambda: NOW)
+        await steering.pause(memory, "report", until=until, clock=lambda: NOW)
     assert await shared(memory).read_state(keys.schedule("report")) is None
 
 
 @pytest.mark.parametrize("reason", ["x" * 201, "two\nlines", 5])
 async def test_a_bad_reason_is_refused(memory: MemoryBroker, reason: object) -> None:
     with pytest.raises(ConfigurationError, match="reason"):
-        await control.pause(memory, "report", reason=reason)  # type: ignore[arg-type]
+        await steering.pause(memory, "report", reason=reason)  # type: ignore[arg-type]
 
 
 async def test_a_bad_job_name_is_refused(memory: MemoryBroker) -> None:
     with pytest.raises(InvalidJobError):
-        await control.pause(memory, "")
+        await steering.pause(memory, "")
 
 
 async def test_the_latest_slot_only_moves_forward(memory: MemoryBroker) -> None:
-    assert (await control.advance(memory, "report", 100)).latest_slot == 100
-    assert (await control.advance(memory, "report", 90)).latest_slot == 100
-    assert (await control.advance(memory, "report", 110)).latest_slot == 110
-    await control.pause(memory, "report")  # a pause keeps the slot
-    assert (await control.read(memory, "report")).latest_slot == 110
-    await control.resume(memory, "report")
-    assert (await control.read(memory, "report")).latest_slot == 110
+    assert (await steering.advance(memory, "report", 100)).latest_slot == 100
+    assert (await steering.advance(memory, "report", 90)).latest_slot == 100
+    assert (await steering.advance(memory, "report", 110)).latest_slot == 110
+    await steering.pause(memory, "report")  # a pause keeps the slot
+    assert (await steering.read(memory, "report")).latest_slot == 110
+    await steering.resume(memory, "report")
+    assert (await steering.read(memory, "report")).latest_slot == 110
 
 
 async def test_changes_at_once_keep_each_other(memory: MemoryBroker) -> None:
     await asyncio.gather(
-        *(control.advance(memory, "report", slot) for slot in (5, 3, 9, 7, 1)),
-        control.pause(memory, "report", reason="r"),
+        *(steering.advance(memory, "report", slot) for slot in (5, 3, 9, 7, 1)),
+        steering.pause(memory, "report", reason="r"),
     )
-    state = await control.read(memory, "report")
+    state = await steering.read(memory, "report")
     assert (state.latest_slot, state.paused, state.reason) == (9, True, "r")
 
 
 async def test_trigger_enqueues_one_run_now_with_a_dedup_id_of_its_own(
     memory: MemoryBroker,
 ) -> None:
-    await control.pause(memory, "report")
-    first = await control.trigger(memory, "report", {"day": 1}, clock=lambda: NOW + 0.5)
-    second = await control.trigger(memory, "report", clock=lambda: NOW + 0.5)
+    await steering.pause(memory, "report")
+    first = await steering.trigger(memory, "report", {"day": 1}, clock=lambda: NOW + 0.5)
+    second = await steering.trigger(memory, "report", clock=lambda: NOW + 0.5)
     assert first != second  # two triggers are two runs
     bodies = [decode_message(d.body) for d in await receive_all(memory)]
     assert [(m.kwargs, m.scheduled_at) for m in bodies] == [({"day": 1}, NOW), ({}, NOW)]
     ids = [m.deduplication_id for m in bodies]
     assert all(i is not None and i.startswith("trigger:report:") for i in ids)
-    state = await control.read(memory, "report")
+    state = await steering.read(memory, "report")
     assert state.triggered_at == NOW + 0.5
     assert state.paused  # a trigger leaves the pause as it was
 
@@ -109,7 +108,7 @@ async def test_a_trigger_with_kwargs_that_are_not_json_sends_nothing(
     memory: MemoryBroker,
 ) -> None:
     with pytest.raises(InvalidJobError):
-        await control.trigger(memory, "report", {"when": object()})
+        await steering.trigger(memory, "report", {"when": object()})
     assert await receive_all(memory) == []
 
 
@@ -152,15 +151,15 @@ def _every_second() -> App:
 async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
     memory: MemoryBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await control.pause(memory, "beat", reason="maintenance")
-    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    await steering.pause(memory, "beat", reason="maintenance")
+    ticker = Ticker(_every_second().jobs.values(), memory, grace=2)
     task = asyncio.create_task(ticker.run())
     with caplog.at_level(logging.INFO, logger="framework_m"):
         await wait_until(lambda: ticker.stats.paused >= 3, timeout=10)
         assert ticker.stats.published == 0
         assert await received_slots(memory) == []
         resumed = time.time()
-        await control.resume(memory, "beat")
+        await steering.resume(memory, "beat")
         await wait_until(lambda: ticker.stats.published >= 2, timeout=10)
     ticker.stop()
     await task
@@ -175,7 +174,7 @@ async def test_the_ticker_enqueues_no_slot_of_a_paused_schedule_until_resumed(
     ]
     assert sum("paused (maintenance)" in line for line in lines) == 1, lines  # logged once
     assert any("not paused any more" in line for line in lines)
-    state = await control.read(memory, "beat")
+    state = await steering.read(memory, "beat")
     assert state.latest_slot == min(slots)  # the first after resume; the next in a minute
 
 
@@ -187,7 +186,7 @@ async def test_the_ticker_records_the_latest_slot_each_slot_with_catch_up_else_e
     @app.job(every=1, catchup_window=60)
     async def kept(ctx: JobContext) -> None: ...
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
+    ticker = Ticker(app.jobs.values(), memory, grace=2)
     task = asyncio.create_task(ticker.run())
     await wait_until(lambda: ticker.stats.published >= 6, timeout=10)
     ticker.stop()
@@ -198,8 +197,8 @@ async def test_the_ticker_records_the_latest_slot_each_slot_with_catch_up_else_e
         assert message.scheduled_at is not None
         by_job[message.job_name].append(message.scheduled_at)
     assert len(by_job["beat"]) >= 2
-    assert (await control.read(memory, "kept")).latest_slot == max(by_job["kept"])
-    assert (await control.read(memory, "beat")).latest_slot == min(by_job["beat"])
+    assert (await steering.read(memory, "kept")).latest_slot == max(by_job["kept"])
+    assert (await steering.read(memory, "beat")).latest_slot == min(by_job["beat"])
 
 
 # -- backfill ---------------------------------------------------------------------------
@@ -210,24 +209,24 @@ async def test_backfill_enqueues_each_slot_of_the_range_once_and_records_the_lat
 ) -> None:
     sched = cron("*/15 * * * *")  # 00, 15, 30, 45
     start, end = NOW - 3600, NOW - 1800  # 1_699_996_400 .. 1_699_998_200
-    await control.advance(memory, "report", int(NOW))  # a later slot is kept as the latest
-    done = await control.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
+    await steering.advance(memory, "report", int(NOW))  # a later slot is kept as the latest
+    done = await steering.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
     expected = sched.slots_between(start - 1, end)
     assert [slot for slot, _, _ in done.slots] == expected
     assert all(s % 900 == 0 for s in expected)
     assert len(expected) == 2
     assert done.stored == 2
     assert await received_slots(memory) == expected
-    assert (await control.read(memory, "report")).latest_slot == int(NOW)
-    again = await control.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
+    assert (await steering.read(memory, "report")).latest_slot == int(NOW)
+    again = await steering.backfill(memory, "report", sched, start, end, clock=lambda: NOW)
     assert again.stored == 0  # the broker still remembers each slot
     assert await received_slots(memory) == []
-    fresh = await control.backfill(memory, "other", sched, start, end, clock=lambda: NOW)
-    assert (await control.read(memory, "other")).latest_slot == expected[-1] == fresh.slots[-1][0]
+    fresh = await steering.backfill(memory, "other", sched, start, end, clock=lambda: NOW)
+    assert (await steering.read(memory, "other")).latest_slot == expected[-1] == fresh.slots[-1][0]
 
 
 async def test_a_range_ending_on_a_slot_includes_it(memory: MemoryBroker) -> None:
-    done = await control.backfill(memory, "beat", every(60), 1_699_999_920, 1_699_999_980)
+    done = await steering.backfill(memory, "beat", every(60), 1_699_999_920, 1_699_999_980)
     assert [slot for slot, _, _ in done.slots] == [1_699_999_920, 1_699_999_980]
 
 
@@ -244,16 +243,16 @@ async def test_a_bad_backfill_range_is_refused_and_enqueues_nothing(
     memory: MemoryBroker, start: float, end: float, why: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=why):
-        await control.backfill(memory, "beat", every(1), start, end, clock=lambda: NOW)
+        await steering.backfill(memory, "beat", every(1), start, end, clock=lambda: NOW)
     assert await received_slots(memory) == []
     assert await shared(memory).read_state(keys.schedule("beat")) is None
 
 
 async def test_a_running_ticker_obeys_a_pause_at_its_next_tick(memory: MemoryBroker) -> None:
-    ticker = InProcessTickerAdapter(_every_second().jobs.values(), memory, grace=2)
+    ticker = Ticker(_every_second().jobs.values(), memory, grace=2)
     task = asyncio.create_task(ticker.run())
     await wait_until(lambda: ticker.stats.published >= 2, timeout=10)  # states read, kept
-    await control.pause(memory, "beat", reason="now")
+    await steering.pause(memory, "beat", reason="now")
     paused = time.time()
     await wait_until(lambda: ticker.stats.paused >= 2, timeout=10)
     ticker.stop()

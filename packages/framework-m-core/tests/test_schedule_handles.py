@@ -10,11 +10,10 @@ import pytest
 
 from framework_m_core import App, JobContext, ScheduleHandle
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.control import keys
+from framework_m_core.control import keys, runtime_schedules
 from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError, InvalidJobError
 from framework_m_core.ports import decode_message
-from framework_m_core.scheduling import runtime
 from framework_m_core.testing import receive_all
 
 pytestmark = pytest.mark.anyio
@@ -74,9 +73,11 @@ async def test_a_backfill_enqueues_each_past_slot_once(memory: MemoryBroker) -> 
 
 
 async def test_a_runtime_schedule_is_steered_by_its_id(memory: MemoryBroker) -> None:
-    await runtime.set_schedule(
+    await runtime_schedules.set_schedule(
         memory,
-        runtime.runtime_schedule("nightly", "report", every_seconds=60, kwargs={"region": "ap"}),
+        runtime_schedules.runtime_schedule(
+            "nightly", "report", every_seconds=60, kwargs={"region": "ap"}
+        ),
     )
     handle = ScheduleHandle(memory, "@nightly")
     assert (await handle.pause()).paused

@@ -12,6 +12,7 @@ import pytest
 
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control.jobs import cancel_job, job_status
 from framework_m_core.control.keys import memo, status
 from framework_m_core.ports.messages import decode_message
 from framework_m_core.ports.records import Delivery
@@ -20,7 +21,6 @@ from framework_m_core.ports.store import StoreProtocol, Write
 from framework_m_core.runtime.statuses import RUNNING_AFTER
 from framework_m_core.testing import running_worker, synced, wait_until
 from framework_m_core.testing.passing import PassingStore
-from framework_m_core.tracking.queries import cancel_job, job_status
 
 pytestmark = pytest.mark.anyio
 

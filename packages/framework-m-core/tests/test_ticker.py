@@ -14,16 +14,17 @@ from framework_m_core import (
     App,
     BrokerError,
     ConfigurationError,
-    InProcessTickerAdapter,
     JobContext,
     JobDefinitionError,
     JobMessage,
     PublishResult,
+    Ticker,
     decode_message,
 )
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control import steering
 from framework_m_core.ports import Capability
-from framework_m_core.scheduling import clocks, control
+from framework_m_core.scheduling import clocks
 from framework_m_core.scheduling import ticker as ticker_module
 from framework_m_core.scheduling.ticker import check_grace, default_grace
 from framework_m_core.testing import (
@@ -81,8 +82,8 @@ class TestGraceCheck:
     async def test_ticker_check_uses_the_brokers_window(self, queue_name: str) -> None:
         broker = await synced(MemoryBroker(MemorySettings(queue_name, dedup_window=10)))
         app = app_every(1)
-        InProcessTickerAdapter(app.jobs.values(), broker, grace=4, clock_skew=5).check()
-        ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=6, clock_skew=5)
+        Ticker(app.jobs.values(), broker, grace=4, clock_skew=5).check()
+        ticker = Ticker(app.jobs.values(), broker, grace=6, clock_skew=5)
         with pytest.raises(ConfigurationError, match="dedup window of 10s"):
             ticker.check()
         with pytest.raises(ConfigurationError):
@@ -94,7 +95,7 @@ class TestStartup:
     async def test_fires_only_the_latest_slot_inside_grace(self, memory: MemoryBroker) -> None:
         boundary = (int(time.time()) // 60 + 5) * 60
         # 27 s after a minute boundary: slots of every 5 s at -2, -7, ... -27 are all in grace.
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_every(5).jobs.values(),
             memory,
             grace=29,
@@ -110,7 +111,7 @@ class TestStartup:
         self, memory: MemoryBroker
     ) -> None:
         boundary = (int(time.time()) // 60 + 5) * 60
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_every(60).jobs.values(),
             memory,
             grace=30,
@@ -126,7 +127,7 @@ class TestStartup:
 
 class TestRunning:
     async def test_each_second_is_enqueued_once_with_its_slot(self, memory: MemoryBroker) -> None:
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2)
         started = time.time()
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 4, timeout=8)
@@ -139,7 +140,7 @@ class TestRunning:
             pytest.fail(f"unexpected dead letter {d}")
 
     async def test_dedup_ids_are_tick_job_slot(self, memory: MemoryBroker) -> None:
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         ticker.stop()
@@ -171,7 +172,7 @@ class TestRunning:
             return float(int(time.time())) + 0.5 + jump  # mid-second: no boundary races
 
         memory.clock = clock
-        ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=3, clock=clock)
+        ticker = Ticker(app.jobs.values(), memory, grace=3, clock=clock)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         jump = 86_400.0  # a day-long stall (a suspended VM)
@@ -196,7 +197,7 @@ class TestRunning:
             return time.time() + jump
 
         memory.clock = clock  # the machine's clock jumps: the broker's with it
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=3, clock=clock)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=3, clock=clock)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         before = ticker.stats.published
@@ -224,7 +225,7 @@ class TestRunning:
                 return await super()._publish(message, body)
 
         broker = await synced(Flaky(MemorySettings(queue_name, dedup_window=30)))
-        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=10)
+        ticker = Ticker(app_every(60).jobs.values(), broker, grace=10)
         ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 1)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published == 1)
@@ -242,7 +243,7 @@ class TestRunning:
                 raise BrokerError("no servers available")
 
         broker = await synced(Down(MemorySettings(queue_name, dedup_window=30)))
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=0.5)
+        ticker = Ticker(app_every(1).jobs.values(), broker, grace=0.5)
         task = asyncio.create_task(ticker.run())
         with caplog.at_level(logging.ERROR, "framework_m.ticker"):
             await wait_until(lambda: ticker.stats.failed >= 1)
@@ -251,7 +252,7 @@ class TestRunning:
         assert "not enqueued within grace 0.5s: no servers available" in caplog.text
 
     async def test_no_slot_is_published_after_stop(self, memory: MemoryBroker) -> None:
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         ticker.stop()
@@ -268,7 +269,7 @@ class TestFaults:
     ) -> None:
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
         broker.down = True
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), broker, grace=10)
+        ticker = Ticker(app_every(1).jobs.values(), broker, grace=10)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.skipped >= 3, timeout=10)  # slots missed
         broker.down = False
@@ -295,7 +296,7 @@ class TestFaults:
                 raise AssertionError("unreachable")
 
         broker = await synced(Hanging(MemorySettings(queue_name, dedup_window=60)))
-        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
+        ticker = Ticker(app_every(60).jobs.values(), broker, grace=1)
         ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
         task = asyncio.create_task(ticker.run())
         with caplog.at_level(logging.ERROR, "framework_m.ticker"):
@@ -321,7 +322,7 @@ class TestFaults:
                 raise BrokerError("connection lost")
 
         broker = await synced(TimeoutThenDown(MemorySettings(queue_name, dedup_window=60)))
-        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=1)
+        ticker = Ticker(app_every(60).jobs.values(), broker, grace=1)
         ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.unknown + ticker.stats.failed == 1, timeout=5)
@@ -341,7 +342,7 @@ class TestFaults:
                 raise BrokerError("channel closed")
 
         broker = await synced(Refusing(MemorySettings(queue_name, dedup_window=60)))
-        ticker = InProcessTickerAdapter(app_every(60).jobs.values(), broker, grace=30)
+        ticker = Ticker(app_every(60).jobs.values(), broker, grace=30)
         ticker._clock = shifted_clock(broker, (int(time.time()) // 60 + 5) * 60 + 0.2)
         task = asyncio.create_task(ticker.run())
         with caplog.at_level(logging.ERROR, "framework_m.ticker"):
@@ -353,7 +354,7 @@ class TestFaults:
         assert "within grace" not in caplog.text
 
     async def test_a_tick_says_how_late_it_may_still_be_stored(self, memory: MemoryBroker) -> None:
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2, clock_skew=1)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2, clock_skew=1)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         ticker.stop()
@@ -368,7 +369,7 @@ class TestClockCheck:
         self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture
     ) -> None:
         memory.clock = lambda: time.time() + 12  # the broker's clock: 12 s ahead of this one
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2, clock_skew=5)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2, clock_skew=5)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 2)
         ticker.stop()
@@ -386,7 +387,7 @@ class TestClockCheck:
         monkeypatch.setattr(clocks, "CHECK_EVERY", 0.5)
         offset = -200.0
         memory.clock = lambda: time.time() + offset  # this clock: 200 s ahead of the broker's
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.clock_held >= 3)
         assert ticker.stats.published == 0
@@ -409,7 +410,7 @@ class TestClockCheck:
             return None
 
         memory.server_time = no_clock  # type: ignore[method-assign]
-        ticker = InProcessTickerAdapter(app_every(1).jobs.values(), memory, grace=2)
+        ticker = Ticker(app_every(1).jobs.values(), memory, grace=2)
         task = asyncio.create_task(ticker.run())
         await wait_until(lambda: ticker.stats.published >= 1)
         ticker.stop()
@@ -439,10 +440,10 @@ def app_catching_up(seconds: int, window: float, catchup: str = "latest") -> App
 
 
 async def record(broker: MemoryBroker, **fields: object) -> None:
-    await control.change(broker, "tick", lambda s: dataclasses.replace(s, **fields))  # type: ignore[arg-type]
+    await steering.change(broker, "tick", lambda s: dataclasses.replace(s, **fields))  # type: ignore[arg-type]
 
 
-async def run_until_settled(ticker: InProcessTickerAdapter, done: Callable[[], bool]) -> None:
+async def run_until_settled(ticker: Ticker, done: Callable[[], bool]) -> None:
     task = asyncio.create_task(ticker.run())
     await wait_until(done, timeout=10)
     ticker.stop()
@@ -463,19 +464,15 @@ class TestCatchUp:
         b = self.boundary()
         await record(broker, latest_slot=b - 50)
         jobs = app_catching_up(10, 600).jobs.values()
-        first = InProcessTickerAdapter(
-            jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 5)
-        )
+        first = Ticker(jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 5))
         caplog.set_level(logging.INFO, logger="framework_m")
         await run_until_settled(first, lambda: first.stats.caught_up == 1)
         assert await received_slots(broker) == [b]  # the latest missed slot, not the 4 before
         assert first.stats.skipped == 4  # superseded by it, and said so
         assert "superseded by missed slot" in caplog.text
-        assert (await control.read(broker, "tick")).latest_slot == b
+        assert (await steering.read(broker, "tick")).latest_slot == b
         # Past the dedup window (3 s) and before the next slot: the record says it is done.
-        second = InProcessTickerAdapter(
-            jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 9)
-        )
+        second = Ticker(jobs, broker, grace=1, clock_skew=0.5, clock=shifted_clock(broker, b + 9))
         task = asyncio.create_task(second.run())
         s = second.stats
         await wait_until(lambda: "no missed slot" in caplog.text or s.caught_up + s.duplicates > 0)
@@ -490,7 +487,7 @@ class TestCatchUp:
     ) -> None:
         b = self.boundary()
         await record(memory, latest_slot=b - 40)
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_catching_up(10, 600, "all").jobs.values(),
             memory,
             grace=2,
@@ -499,12 +496,12 @@ class TestCatchUp:
         await run_until_settled(ticker, lambda: ticker.stats.published == 1)
         assert await received_slots(memory) == [b - 30, b - 20, b - 10, b]
         assert ticker.stats.caught_up == 3
-        assert (await control.read(memory, "tick")).latest_slot == b
+        assert (await steering.read(memory, "tick")).latest_slot == b
 
     async def test_latest_gives_way_to_a_due_slot(self, memory: MemoryBroker) -> None:
         b = self.boundary()
         await record(memory, latest_slot=b - 40)
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_catching_up(10, 600).jobs.values(),
             memory,
             grace=2,
@@ -520,23 +517,23 @@ class TestCatchUp:
         b = self.boundary()
         jobs = app_catching_up(10, 45, "all").jobs.values()
         await record(memory, latest_slot=b - 100)
-        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 5))
+        ticker = Ticker(jobs, memory, grace=1, clock=shifted_clock(memory, b + 5))
         await run_until_settled(ticker, lambda: ticker.stats.caught_up == 4)
         assert await received_slots(memory) == [b - 30, b - 20, b - 10, b]  # > now - 45 s
         assert ticker.stats.failed == 0  # the older ones were not even tried
         # A pause (ended at b + 25) and a resume (at b + 78) hold their slots back for good.
         await record(memory, latest_slot=b, paused=True, paused_until=b + 25)
-        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 45))
+        ticker = Ticker(jobs, memory, grace=1, clock=shifted_clock(memory, b + 45))
         await run_until_settled(ticker, lambda: ticker.stats.caught_up == 2)
         assert await received_slots(memory) == [b + 30, b + 40]
         await record(memory, latest_slot=b + 40, paused=False, paused_until=None, resumed_at=b + 78)
-        ticker = InProcessTickerAdapter(jobs, memory, grace=1, clock=shifted_clock(memory, b + 105))
+        ticker = Ticker(jobs, memory, grace=1, clock=shifted_clock(memory, b + 105))
         await run_until_settled(ticker, lambda: ticker.stats.caught_up == 3)
         assert await received_slots(memory) == [b + 80, b + 90, b + 100]
 
     async def test_a_new_schedule_catches_up_nothing(self, memory: MemoryBroker) -> None:
         b = self.boundary()
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_catching_up(10, 600).jobs.values(),
             memory,
             grace=1,
@@ -552,7 +549,7 @@ class TestCatchUp:
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
         broker.down = True
         b = self.boundary()
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_catching_up(60, 600).jobs.values(),
             broker,
             grace=1,
@@ -566,7 +563,7 @@ class TestCatchUp:
         ticker.stop()
         await task
         assert await received_slots(broker) == [b]
-        assert (await control.read(broker, "tick")).latest_slot == b
+        assert (await steering.read(broker, "tick")).latest_slot == b
 
     async def test_a_missed_slot_another_replica_recorded_meanwhile_is_not_published(
         self, queue_name: str
@@ -574,7 +571,7 @@ class TestCatchUp:
         broker = await synced(Outage(MemorySettings(queue_name, dedup_window=60)))
         broker.down = True
         b = self.boundary()
-        ticker = InProcessTickerAdapter(
+        ticker = Ticker(
             app_catching_up(60, 600).jobs.values(),
             broker,
             grace=1,
@@ -595,7 +592,7 @@ class TestCatchUp:
             capabilities = MemoryBroker.capabilities - {Capability.STORE}
 
         broker = await synced(Stateless(MemorySettings(queue_name, dedup_window=60)))
-        ticker = InProcessTickerAdapter(app_catching_up(10, 600).jobs.values(), broker, grace=1)
+        ticker = Ticker(app_catching_up(10, 600).jobs.values(), broker, grace=1)
         with pytest.raises(ConfigurationError, match="catchup_window"):
             ticker.check()
 

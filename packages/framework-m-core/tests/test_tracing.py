@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from framework_m_core import App, InProcessTickerAdapter, JobContext, decode_message
+from framework_m_core import App, JobContext, Ticker, decode_message
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.observability import tracing as fm_tracing
 from framework_m_core.testing import running_worker, wait_until
@@ -103,7 +103,7 @@ async def test_a_ticked_job_hangs_under_the_publish_of_its_slot(
     @app.job(every=1)
     async def beat(ctx: JobContext) -> None: ...
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
+    ticker = Ticker(app.jobs.values(), memory, grace=2)
     async with running_worker(app, memory, ticker=ticker) as worker:
         await wait_until(lambda: worker.stats.succeeded >= 1, timeout=10)
     sends = {s.context.span_id: s for s in named(spans, "send beat") if s.context is not None}

@@ -14,12 +14,12 @@ from framework_m_core import (
     BrokerError,
     Delivery,
     DeliveryLostError,
-    InProcessTickerAdapter,
     JobContext,
     JobMessage,
     PublishResult,
     SchemaConflictError,
     SchemaMissingError,
+    Ticker,
     Worker,
     WorkerFailedError,
 )
@@ -226,7 +226,7 @@ async def test_ticker_and_worker_run_each_slot_once(memory: MemoryBroker) -> Non
     async def beat(ctx: JobContext) -> None:
         slots.append(ctx.scheduled_at)
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), memory, grace=2)
+    ticker = Ticker(app.jobs.values(), memory, grace=2)
     async with running_worker(app, memory, ticker=ticker, fetch_timeout=0.1):
         await wait_until(lambda: len(slots) >= 3, timeout=8)
     stamps = [int(s.timestamp()) for s in slots if s is not None]
@@ -530,7 +530,7 @@ async def test_a_broker_that_answers_no_publish_makes_a_ticking_worker_unready(
     @app.job(every=1)
     async def beat(ctx: JobContext) -> None: ...
 
-    ticker = InProcessTickerAdapter(app.jobs.values(), broker, grace=0.5)
+    ticker = Ticker(app.jobs.values(), broker, grace=0.5)
     async with running_worker(app, broker, ticker=ticker) as worker:
         await wait_until(lambda: ticker.stats.published >= 1, timeout=5)
         assert worker.readiness() == (True, "ok")

@@ -1,6 +1,6 @@
 """framework-m core: leaderless scheduled and background jobs.
 
-Every ``m worker`` replica runs an :class:`InProcessTickerAdapter`; all of them
+Every ``m worker`` replica runs an :class:`Ticker`; all of them
 enqueue each due slot with the same ``deduplication_id`` and the broker keeps
 the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 """
@@ -8,6 +8,7 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
+from .control.jobs import cancel_job, job_of_slot, job_status, wait_result
 from .control.schedules import ScheduleDescription, ScheduleHandle
 from .control.shared import StateEntry
 from .errors import (
@@ -58,8 +59,7 @@ from .ports.statuses import JobState, JobStatus
 from .ports.store import StoreProtocol
 from .runtime.worker import Worker
 from .scheduling.schedules import Cron, Every, Schedule, cron, every
-from .scheduling.ticker import InProcessTickerAdapter
-from .tracking.queries import cancel_job, job_of_slot, job_status, wait_result
+from .scheduling.ticker import Ticker
 
 __all__ = [
     "PROJECT",
@@ -80,7 +80,6 @@ __all__ = [
     "EnqueuedJob",
     "Every",
     "FrameworkMError",
-    "InProcessTickerAdapter",
     "InvalidJobError",
     "InvalidLeaseError",
     "InvalidMemoError",
@@ -112,6 +111,7 @@ __all__ = [
     "SchemaSyncProtocol",
     "StateEntry",
     "StoreProtocol",
+    "Ticker",
     "TickerProtocol",
     "UnknownBrokerError",
     "UnknownJobError",

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
+from .control import jobs
 from .errors import BrokerError, ConfigurationError, InvalidJobError
 from .ports.base import BaseBroker
 from .ports.messages import delay_seconds
 from .ports.protocols import BrokerProtocol
 from .ports.statuses import JobStatus
-from .tracking import queries
 
 if TYPE_CHECKING:
     from .control.schedules import ScheduleHandle
@@ -57,16 +57,16 @@ class EnqueuedJob(str):
 
     async def status(self) -> JobStatus:
         """The job's status (:func:`~framework_m_core.job_status`)."""
-        return await queries.job_status(self._kept(), str(self))
+        return await jobs.job_status(self._kept(), str(self))
 
     async def result(self, *, timeout: float) -> Any:
         """The job's return value, waiting up to ``timeout`` seconds
         (:func:`~framework_m_core.wait_result`)."""
-        return await queries.wait_result(self._kept(), str(self), timeout=timeout)
+        return await jobs.wait_result(self._kept(), str(self), timeout=timeout)
 
     async def cancel(self) -> bool:
         """Cancel the job (:func:`~framework_m_core.cancel_job`)."""
-        return await queries.cancel_job(self._kept(), str(self))
+        return await jobs.cancel_job(self._kept(), str(self))
 
     def _kept(self) -> BrokerProtocol:
         if not isinstance(self.broker, BrokerProtocol):

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.registry import connected
+from ..control import jobs
 from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, UnknownJobError
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState, JobStatus
-from ..tracking import queries
 from .options import Subparsers, broker_arg, configure_logging, seconds, shared_broker
 
 #: Exit codes of ``m jobs``: 1 the job failed, was cancelled or is unknown; 4 not
@@ -66,8 +66,8 @@ def _slot(text: str) -> int:
 
 def _wait(text: str) -> float:
     value = seconds(text)
-    if value > queries.MAX_WAIT:
-        raise argparse.ArgumentTypeError(f"wait at most {queries.MAX_WAIT:g} seconds")
+    if value > jobs.MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"wait at most {jobs.MAX_WAIT:g} seconds")
     return value
 
 
@@ -76,7 +76,7 @@ async def status(args: argparse.Namespace, broker: BrokerProtocol) -> int:
         job_id = await _job_id(args, broker)
         if job_id is None:
             return EXIT_NOT_DONE
-        found = await queries.job_status(broker, job_id)
+        found = await jobs.job_status(broker, job_id)
     if args.json:
         print(json.dumps(found.as_dict()))
     else:
@@ -90,7 +90,7 @@ async def result(args: argparse.Namespace, broker: BrokerProtocol) -> int:
         if job_id is None:
             return EXIT_NOT_DONE
         try:
-            value = await queries.wait_result(broker, job_id, timeout=args.wait)
+            value = await jobs.wait_result(broker, job_id, timeout=args.wait)
         except (JobFailedError, JobCancelledError, UnknownJobError) as exc:
             print(f"m: {exc}", file=sys.stderr)
             return EXIT_NOT_DONE
@@ -106,18 +106,18 @@ async def cancel(args: argparse.Namespace, broker: BrokerProtocol) -> int:
         job_id = await _job_id(args, broker)
         if job_id is None:
             return EXIT_NOT_DONE
-        if await queries.cancel_job(broker, job_id):
+        if await jobs.cancel_job(broker, job_id):
             print(f"job {job_id}: cancelled (it will not run, or stops within seconds)")
             return 0
-        found = await queries.job_status(broker, job_id)
+        found = await jobs.job_status(broker, job_id)
     print(f"m: job {job_id} is not cancelled: it is {found.state}", file=sys.stderr)
     return EXIT_NOT_DONE
 
 
 async def _job_id(args: argparse.Namespace, broker: BrokerProtocol) -> str | None:
     if args.slot is None:
-        return str(queries.validate_job_id(args.id))
-    job_id = await queries.job_of_slot(broker, args.id, args.slot)
+        return str(jobs.validate_job_id(args.id))
+    job_id = await jobs.job_of_slot(broker, args.id, args.slot)
     if job_id is None:
         print(f"m: no job is kept for {args.id}'s slot {args.slot}", file=sys.stderr)
     return job_id

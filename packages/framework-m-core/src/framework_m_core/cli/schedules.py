@@ -13,13 +13,12 @@ from zoneinfo import ZoneInfo
 
 from ..adapters.registry import connected
 from ..app import load_app
-from ..control import keys
+from ..control import keys, runtime_schedules, steering
 from ..control.shared import shared
 from ..errors import ConfigurationError
 from ..jobs import JobSpec
 from ..ports.capabilities import Capability
 from ..ports.messages import tick_deduplication_id
-from ..scheduling import control, runtime
 from ..scheduling.schedules import Cron, Schedule
 from .options import (
     Subparsers,
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {line}")
         _print_slots(spec.name, spec.schedule, now, args.count)
     for schedule in found:
-        print(f"{schedule.name}: {runtime.describe(schedule)} (set at runtime)")
+        print(f"{schedule.name}: {runtime_schedules.describe(schedule)} (set at runtime)")
         job = app.jobs.get(schedule.job)
         print(f"  overlap: {job.overlap if job else 'unknown: the app has no such job'}")
         assert view is not None
@@ -155,17 +154,17 @@ async def _steer(args: argparse.Namespace) -> int:
         )
     async with connected(broker):
         if args.action == "pause":
-            state = await control.pause(broker, args.job, until=args.until, reason=args.reason)
+            state = await steering.pause(broker, args.job, until=args.until, reason=args.reason)
             until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
             print(f"{args.job}: paused{until}; no replica enqueues its slots from its next tick")
         elif args.action == "resume":
-            await control.resume(broker, args.job)
+            await steering.resume(broker, args.job)
             print(f"{args.job}: resumed; its slots are enqueued from the next tick")
         elif args.action == "trigger":
-            job_id = await control.trigger(broker, args.job, kwargs)
+            job_id = await steering.trigger(broker, args.job, kwargs)
             print(f"{args.job}: triggered as job {job_id}")
         else:
-            done = await control.backfill(broker, args.job, schedule, args.start, args.end)
+            done = await steering.backfill(broker, args.job, schedule, args.start, args.end)
             for slot, job_id, stored in done.slots:
                 said = f"job {job_id}" if stored else f"already enqueued as job {job_id}"
                 print(f"  {iso(slot)}  {tick_deduplication_id(args.job, slot)}  {said}")
@@ -179,7 +178,7 @@ async def _steer(args: argparse.Namespace) -> int:
 def _code_schedule(args: argparse.Namespace, kwargs: dict[str, Any]) -> Schedule | None:
     """The code schedule JOB names, checked against ``--app`` when given (None for a
     runtime schedule, ``@ID``, which the broker holds)."""
-    control.check_name(args.job)
+    steering.check_name(args.job)
     if args.job.startswith("@"):
         return None
     if not args.app:
@@ -201,7 +200,7 @@ async def _runtime_change(args: argparse.Namespace) -> int:
     """``m schedules set ID JOB ...`` and ``m schedules delete ID``."""
     if args.action == "set":
         kwargs = kwargs_of(args.kwargs)
-        schedule = runtime.runtime_schedule(
+        schedule = runtime_schedules.runtime_schedule(
             args.id,
             args.job,
             cron_expression=args.cron,
@@ -212,7 +211,7 @@ async def _runtime_change(args: argparse.Namespace) -> int:
         if args.app:
             check_job(load_app(args.app), args.app, args.job, kwargs)
     else:
-        runtime.validate_id(args.id)
+        runtime_schedules.validate_id(args.id)
     broker = shared_broker(args.broker, f"m schedules {args.action}")
     if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(
@@ -220,12 +219,12 @@ async def _runtime_change(args: argparse.Namespace) -> int:
         )
     async with connected(broker):
         if args.action == "set":
-            await runtime.set_schedule(broker, schedule)
+            await runtime_schedules.set_schedule(broker, schedule)
             print(
-                f"@{args.id}: {runtime.describe(schedule)}; every ticking replica "
-                f"follows within {runtime.POLL + 1:g}s"
+                f"@{args.id}: {runtime_schedules.describe(schedule)}; every ticking replica "
+                f"follows within {runtime_schedules.POLL + 1:g}s"
             )
-        elif await runtime.delete_schedule(broker, args.id):
+        elif await runtime_schedules.delete_schedule(broker, args.id):
             print(f"@{args.id}: deleted; nothing runs from it once every replica read it")
         else:
             raise ConfigurationError(f"there is no runtime schedule {args.id!r}")
@@ -234,7 +233,7 @@ async def _runtime_change(args: argparse.Namespace) -> int:
 
 async def _shared_view(
     url: str, specs: list[JobSpec]
-) -> tuple[dict[str, list[str]], list[runtime.RuntimeSchedule]]:
+) -> tuple[dict[str, list[str]], list[runtime_schedules.RuntimeSchedule]]:
     """What the broker knows: per schedule (code ones and the runtime ones it holds),
     its state (pause, latest slot, last trigger) and the holders of its overlap lease
     (``job id@host:pid``) now; and the runtime schedules."""
@@ -247,18 +246,18 @@ async def _shared_view(
         )
     out: dict[str, list[str]] = {}
     async with connected(broker):
-        found = await runtime.list_schedules(broker) if stateful else []
+        found = await runtime_schedules.list_schedules(broker) if stateful else []
         for name in [spec.name for spec in specs] + [s.name for s in found]:
             lines = out[name] = []
             if stateful:
-                lines.extend(_state_lines(await control.read(broker, name)))
+                lines.extend(_state_lines(await steering.read(broker, name)))
             if leases:
                 holders = sorted(await shared(broker).lease_holders(keys.overlap(name)))
                 lines.append(f"running: {', '.join(holders) or 'no'}")
     return out, found
 
 
-def _state_lines(state: control.ScheduleState) -> list[str]:
+def _state_lines(state: steering.ScheduleState) -> list[str]:
     if not state.paused:
         lines = ["state: active"]
     else:

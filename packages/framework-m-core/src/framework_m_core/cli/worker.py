@@ -27,7 +27,7 @@ from ..runtime.worker import (
     JOB_THREAD_PREFIX,
     Worker,
 )
-from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, InProcessTickerAdapter
+from ..scheduling.ticker import DEFAULT_CLOCK_SKEW, Ticker
 from .options import (
     Subparsers,
     app_arg,
@@ -152,9 +152,7 @@ def _leave_blocked_threads() -> None:
 async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace) -> None:
     ticker = None
     if not args.no_scheduler:
-        ticker = InProcessTickerAdapter(
-            app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew
-        )
+        ticker = Ticker(app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew)
     observer = Metrics(args.concurrency, broker) if args.http and metrics.available() else None
     if ticker is not None:
         ticker.observer = observer or ticker.observer

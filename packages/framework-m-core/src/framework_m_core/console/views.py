@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..control import keys
+from ..control import jobs, keys, replicas, runtime_schedules, steering
 from ..control.shared import shared
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
-from ..runtime import replicas
-from ..scheduling import control, runtime
 from ..scheduling.schedules import Cron, Schedule
-from ..tracking import queries
 from ..tracking.deadletters import Described, described, fresh
 
 MAX_LIMIT = 200  # items of a page at most
@@ -97,14 +94,14 @@ class Views:
                 text = spec.schedule.describe()
                 out.append(_Entry(spec.name, spec.name, "code", spec.schedule, text, {}))
         if self.stateful:
-            for found in await runtime.list_schedules(self.broker):
+            for found in await runtime_schedules.list_schedules(self.broker):
                 out.append(
                     _Entry(
                         found.name,
                         found.job,
                         "runtime",
                         found.schedule,
-                        runtime.describe(found),
+                        runtime_schedules.describe(found),
                         found.kwargs,
                     )
                 )
@@ -122,7 +119,7 @@ class Views:
     async def _schedule(self, entry: _Entry, now: float) -> dict[str, Any]:
         spec = self.app.jobs.get(entry.job) if self.app is not None else None
         overlap = spec.overlap if spec is not None else None
-        state = await control.read(self.broker, entry.name) if self.stateful else None
+        state = await steering.read(self.broker, entry.name) if self.stateful else None
         running: list[str] | None = None
         if self.leases and overlap not in (None, "allow"):
             running = sorted(await shared(self.broker).lease_holders(keys.overlap(entry.name)))
@@ -142,14 +139,14 @@ class Views:
             "last_outcome": await self._last_outcome(entry.name, state),
         }
 
-    async def _last_outcome(self, name: str, state: control.ScheduleState | None) -> Any:
+    async def _last_outcome(self, name: str, state: steering.ScheduleState | None) -> Any:
         """The status of the job of the latest slot recorded, where statuses are kept."""
         if not self.memos or state is None or state.latest_slot is None:
             return None
-        job_id = await queries.job_of_slot(self.broker, name, state.latest_slot)
+        job_id = await jobs.job_of_slot(self.broker, name, state.latest_slot)
         if job_id is None:
             return None
-        status = await queries.job_status(self.broker, job_id)
+        status = await jobs.job_status(self.broker, job_id)
         return {"job_id": job_id, "slot": state.latest_slot, "state": status.state.value}
 
     def _need_state(self, what: str) -> None:
@@ -158,7 +155,7 @@ class Views:
 
     def _check_schedule(self, name: str) -> None:
         """A code schedule of the app (when it is known), or a runtime one (@id)."""
-        control.check_name(name)
+        steering.check_name(name)
         if self.app is None or name.startswith("@"):
             return
         if name not in {spec.name for spec in self.app.scheduled()}:
@@ -167,13 +164,13 @@ class Views:
     async def pause(self, name: str, until: float | None, reason: str | None) -> dict[str, Any]:
         self._need_state("schedules cannot be paused there")
         self._check_schedule(name)
-        state = await control.pause(self.broker, name, until=until, reason=reason)
+        state = await steering.pause(self.broker, name, until=until, reason=reason)
         return {"name": name, **_state(state, time.time())}
 
     async def resume(self, name: str) -> dict[str, Any]:
         self._need_state("schedules cannot be resumed there")
         self._check_schedule(name)
-        state = await control.resume(self.broker, name)
+        state = await steering.resume(self.broker, name)
         return {"name": name, **_state(state, time.time())}
 
     async def trigger(self, name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,12 +180,12 @@ class Views:
             problem = self.app.jobs[name].kwargs_problem(dict(kwargs))
             if problem is not None:
                 raise ConfigurationError(f"kwargs do not fit job {name!r}: {problem}")
-        job_id = await control.trigger(self.broker, name, kwargs)
+        job_id = await steering.trigger(self.broker, name, kwargs)
         return {"name": name, "job_id": job_id}
 
     async def set_runtime(self, body: Mapping[str, Any]) -> dict[str, Any]:
         self._need_state("it cannot hold runtime schedules")
-        schedule = runtime.runtime_schedule(
+        schedule = runtime_schedules.runtime_schedule(
             _text(body, "id"),
             _text(body, "job"),
             cron_expression=_optional_text(body, "cron"),
@@ -202,13 +199,13 @@ class Views:
                 raise ConfigurationError(f"unknown job {schedule.job!r}")
             if (problem := spec.kwargs_problem(dict(schedule.kwargs))) is not None:
                 raise ConfigurationError(f"kwargs do not fit job {schedule.job!r}: {problem}")
-        await runtime.set_schedule(self.broker, schedule)
-        return {"name": schedule.name, "schedule": runtime.describe(schedule)}
+        await runtime_schedules.set_schedule(self.broker, schedule)
+        return {"name": schedule.name, "schedule": runtime_schedules.describe(schedule)}
 
     async def delete_runtime(self, schedule_id: str) -> dict[str, Any]:
         self._need_state("it holds no runtime schedules")
-        runtime.validate_id(schedule_id)
-        if not await runtime.delete_schedule(self.broker, schedule_id):
+        runtime_schedules.validate_id(schedule_id)
+        if not await runtime_schedules.delete_schedule(self.broker, schedule_id):
             raise LookupError(f"there is no runtime schedule {schedule_id!r}")
         return {"name": f"@{schedule_id}", "deleted": True}
 
@@ -270,17 +267,17 @@ class Views:
     # -- jobs ----------------------------------------------------------------------------
 
     async def job(self, job_id: str) -> dict[str, Any]:
-        status = await queries.job_status(self.broker, queries.validate_job_id(job_id))
+        status = await jobs.job_status(self.broker, jobs.validate_job_id(job_id))
         out = dataclasses.asdict(status)
         out["state"] = status.state.value
         return {"job_id": job_id, **out}
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
-        cancelled = await queries.cancel_job(self.broker, queries.validate_job_id(job_id))
+        cancelled = await jobs.cancel_job(self.broker, jobs.validate_job_id(job_id))
         return {"job_id": job_id, "cancelled": cancelled}
 
 
-def _state(state: control.ScheduleState | None, now: float) -> dict[str, Any]:
+def _state(state: steering.ScheduleState | None, now: float) -> dict[str, Any]:
     if state is None:
         return {"paused": None, "paused_until": None, "reason": None, "last_slot": None}
     return {

@@ -20,8 +20,7 @@ from ..handles import EnqueuedJob
 from ..jobs import JobSpec
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
-from ..scheduling import control
-from . import keys
+from . import keys, steering
 from .shared import shared
 
 
@@ -31,7 +30,7 @@ class ScheduleDescription:
     trigger) and the runs of it going on (``job id@host:pid``, under its overlap lease)."""
 
     name: str
-    state: control.ScheduleState
+    state: steering.ScheduleState
     running: Sequence[str]
 
 
@@ -43,7 +42,7 @@ class ScheduleHandle:
 
     def __init__(self, broker: BrokerProtocol, name: str, spec: JobSpec | None = None):
         self.broker = broker
-        self.name = control.check_name(name)
+        self.name = steering.check_name(name)
         self._spec = spec
 
     def __repr__(self) -> str:
@@ -59,7 +58,7 @@ class ScheduleHandle:
 
     async def describe(self) -> ScheduleDescription:
         """The schedule's state and its runs going on now."""
-        state = await control.read(self._steerable(), self.name)
+        state = await steering.read(self._steerable(), self.name)
         running: list[str] = []
         if Capability.STORE in self.broker.capabilities:
             running = sorted(await shared(self.broker).lease_holders(keys.overlap(self.name)))
@@ -67,20 +66,20 @@ class ScheduleHandle:
 
     async def pause(
         self, *, until: datetime | float | None = None, reason: str | None = None
-    ) -> control.ScheduleState:
+    ) -> steering.ScheduleState:
         """Enqueue none of its slots, on every replica from its next tick, until
         :meth:`resume` or ``until`` (an aware datetime, or unix seconds)."""
-        return await control.pause(
+        return await steering.pause(
             self._steerable(),
             self.name,
             until=None if until is None else _unix(until),
             reason=reason,
         )
 
-    async def resume(self) -> control.ScheduleState:
+    async def resume(self) -> steering.ScheduleState:
         """Enqueue its slots again from the next tick; those the pause held back are
         never caught up."""
-        return await control.resume(self._steerable(), self.name)
+        return await steering.resume(self._steerable(), self.name)
 
     async def trigger(self, **kwargs: Any) -> EnqueuedJob:
         """Enqueue one run now, whatever the pause; its job id. A runtime schedule's run
@@ -88,14 +87,14 @@ class ScheduleHandle:
         broker = self._steerable()
         if self._spec is not None and (problem := self._spec.kwargs_problem(kwargs)):
             raise InvalidJobError(f"job {self.name!r}: {problem}")
-        return EnqueuedJob(await control.trigger(broker, self.name, kwargs), broker)
+        return EnqueuedJob(await steering.trigger(broker, self.name, kwargs), broker)
 
-    async def backfill(self, start: datetime | float, end: datetime | float) -> control.Backfilled:
+    async def backfill(self, start: datetime | float, end: datetime | float) -> steering.Backfilled:
         """Enqueue each of its slots from ``start`` to ``end`` (both in the past), once:
         a slot enqueued before is a duplicate, not a second run."""
         begin, finish = _unix(start), _unix(end)
         schedule = None if self._spec is None else self._spec.schedule
-        return await control.backfill(self._steerable(), self.name, schedule, begin, finish)
+        return await steering.backfill(self._steerable(), self.name, schedule, begin, finish)
 
 
 def _unix(when: datetime | float) -> float:

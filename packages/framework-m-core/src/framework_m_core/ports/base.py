@@ -178,19 +178,23 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
         body = self._body(message)
-        if message.deduplication_id is None and not self.memos_in_publish and self._notes(message):
-            return await self._publish_beside_notes(message, body)
+        if (
+            message.deduplication_id is None
+            and not self.memos_in_publish
+            and self._keeps_status(message)
+        ):
+            return await self._publish_beside_memos(message, body)
         result = await self._publish(message, body)
         self._count(message, result)
         if not result.duplicate and not self.memos_in_publish:
-            await self._note_enqueued(message, result.job_id)
+            await self._create_enqueue_memos(message, result.job_id)
         return result
 
-    async def _publish_beside_notes(self, message: JobMessage, body: bytes) -> PublishResult:
+    async def _publish_beside_memos(self, message: JobMessage, body: bytes) -> PublishResult:
         """A job without a deduplication id is never a duplicate: its enqueue memos are
         created while it is published, not a round trip after. Should the publish fail,
         they name an id that was never given out."""
-        noting = asyncio.ensure_future(self._note_enqueued(message, message.id))
+        noting = asyncio.ensure_future(self._create_enqueue_memos(message, message.id))
         try:
             result = await self._publish(message, body)
         except BaseException:
@@ -199,10 +203,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         await noting
         self._count(message, result)
         if result.job_id != message.id:  # stored under an id of the broker's
-            await self._note_enqueued(message, result.job_id)
+            await self._create_enqueue_memos(message, result.job_id)
         return result
 
-    def _notes(self, message: JobMessage) -> bool:
+    def _keeps_status(self, message: JobMessage) -> bool:
         """Whether an enqueue of ``message`` creates memos (:meth:`enqueue_memos`)."""
         return Capability.STORE in self.capabilities and message.keep != 0
 
@@ -216,7 +220,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         ``job_id`` (none on brokers without memos, or when its ``keep`` is 0): the job's
         status, and for a tick the memo naming the job its slot was enqueued as. Each is
         created, never overwriting: a worker that ran the job first wrote a later state."""
-        if not self._notes(message):
+        if not self._keeps_status(message):
             return []
         now = time.time()
         keep = message.keep if message.keep is not None else statuses.PENDING_KEEP
@@ -228,7 +232,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
             memos.append(EnqueueMemo(keys.slot(dedup), job_id.encode(), ttl))
         return memos
 
-    async def _note_enqueued(self, message: JobMessage, job_id: str) -> None:
+    async def _create_enqueue_memos(self, message: JobMessage, job_id: str) -> None:
         """Create :meth:`enqueue_memos` of a job just stored. A failure is logged: the
         job is stored, and its worker keeps its status from its start on."""
         try:
@@ -283,7 +287,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         for start in range(0, len(new), _BATCH_IN_FLIGHT):
             await asyncio.gather(
                 *(
-                    self._note_enqueued(m, job_id)
+                    self._create_enqueue_memos(m, job_id)
                     for m, job_id in new[start : start + _BATCH_IN_FLIGHT]
                 )
             )

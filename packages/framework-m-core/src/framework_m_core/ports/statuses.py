@@ -34,7 +34,7 @@ _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 class JobState(StrEnum):
-    """Where a job is, as :func:`~.queries.job_status` reports it."""
+    """Where a job is, as :func:`~framework_m_core.control.jobs.job_status` reports it."""
 
     QUEUED = "queued"  # stored, waiting for a worker
     SCHEDULED = "scheduled"  # delayed, or waiting to be retried

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from ..app import App
-from ..control import keys
+from ..control import keys, leases
 from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
@@ -34,11 +34,10 @@ from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message, schedul
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
-from . import leases
 from .cancels import Cancellation, CancelWatch
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
-from .statuses import RunningNotes, StatusNotes
+from .statuses import RunningStatuses, StatusWriter
 
 log = logging.getLogger("framework_m.worker")
 job_log = logging.getLogger("framework_m.job")
@@ -145,8 +144,8 @@ class Execution:
         self.leases = Capability.STORE in broker.capabilities
         #: Called with +1/-1 as runs start and stop waiting (the worker's capacity).
         self.on_waiting: Callable[[int], None] = lambda delta: None
-        self.notes = StatusNotes(broker, self.observer)
-        self.running_notes = RunningNotes(self.notes)
+        self.statuses = StatusWriter(broker, self.observer)
+        self.running_statuses = RunningStatuses(self.statuses)
         self.cancels = CancelWatch(broker, self.observer)
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
@@ -225,7 +224,7 @@ class Execution:
         """Settle ``delivery`` of one of the app's jobs: unrun, cancelled, or run."""
         if await self._settled_unrun(spec, message, delivery):
             return
-        if self.cancels.on and self.notes.keep(spec, message)[0] > 0:
+        if self.cancels.on and self.statuses.keep(spec, message)[0] > 0:
             cancellation = Cancellation()
             if not await self.cancels.start(message.id, cancellation, message.enqueued_at):
                 await self._cancel(delivery, message, spec)
@@ -261,8 +260,8 @@ class Execution:
         """Run ``delivery`` once its overlap policy and limits let it, unless an earlier
         attempt finished its job (read after its cancel mark: a job cancelled while it
         waited to be retried counts as cancelled)."""
-        if delivery.attempt > 1 and self.notes.on:
-            done = await self.notes.finished_before(spec, message)
+        if delivery.attempt > 1 and self.statuses.on:
+            done = await self.statuses.finished_before(spec, message)
             if done is not None:
                 await self._finished_before(delivery, message, done)
                 return
@@ -405,7 +404,7 @@ class Execution:
             running = f"unknown ({exc})"
         why = f"skipped: the previous run of the schedule was still running ({running})"
         spec = self.app.jobs.get(message.job_name)
-        await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
+        await self.statuses.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
         await self._acked_unrun(
             delivery,
             message,
@@ -441,11 +440,11 @@ class Execution:
     ) -> None:
         """Run the handler, then keep its status and settle the delivery by its result."""
         started, started_at = time.perf_counter(), time.time()
-        noting = self.running_notes.start(spec, message, delivery.attempt)
+        noting = self.running_statuses.start(spec, message, delivery.attempt)
         try:
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
-            await self.running_notes.done(noting)  # a running status begun lands first
+            await self.running_statuses.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
         if failure is _CANCELLED:
@@ -453,7 +452,7 @@ class Execution:
             await self._cancel(delivery, message, spec, duration, started_at)
         elif failure is None:
             tracing.finished(span, "succeeded", None, None)
-            await self.notes.finished(
+            await self.statuses.finished(
                 spec,
                 message,
                 JobState.SUCCEEDED,
@@ -473,7 +472,7 @@ class Execution:
         else:
             tracing.finished(span, "retried", failure.error, failure.reason)
             delay = spec.retry_delay(delivery.attempt)
-            await self.notes.retrying(spec, message, delivery.attempt, failure.reason, delay)
+            await self.statuses.retrying(spec, message, delivery.attempt, failure.reason, delay)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self.stats.retried += 1
                 self.observer.job_finished(spec.name, "retried", duration)
@@ -497,7 +496,7 @@ class Execution:
     ) -> None:
         """Settle a delivery of a cancelled job: its status says so, it is acked."""
         label = f"{spec.name}[{message.id}]"
-        await self.notes.finished(
+        await self.statuses.finished(
             spec,
             message,
             JobState.CANCELLED,
@@ -515,7 +514,7 @@ class Execution:
     async def _expire(self, delivery: Delivery, message: JobMessage, late: float) -> None:
         why = "expired: the tick was stored after its slot's grace"
         spec = self.app.jobs.get(message.job_name)
-        await self.notes.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
+        await self.statuses.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
         await self._acked_unrun(
             delivery,
             message,
@@ -636,7 +635,7 @@ class Execution:
                 returned = await self._call(spec, ctx, message, cancellation)
             if returned is _CANCELLED:
                 return _CANCELLED, None
-            result_json = encode_result(returned) if self.notes.keep(spec, message)[1] else None
+            result_json = encode_result(returned) if self.statuses.keep(spec, message)[1] else None
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
                 return _Failure(f"timed out after {spec.timeout:g}s"), None
@@ -705,7 +704,7 @@ class Execution:
         reason = bounded(reason)
         if message is not None:
             spec = spec if spec is not None else self.app.jobs.get(message.job_name)
-            await self.notes.finished(
+            await self.statuses.finished(
                 spec,
                 message,
                 JobState.FAILED,

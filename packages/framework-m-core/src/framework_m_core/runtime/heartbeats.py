@@ -1,6 +1,6 @@
 """Heartbeats: the reservations of a worker's running jobs, and the leases they hold,
 extended every third of the leases' ttl (the visibility timeout, at most
-:data:`~.leases.LEASE_TTL_MOST`).
+:data:`~framework_m_core.control.leases.LEASE_TTL_MOST`).
 
 One task sweeps them all, and only while some run long enough to need it: a job
 that ends before its first extension is due costs two dict operations, no timer
@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Sequence
 
+from ..control.leases import lease_ttl
 from ..control.shared import shared
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
-from .leases import lease_ttl
 from .places import KeptPlaces
 
 log = logging.getLogger("framework_m.worker")

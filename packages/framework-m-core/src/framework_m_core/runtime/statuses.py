@@ -3,7 +3,7 @@
 Written as memos (brokers with :attr:`~.Capability.STORE`) before the delivery is
 settled, so a job whose status says it finished has finished; a write that fails is
 logged and never fails the job. A run says running once it has run for
-:data:`RUNNING_AFTER` seconds (:class:`RunningNotes`): one that ends sooner goes
+:data:`RUNNING_AFTER` seconds (:class:`RunningStatuses`): one that ends sooner goes
 straight from queued to how it ended, which saves most jobs a write. A job keeps its
 status for its ``keep`` (the message's, else the job's ``keep_result``); 0 writes
 nothing, unless the job was enqueued by name without one, whose enqueue made a record
@@ -40,7 +40,7 @@ RUNNING_AFTER = 0.1
 _ENDED = frozenset({JobState.SUCCEEDED, JobState.CANCELLED})
 
 
-class StatusNotes:
+class StatusWriter:
     """Writes the status memos of one worker's jobs."""
 
     def __init__(self, broker: BrokerProtocol, observer: Observer) -> None:
@@ -143,20 +143,20 @@ class Running:
         self.writing: asyncio.Task[None] | None = None
 
 
-class RunningNotes:
+class RunningStatuses:
     """The running statuses of one worker's runs, each written once its run has gone on
     for :data:`RUNNING_AFTER` seconds. One task writes them all, only while runs go on:
     every run is due the same time after its start, so appending keeps them in due
     order, and a run that ends sooner costs two dict operations."""
 
-    def __init__(self, notes: StatusNotes) -> None:
-        self._notes = notes
+    def __init__(self, writer: StatusWriter) -> None:
+        self._writer = writer
         self._runs: dict[int, Running] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self, spec: JobSpec, message: JobMessage, attempt: int) -> Running | None:
         """A run begins; None when its job keeps no status."""
-        if self._notes.keep(spec, message)[0] <= 0:
+        if self._writer.keep(spec, message)[0] <= 0:
             return None
         run = Running(spec, message, attempt, time.monotonic() + RUNNING_AFTER)
         self._runs[id(run)] = run
@@ -189,7 +189,7 @@ class RunningNotes:
                         break
                     del self._runs[id(run)]
                     run.writing = asyncio.ensure_future(
-                        self._notes.running(run.spec, run.message, run.attempt)
+                        self._writer.running(run.spec, run.message, run.attempt)
                     )
         finally:
             if self._task is me:

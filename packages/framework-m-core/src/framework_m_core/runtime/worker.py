@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..app import App
+from ..control import replicas
 from ..errors import (
     BrokerError,
     ConfigurationError,
@@ -29,7 +30,6 @@ from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
-from . import replicas
 from .events import first_of, reraise_if_cancelled
 from .execution import Execution, WorkerStats
 from .stalls import STALL_WARNING, StallWatchdog
@@ -76,7 +76,7 @@ class Worker:
     :param observer: receives the events metrics are made of.
     :param threads: plain ``def`` handlers run at once (default: ``concurrency``).
     :param heartbeat: seconds between renewals of this worker's entry in the replica
-        roll (:mod:`~framework_m_core.runtime.replicas`, brokers with shared state);
+        roll (:mod:`~framework_m_core.control.replicas`, brokers with shared state);
         0: not listed.
     :param stall_warning: seconds the event loop may stay blocked (a handler blocking
         it) before a warning names the jobs running and where it is stuck
@@ -131,7 +131,7 @@ class Worker:
         self._failure: str | None = None
         self._health = BrokerHealth(self._observer)
         self.heartbeat = (
-            replicas.Heartbeat(broker, self._described, concurrency=concurrency, interval=heartbeat)
+            replicas.RollEntry(broker, self._described, concurrency=concurrency, interval=heartbeat)
             if heartbeat > 0 and Capability.STORE in broker.capabilities
             else None
         )

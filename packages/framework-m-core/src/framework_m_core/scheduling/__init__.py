@@ -2,5 +2,5 @@
 
 :mod:`.schedules` (``cron()`` and ``every()``), the cron dialect (:mod:`.cron`),
 time zones and DST (:mod:`.zones`), the check of this replica's clock against the
-broker's (:mod:`.clocks`), and :class:`~.ticker.InProcessTickerAdapter`.
+broker's (:mod:`.clocks`), and :class:`~.ticker.Ticker`.
 """

@@ -9,16 +9,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..control import keys
+from ..control import keys, runtime_schedules
+from ..control.runtime_schedules import Catalog, RuntimeSchedule
 from ..control.shared import shared
 from ..runtime.events import reraise_if_cancelled, said
-from . import runtime
-from .runtime import Catalog, RuntimeSchedule
 
 if TYPE_CHECKING:
     from ..control.shared import StateEntry
     from ..ports.protocols import BrokerProtocol
-    from .ticker import InProcessTickerAdapter
+    from .ticker import Ticker
 
 log = logging.getLogger("framework_m.ticker")
 
@@ -31,18 +30,18 @@ _MIN_GAP = 0.05
 class RuntimeFollower:
     """Keeps the ticker's runtime entries equal to the broker's runtime schedules.
 
-    It watches the catalog record for at most :data:`~.runtime.POLL` seconds (the store
-    ends the watch as soon as the record changes; after a failure it is read every
-    :data:`~.runtime.POLL` seconds until it answers again); when its counter moved, it
-    reads the buckets the latest changes name (every bucket in use when this replica is
-    further behind, and every :data:`~.runtime.RESYNC` seconds anyway) and puts what
-    changed into the ticker. A broker that does not answer is read again
-    :data:`~.runtime.POLL` seconds on; the entries stay as they were meanwhile.
+    It watches the catalog record for at most ``POLL`` seconds
+    (:mod:`~framework_m_core.control.runtime_schedules`; the store ends the watch as soon
+    as the record changes; after a failure it is read every ``POLL`` seconds until it
+    answers again); when its counter moved, it reads the buckets the latest changes name
+    (every bucket in use when this replica is further behind, and every ``RESYNC``
+    seconds anyway) and puts what changed into the ticker. A broker that does not answer
+    is read again ``POLL`` seconds on; the entries stay as they were meanwhile.
     """
 
     def __init__(
         self,
-        ticker: InProcessTickerAdapter,
+        ticker: Ticker,
         broker: BrokerProtocol,
         clock: Callable[[], float],
     ) -> None:
@@ -79,7 +78,7 @@ class RuntimeFollower:
             if self._closed.is_set():
                 return
             try:
-                async with asyncio.timeout(runtime.POLL + _READ_TIMEOUT):
+                async with asyncio.timeout(runtime_schedules.POLL + _READ_TIMEOUT):
                     entry = await self._next_catalog(not self._failing)
                     await self._sync(entry, full=time.monotonic() >= self._resync_at)
             except Exception as exc:
@@ -91,13 +90,13 @@ class RuntimeFollower:
                     self._failing = False
 
     async def _next_catalog(self, watch: bool) -> StateEntry | None:
-        """The catalog record once it moved from the one last applied (at most
-        :data:`~.runtime.POLL` seconds on), or read :data:`~.runtime.POLL` seconds on."""
+        """The catalog record once it moved from the one last applied (at most ``POLL``
+        seconds on), or read ``POLL`` seconds on."""
         if watch:
             return await shared(self._broker).wait_state(
-                keys.RUNTIME_CATALOG, self._version, timeout=runtime.POLL
+                keys.RUNTIME_CATALOG, self._version, timeout=runtime_schedules.POLL
             )
-        await asyncio.sleep(runtime.POLL)
+        await asyncio.sleep(runtime_schedules.POLL)
         return await shared(self._broker).read_state(keys.RUNTIME_CATALOG)
 
     def _failed(self, exc: BaseException) -> None:
@@ -115,15 +114,17 @@ class RuntimeFollower:
         version = None if entry is None else entry.version
         if not full and version == self._version:
             return  # the catalog did not move: nothing to decode
-        catalog = Catalog() if entry is None else runtime.decode_catalog(entry.value)
+        catalog = Catalog() if entry is None else runtime_schedules.decode_catalog(entry.value)
         changed = None if full else catalog.changed_since(self._catalog.counter)
         if changed == set():
             self._catalog, self._version = catalog, version
             return
-        mine = {runtime.bucket_of(i) for i in self._known}
+        mine = {runtime_schedules.bucket_of(i) for i in self._known}
         buckets = catalog.used | mine if changed is None else changed
-        found = await runtime.read_buckets(self._broker, buckets)
-        for schedule_id in sorted({i for i in self._known if runtime.bucket_of(i) in buckets}):
+        found = await runtime_schedules.read_buckets(self._broker, buckets)
+        for schedule_id in sorted(
+            {i for i in self._known if runtime_schedules.bucket_of(i) in buckets}
+        ):
             if schedule_id not in found:
                 self._drop(schedule_id)
         for schedule_id, schedule in sorted(found.items()):
@@ -131,7 +132,7 @@ class RuntimeFollower:
                 self._put(schedule)
         self._catalog, self._version = catalog, version
         if changed is None:
-            self._resync_at = time.monotonic() + runtime.RESYNC
+            self._resync_at = time.monotonic() + runtime_schedules.RESYNC
 
     def _put(self, schedule: RuntimeSchedule) -> None:
         from .ticker import Ticked
@@ -164,7 +165,7 @@ class RuntimeFollower:
             "runtime schedule %s %s: %s",
             schedule.id,
             "changed" if was is not None else "ticked",
-            runtime.describe(schedule),
+            runtime_schedules.describe(schedule),
         )
 
     def _drop(self, schedule_id: str) -> None:

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..control import steering
 from ..errors import ConfigurationError, InvalidJobError
 from ..jobs import Catchup, JobSpec
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
-from ..runtime.events import first_of, reraise_if_cancelled, retrieved, said
-from . import control
+from ..runtime.events import first_of, reraise_if_cancelled, said
 from .clocks import CHECK_EVERY, ClockCheck
 from .following import RuntimeFollower
 from .schedules import Every, Schedule, slot_datetime
@@ -38,7 +38,6 @@ _COUNT_LIMIT = 100
 CATCHUP_LIMIT = 100
 _CATCHUP_SCAN = 100_000  # cron slots looked at in a window, at most
 _LATE_ATTEMPT = 5.0  # seconds one attempt at a missed slot may take
-_STATE_KEPT = 60.0  # seconds a schedule's state read is used while nothing is steered
 _RECORD_EVERY = 60.0  # seconds between records of a schedule without catch-up
 
 
@@ -98,7 +97,7 @@ class TickerStats:
     caught_up: int = 0  # missed slots this replica enqueued late, inside the catch-up window
 
 
-class InProcessTickerAdapter:
+class Ticker:
     """A stateless loop that enqueues each job's due slots with a deterministic dedup id.
 
     It sleeps until the next slot boundary, computes slots from the schedules
@@ -151,11 +150,8 @@ class InProcessTickerAdapter:
         # nothing: RabbitMQ without quorum); the worker's readiness says it.
         self.store_problem: str | None = None
         self._paused_jobs: set[str] = set()  # jobs whose last slot looked at was paused
-        # Schedule states read before, kept while the steering record does not move.
-        self._states: dict[str, tuple[control.ScheduleState, float]] = {}
-        self._steering: int | None = None
+        self._view = steering.SteeringView(broker)
         self._wakes = 0  # the ticks so far: one steering read serves one tick
-        self._steering_read: tuple[int, asyncio.Future[None]] | None = None
         self._recorded: dict[str, float] = {}  # per schedule: when its slot was last recorded
         self._catching_up: set[str] = set()  # jobs with a catch-up in progress
         self.stats = TickerStats()
@@ -420,14 +416,14 @@ class InProcessTickerAdapter:
         if current is not None and not self._stop.is_set():
             await self._publish(spec, current)
 
-    async def _read_for_catch_up(self, spec: Ticked, now: float) -> control.ScheduleState | None:
+    async def _read_for_catch_up(self, spec: Ticked, now: float) -> steering.ScheduleState | None:
         """The schedule's state, read again after failures while the window lasts."""
         assert spec.catchup_window is not None
         delay = 0.1
         while not self._stop.is_set():
             try:
                 async with asyncio.timeout(_LATE_ATTEMPT):
-                    return await control.read(self._broker, spec.name)
+                    return await steering.read(self._broker, spec.name)
             except Exception as exc:
                 reraise_if_cancelled()
                 self.observer.broker_error("state")
@@ -449,7 +445,7 @@ class InProcessTickerAdapter:
         return None
 
     def _missed(
-        self, spec: Ticked, state: control.ScheduleState, current: int | None, now: float
+        self, spec: Ticked, state: steering.ScheduleState, current: int | None, now: float
     ) -> list[int]:
         """The slots of ``spec`` to publish late: after the latest recorded slot (none
         without one) and the last resume, inside the window, before ``current``, not
@@ -516,7 +512,7 @@ class InProcessTickerAdapter:
             publishing = False
             try:
                 async with asyncio.timeout(min(left, _LATE_ATTEMPT)):
-                    state = await control.read(self._broker, spec.name)
+                    state = await steering.read(self._broker, spec.name)
                     if state.latest_slot is not None and state.latest_slot >= slot:
                         self.stats.duplicates += 1
                         self.observer.tick(spec.name, "duplicate", slot)
@@ -603,33 +599,12 @@ class InProcessTickerAdapter:
                 return
             delay = min(delay * 2, _PUBLISH_RETRY_MAX)
 
-    async def _state(self, spec: Ticked, wake: int) -> control.ScheduleState:
-        """``spec``'s state: read once, then again when the steering record moved (read
-        once per tick, after the tick began) or after :data:`_STATE_KEPT` seconds."""
-        if self._steering_read is None or self._steering_read[0] != wake:
-            reading = asyncio.ensure_future(self._read_steering())
-            reading.add_done_callback(retrieved)  # its waiters may have timed out
-            self._steering_read = (wake, reading)
-        await asyncio.shield(self._steering_read[1])
-        kept = self._states.get(spec.name)
-        if kept is not None and time.monotonic() - kept[1] < _STATE_KEPT:
-            return kept[0]
-        state = await control.read(self._broker, spec.name)
-        self._states[spec.name] = (state, time.monotonic())
-        return state
-
-    async def _read_steering(self) -> None:
-        version = await control.steering_version(self._broker)
-        if version != self._steering:
-            self._states.clear()
-            self._steering = version
-
     async def _paused(self, spec: Ticked, slot: int, wake: int) -> bool:
         """Whether ``spec``'s schedule is paused at ``slot`` (counted and logged); a state
         that cannot be read in time pauses nothing."""
         try:
             async with asyncio.timeout(max(0.0, self._grace_left(slot))):
-                state = await self._state(spec, wake)
+                state = await self._view.state(spec.name, wake)
         except Exception as exc:
             self.observer.broker_error("state")
             log.warning(
@@ -674,7 +649,7 @@ class InProcessTickerAdapter:
                 return
             self._recorded[spec.name] = at
         try:
-            await control.advance(self._broker, spec.name, slot)
+            await steering.advance(self._broker, spec.name, slot)
         except Exception as exc:
             self.observer.broker_error("state")
             log.warning("%s: could not record slot %s as enqueued: %s", spec.name, slot, exc)

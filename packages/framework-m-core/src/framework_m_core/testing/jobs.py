@@ -33,7 +33,7 @@ from ..ports.messages import JobMessage, decode_message, new_job_id, tick_dedupl
 from ..ports.protocols import BrokerProtocol, JobQueueProtocol
 from ..ports.records import Delivery
 from ..runtime.worker import Worker
-from ..scheduling.ticker import InProcessTickerAdapter
+from ..scheduling.ticker import Ticker
 
 _job_log = logging.getLogger("framework_m.job")
 
@@ -209,7 +209,7 @@ class Tick:
     deduplication_id: str
 
 
-class _VirtualTicker(InProcessTickerAdapter):
+class _VirtualTicker(Ticker):
     """A ticker whose clock jumps to each wake-up instead of sleeping."""
 
     def __init__(self, app: App, broker: MemoryBroker, start: float, end: float) -> None:

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from ...control.jobs import cancel_job, job_status, wait_result
 from ...errors import JobCancelledError
 from ...ports.capabilities import Capability
 from ...ports.messages import new_job_id
 from ...ports.statuses import JobState
-from ...tracking.queries import cancel_job, job_status, wait_result
 from ..helpers import BrokerFactory, many, running_worker, wait_until
 from .base import ContractBase
 from .requirements import requires

@@ -20,14 +20,14 @@ from typing import TypeVar
 import pytest
 
 from ...adapters.registry import open_broker
+from ...control import runtime_schedules, steering
+from ...control.jobs import cancel_job, job_status, wait_result
 from ...control.shared import shared
 from ...errors import JobFailedError
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message, new_job_id
 from ...ports.protocols import BrokerProtocol
 from ...ports.statuses import JobState
-from ...scheduling import control, runtime
-from ...tracking.queries import cancel_job, job_status, wait_result
 from ..helpers import connected, receive_all, wait_until
 from ..namespaces import with_credentials, with_option
 from ..scenarios import (
@@ -251,21 +251,21 @@ class ProcessContract(ContractBase):
         workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
         first = int(time.time()) + 1
         await asyncio.to_thread(wait_for_line, log, "steered", 20, 2)
-        async with connected(lambda: open_broker(url), sync=False) as steering:
-            await control.pause(steering, "steered", reason="contract")
+        async with connected(lambda: open_broker(url), sync=False) as operator:
+            await steering.pause(operator, "steered", reason="contract")
             paused = time.time()
             for w in workers:  # each replica says so at its next tick
                 await asyncio.to_thread(w.wait_for, r"steered: paused \(contract\)", 1, 15)
-            job_id = await control.trigger(steering, "hourly")
+            job_id = await steering.trigger(operator, "hourly")
             await asyncio.to_thread(wait_for_line, log, "hourly", 20)
             await asyncio.sleep(1.5)  # what must not happen needs time to show: slots pass
             resuming = time.time()
-            await control.resume(steering, "steered")
+            await steering.resume(operator, "steered")
             resumed = time.time()
             await asyncio.to_thread(_wait_for_steered, log, math.ceil(resumed) + 3, 20)
             last = int(time.time()) - 2
             await asyncio.to_thread(stop_all, workers)
-            left = [decode_message(d.body) for d in await receive_all(steering)]
+            left = [decode_message(d.body) for d in await receive_all(operator)]
         steered = [(s, pid, n) for name, s, pid, n, _ in _steer_runs(log) if name == "steered"]
         during = sorted(s for s, _, _ in steered if paused < s < resuming)
         assert not during, f"slots ran while paused ({paused:.2f} to {resuming:.2f}): {during}"
@@ -377,21 +377,21 @@ class ProcessContract(ContractBase):
         ``set``; set again (another interval and kwargs), only the new version runs from
         5 s later, also once two replicas are SIGKILLed and a new one started; after
         ``delete`` nothing runs from 5 s later."""
-        log = tmp_path / "runtime.log"
+        log = tmp_path / "runtime_schedules.log"
         env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_RUNTIME_LOG": str(log)}
         url = with_option(broker_url, "dedup_window", 30)
         workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
         async with connected(lambda: open_broker(url), sync=False) as steering:
-            first = runtime.runtime_schedule(
+            first = runtime_schedules.runtime_schedule(
                 "tenant-1", "tenant_report", every_seconds=1, kwargs={"tenant": 1}
             )
-            await runtime.set_schedule(steering, first)
+            await runtime_schedules.set_schedule(steering, first)
             set_at = time.time()
             await asyncio.to_thread(_wait_for_runtime, log, math.ceil(set_at) + 8, 30)
-            second = runtime.runtime_schedule(
+            second = runtime_schedules.runtime_schedule(
                 "tenant-1", "tenant_report", every_seconds=2, kwargs={"tenant": 2}
             )
-            await runtime.set_schedule(steering, second)
+            await runtime_schedules.set_schedule(steering, second)
             changed_at = time.time()
             await asyncio.to_thread(_wait_for_runtime, log, math.ceil(changed_at) + 8, 30)
             for w in workers[:2]:
@@ -399,7 +399,7 @@ class ProcessContract(ContractBase):
             killed_at = time.time()
             [new] = await asyncio.to_thread(procs.workers, url, 1, env=env)
             await asyncio.to_thread(_wait_for_runtime, log, math.ceil(killed_at) + 8, 30)
-            assert await runtime.delete_schedule(steering, "tenant-1")
+            assert await runtime_schedules.delete_schedule(steering, "tenant-1")
             deleted_at = time.time()
             await asyncio.sleep(max(0.0, deleted_at + 7 - time.time()))  # nothing may come
             await asyncio.to_thread(stop_all, [workers[2], new])

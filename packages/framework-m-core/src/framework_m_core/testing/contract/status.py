@@ -10,13 +10,13 @@ import pytest
 
 from ...app import App
 from ...control import keys
+from ...control.jobs import job_status, wait_result
 from ...control.shared import shared
 from ...errors import JobFailedError, ResultTimeoutError, UnknownJobError
 from ...jobs import JobContext
 from ...ports.capabilities import Capability
 from ...ports.messages import JobMessage, new_job_id
 from ...ports.statuses import MAX_RESULT, JobState, JobStatus, encode_status
-from ...tracking.queries import job_status, wait_result
 from ..helpers import BrokerFactory, many, running_worker, wait_until
 from .base import ContractBase
 from .requirements import requires

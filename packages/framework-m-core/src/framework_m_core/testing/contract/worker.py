@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from ...app import App
+from ...control import steering
 from ...errors import BrokerError
 from ...jobs import JobContext
 from ...ports.capabilities import Capability
@@ -16,8 +17,7 @@ from ...ports.messages import JobMessage, decode_message
 from ...ports.protocols import BrokerProtocol
 from ...ports.records import Delivery
 from ...runtime.worker import Worker
-from ...scheduling import control
-from ...scheduling.ticker import InProcessTickerAdapter
+from ...scheduling.ticker import Ticker
 from ..helpers import (
     PROMPT,
     BrokerFactory,
@@ -249,10 +249,7 @@ class WorkerContract(ContractBase):
         window = broker.dedup_window
         grace = max(0.0, min(0.5, window / 4))
         async with many(broker_factory, 3) as brokers:
-            tickers = [
-                InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
-                for b in brokers
-            ]
+            tickers = [Ticker(app.jobs.values(), b, grace=grace, clock_skew=0.0) for b in brokers]
             tasks = [asyncio.create_task(t.run()) for t in tickers]
             await wait_until(lambda: sum(t.stats.published for t in tickers) >= 3, timeout=10)
             for t in tickers:
@@ -278,18 +275,15 @@ class WorkerContract(ContractBase):
         async def beat(ctx: JobContext) -> None: ...
 
         grace = max(0.0, min(0.5, broker.dedup_window / 4))
-        await control.pause(broker, "beat", reason="contract")
+        await steering.pause(broker, "beat", reason="contract")
         async with many(broker_factory, 3) as brokers:
-            tickers = [
-                InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
-                for b in brokers
-            ]
+            tickers = [Ticker(app.jobs.values(), b, grace=grace, clock_skew=0.0) for b in brokers]
             tasks = [asyncio.create_task(t.run()) for t in tickers]
             await wait_until(lambda: all(t.stats.paused >= 2 for t in tickers), timeout=15)
             assert sum(t.stats.published + t.stats.duplicates for t in tickers) == 0
             assert await receive_all(broker, quiet=0.3) == []
             resumed = time.time()
-            await control.resume(brokers[1], "beat")
+            await steering.resume(brokers[1], "beat")
             await wait_until(lambda: sum(t.stats.published for t in tickers) >= 3, timeout=15)
             for t in tickers:
                 t.stop()
@@ -298,7 +292,7 @@ class WorkerContract(ContractBase):
         assert len(slots) == len(set(slots)), f"a slot was enqueued twice: {slots}"
         assert slots == list(range(slots[0], slots[-1] + 1)), f"a slot was left out: {slots}"
         assert slots[0] >= int(resumed) - grace - 1, (slots, resumed)
-        state = await control.read(broker, "beat")
+        state = await steering.read(broker, "beat")
         assert not state.paused
         assert state.latest_slot in slots  # recorded once a minute without catch-up
 
@@ -314,8 +308,8 @@ class WorkerContract(ContractBase):
         @app.job(every=period, catchup_window=60)
         async def beat(ctx: JobContext) -> None: ...
 
-        def ticker(b: BrokerProtocol) -> InProcessTickerAdapter:
-            return InProcessTickerAdapter(app.jobs.values(), b, grace=grace, clock_skew=0.0)
+        def ticker(b: BrokerProtocol) -> Ticker:
+            return Ticker(app.jobs.values(), b, grace=grace, clock_skew=0.0)
 
         async def sleep_until(at: float) -> None:
             await asyncio.sleep(max(0.0, at - time.time()))
@@ -351,7 +345,7 @@ class WorkerContract(ContractBase):
         slots = [_message(d).scheduled_at for d in await receive_all(broker)]
         assert slots == [missed, missed + period], f"expected the missed slot once: {slots}"
         assert sum(t.stats.caught_up for t in later) == 0
-        assert (await control.read(broker, "beat")).latest_slot == missed + period
+        assert (await steering.read(broker, "beat")).latest_slot == missed + period
 
 
 def _message(delivery: Delivery) -> JobMessage:

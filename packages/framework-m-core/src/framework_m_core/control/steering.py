@@ -12,6 +12,7 @@ not what this module writes is ignored with a warning, never trusted.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -22,8 +23,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..control import keys
-from ..control.shared import shared
 from ..errors import BrokerError, ConfigurationError
 from ..ports.messages import (
     JobMessage,
@@ -32,9 +31,11 @@ from ..ports.messages import (
     validate_job_name,
 )
 from ..ports.protocols import BrokerProtocol
-from . import runtime
-from .runtime import contention_pause
-from .schedules import Schedule
+from ..runtime.events import retrieved
+from ..scheduling.schedules import Schedule
+from . import keys, runtime_schedules
+from .runtime_schedules import contention_pause
+from .shared import shared
 
 log = logging.getLogger("framework_m.schedules")
 
@@ -157,10 +158,46 @@ async def steering_version(broker: BrokerProtocol) -> int | None:
     return None if entry is None else entry.version
 
 
+#: Seconds a schedule's state, once read, is used while nothing is steered.
+STATE_KEPT = 60.0
+
+
+class SteeringView:
+    """The schedules' states as a ticker sees them: each read once and used until the
+    steering record moves (read at most once per tick) or :data:`STATE_KEPT` passed, so
+    a tick of many schedules costs one read while nobody pauses or resumes."""
+
+    def __init__(self, broker: BrokerProtocol) -> None:
+        self._broker = broker
+        self._states: dict[str, tuple[ScheduleState, float]] = {}
+        self._version: int | None = None  # of the steering record, as last read
+        self._reading: tuple[int, asyncio.Future[None]] | None = None  # tick, read
+
+    async def state(self, job_name: str, tick: int) -> ScheduleState:
+        """``job_name``'s state at tick number ``tick`` (the ticker counts its ticks)."""
+        if self._reading is None or self._reading[0] != tick:
+            reading = asyncio.ensure_future(self._read_steering())
+            reading.add_done_callback(retrieved)  # its waiters may have timed out
+            self._reading = (tick, reading)
+        await asyncio.shield(self._reading[1])
+        kept = self._states.get(job_name)
+        if kept is not None and time.monotonic() - kept[1] < STATE_KEPT:
+            return kept[0]
+        state = await read(self._broker, job_name)
+        self._states[job_name] = (state, time.monotonic())
+        return state
+
+    async def _read_steering(self) -> None:
+        version = await steering_version(self._broker)
+        if version != self._version:
+            self._states.clear()
+            self._version = version
+
+
 def check_name(name: object) -> str:
     """``name`` if it names a schedule: a job's name, or ``@{id}`` for a runtime one."""
     if isinstance(name, str) and name.startswith("@"):
-        runtime.validate_id(name[1:])
+        runtime_schedules.validate_id(name[1:])
         return name
     return validate_job_name(name)
 
@@ -256,7 +293,7 @@ async def trigger(
     now = clock()
     job, args = job_name, dict(kwargs or {})
     if job_name.startswith("@"):
-        found = await runtime.get_schedule(broker, job_name[1:])
+        found = await runtime_schedules.get_schedule(broker, job_name[1:])
         if found is None:
             raise ConfigurationError(f"there is no runtime schedule {job_name[1:]!r}")
         job, args = found.job, {**found.kwargs, **args}
@@ -309,7 +346,7 @@ async def backfill(
     now = clock()
     job, kwargs = job_name, {}
     if job_name.startswith("@"):
-        found = await runtime.get_schedule(broker, job_name[1:])
+        found = await runtime_schedules.get_schedule(broker, job_name[1:])
         if found is None:
             raise ConfigurationError(f"there is no runtime schedule {job_name[1:]!r}")
         job, kwargs, schedule = found.job, dict(found.kwargs), found.schedule

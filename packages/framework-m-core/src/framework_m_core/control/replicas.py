@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..about import __version__
-from ..control import keys
-from ..control.shared import shared
 from ..errors import BrokerError
 from ..ports.protocols import BrokerProtocol
-from ..scheduling.runtime import contention_pause
+from . import keys
+from .runtime_schedules import contention_pause
+from .shared import shared
 
 log = logging.getLogger("framework_m.worker")
 
@@ -135,7 +135,7 @@ async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> lis
     return sorted(out, key=lambda r: (r.host, r.pid, r.id))
 
 
-class Heartbeat:
+class RollEntry:
     """A worker's entry in the roll: written at once, renewed every ``interval`` seconds
     until :meth:`close`, removed by :meth:`leave`.
 

@@ -36,13 +36,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..control import keys
-from ..control.checks import MAX_STATE_VALUE
-from ..control.shared import shared
 from ..errors import BrokerError, ConfigurationError, ScheduleError
 from ..ports.messages import validate_job_name
 from ..ports.protocols import BrokerProtocol
-from .schedules import Cron, Every, Schedule, cron, every
+from ..scheduling.schedules import Cron, Every, Schedule, cron, every
+from . import keys
+from .checks import MAX_STATE_VALUE
+from .shared import shared
 
 log = logging.getLogger("framework_m.schedules")
 

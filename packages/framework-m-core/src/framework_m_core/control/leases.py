@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ..control.checks import MAX_LEASE_TTL
+from .checks import MAX_LEASE_TTL
 
 _HOST = socket.gethostname()[:60]
 

@@ -12,9 +12,6 @@ import math
 import time
 from typing import Any
 
-from ..control import keys
-from ..control.checks import MAX_MEMO_TTL
-from ..control.shared import shared
 from ..errors import (
     BrokerError,
     InvalidJobError,
@@ -35,7 +32,10 @@ from ..ports.statuses import (
     encode_status,
     pending_ttl,
 )
-from ..scheduling.runtime import contention_pause
+from . import keys
+from .checks import MAX_MEMO_TTL
+from .runtime_schedules import contention_pause
+from .shared import shared
 
 #: The longest ``wait_result`` waits, in seconds.
 MAX_WAIT = 86_400.0
