@@ -16,6 +16,7 @@ record is a record without a ttl. A memo is a record with one, kept in the broke
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 from weakref import WeakKeyDictionary
@@ -54,9 +55,16 @@ class Shared:
     """The control plane's shared state on one broker instance's store."""
 
     def __init__(self, broker: BrokerProtocol) -> None:
-        self._broker = broker
+        self._ref = weakref.ref(broker)  # not the broker itself: it is this one's key
         # (lease key, holder) -> (the place's store key, its version, the ttl)
         self._held: dict[tuple[str, str], tuple[str, int, float]] = {}
+
+    @property
+    def _broker(self) -> BrokerProtocol:
+        broker = self._ref()
+        if broker is None:
+            raise BrokerError("the broker of these leases and records is gone")
+        return broker
 
     @property
     def on(self) -> bool:
