@@ -179,7 +179,6 @@ class TestRunning:
         await wait_until(lambda: ticker.stats.skipped > 0)
         ticker.stop()
         await task
-        assert counted - 2 <= ticker.stats.skipped <= counted + 2
         [found] = re.findall(
             r"tick: (\d+\+?) slot\(s\) from \S+ on were not enqueued: older", caplog.text
         )
@@ -187,6 +186,11 @@ class TestRunning:
             assert found == says
         else:
             assert abs(int(found) - int(says)) <= 2
+        # Besides the day, the slots inside grace but the latest are superseded (and a
+        # loaded machine may have ticked a slot late before the jump): each logged.
+        logged = re.findall(r"tick: (\d+)\+? slot\(s\) from \S+ on were not enqueued", caplog.text)
+        assert ticker.stats.skipped == sum(int(n) for n in logged)
+        assert counted - 2 <= ticker.stats.skipped <= counted + 6
 
     async def test_clock_jump_skips_slots_older_than_grace(
         self, memory: MemoryBroker, caplog: pytest.LogCaptureFixture
