@@ -14,10 +14,10 @@ confirmations; a create over an entry, and a write with a version, read the key 
 claim reads its places at once, then takes the first free one the same way, reading
 again when it lost a race.
 
-On servers before 2.10 the buckets keep one replica, whatever ``replicas=`` says: those
-servers check the revision a write expects before it is replicated, so two writes
-expecting one revision at once can both land on a replicated bucket
-(nats-server#4320); on one replica they cannot.
+On a cluster the buckets have the stream's replicas. Servers before 2.10 check the
+revision a write expects before the write is replicated, so two writes expecting one
+revision at once can both land on a replicated bucket (nats-server#4320): the adapter
+warns when it opens one there.
 
 A watch subscribes to the key's subject (``$KV.{bucket}.{key}``, where every write and
 delete is published), reads, and reads again at each message; the bucket is made by
@@ -125,20 +125,19 @@ class NatsStore(BaseStore):
 
     def _bucket(self, nc: Client) -> LazyBucket:
         if self._lazy is None:
-            replicas = self._replicas
-            if replicas > 1 and not serializes_replicated_writes(nc):
+            if self._replicas > 1 and not serializes_replicated_writes(nc):
                 log.warning(
-                    "nats: the %s bucket %s keeps 1 replica, not %d: servers before 2.10 "
-                    "(this one is %s) can let two compare-and-set writes land at once on a "
-                    "replicated bucket (nats-server#4320)",
+                    "nats: the %s bucket %s has %d replicas on a server before 2.10 (%s), "
+                    "which can let two compare-and-set writes land at once "
+                    "(nats-server#4320): under contention a concurrency limit or an "
+                    "overlap lease can be exceeded; use NATS 2.10 or later on a cluster",
                     self._kind,
                     self._name,
-                    replicas,
+                    self._replicas,
                     nc.connected_server_version,
                 )
-                replicas = 1
             self._lazy = LazyBucket(
-                self._name, self._kind, history=1, replicas=replicas, **self._config
+                self._name, self._kind, history=1, replicas=self._replicas, **self._config
             )
         return self._lazy
 
