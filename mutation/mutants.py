@@ -42,6 +42,7 @@ SUITES = {
     "worker": "packages/framework-m-core/tests/test_worker.py",
     # Writes into key-value buckets wait out a bucket not yet taking writes.
     "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
+    "nats-watch": "packages/adapter-nats/tests/test_watch_nats.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
     # RabbitMQ: a tick first delivered past its deadline (stored late) is not run.
@@ -2045,6 +2046,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if version is not ANY and version is not None and version != current:\n"
         "                return None\n",
         "test_store_a_create_over_a_record_is_refused",
+    ),
+    m(
+        "nats-watch-reread-slow",
+        "nats-watch",
+        "a write wakes a watch within WATCH_DELAY though its message was lost",
+        f"{NATS}/store.py",
+        "_REREAD = 1.5",
+        "_REREAD = 10.0",
+        "test_a_watch_deaf_to_its_messages_sees_a_write_within_the_delay",
     ),
     m(
         "nats-store-create-over-live",

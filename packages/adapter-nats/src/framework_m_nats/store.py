@@ -20,8 +20,9 @@ revision at once can both land on a replicated bucket (nats-server#4320): the ad
 warns when it opens one there.
 
 A watch subscribes to the key's subject (``$KV.{bucket}.{key}``, where every write and
-delete is published), reads, and reads again at each message; the bucket is made by
-the first write, and reading before that finds no record.
+delete is published), reads, and reads again at each message and every 1.5 s (a
+message can be lost); the bucket is made by the first write, and reading before that
+finds no record.
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ from .settings import NatsSettings
 
 log = logging.getLogger("framework_m.nats")
 
-# A watch reads its key again this often even without a message (one lost while the
-# connection was being made again).
-_REREAD = 10.0
+# A watch reads its key again this often even without a message, within the port's
+# WATCH_DELAY: on a cluster a write reaching another server before it learned of the
+# subscription, or one made while the connection was being made again, sends none.
+_REREAD = 1.5
 
 
 def bucket_name(s: NatsSettings, kind: str = "store") -> str:
