@@ -11,8 +11,8 @@ a create (condition None) one publish expecting no entry
 (``Nats-Expected-Last-Subject-Sequence: 0``), both through the broker's publish
 confirmations; a create over an entry, and a write with a version, read the key first
 (an expired record must not match), then write expecting the revision they read; a
-claim reads its places at once, then takes the first free one the same way, reading
-again when it lost a race.
+claim reads its places at once, then takes the first free one the same way, the next
+one read free when it lost a race, reading again only when it lost them all.
 
 On a cluster the buckets have the stream's replicas. Servers before 2.10 check the
 revision a write expects before the write is replicated, so two writes expecting one
@@ -228,16 +228,17 @@ class NatsStore(BaseStore):
                 free = [i for i, h in enumerate(held) if h.record is None]
                 if not mine and not free:
                     return None
-                n = (mine or free)[0]
                 stored = _stored(value, ttl)
-                update = partial(kv.update, kv_key(keys[n]), stored, last=held[n].revision)
-                try:
-                    version = await answered(update)
-                except (KeyWrongLastSequenceError, APIError) as exc:
-                    if not _lost_race(exc):
-                        raise
-                    continue  # another claim took it meanwhile: look again
-                return Claim(keys[n], int(version))
+                for n in mine[:1] or free:  # a place taken meanwhile: the next one read free
+                    update = partial(kv.update, kv_key(keys[n]), stored, last=held[n].revision)
+                    try:
+                        version = await answered(update)
+                    except (KeyWrongLastSequenceError, APIError) as exc:
+                        if not _lost_race(exc):
+                            raise
+                        continue
+                    return Claim(keys[n], int(version))
+                # every place read free was taken meanwhile: read them again
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         deadline = time.monotonic() + timeout
