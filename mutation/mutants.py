@@ -2097,8 +2097,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "nats",
         "a claim asked again keeps its place",
         f"{NATS}/store.py",
-        "                n = (mine or free)[0]",
-        "                n = (free or mine)[0]",
+        "for n in mine[:1] or free:",
+        "for n in free or mine[:1]:",
         "test_store_a_claim_asked_again",
     ),
     m(
