@@ -27,8 +27,9 @@ SETTLE = 2.0
 EXPIRY = struct.Struct(">Q")
 #: JetStream's error code for a write whose expected last sequence did not hold.
 WRONG_LAST_SEQUENCE = 10071
-#: A write only where the key has no entry (what nats-py's KeyValue.create sends).
-NO_ENTRY = {"Nats-Expected-Last-Subject-Sequence": "0"}
+#: The header of a write that lands only where the key's last revision is its value
+#: (0: where the key has no entry).
+EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 
 
 def kv_key(key: str) -> str:

@@ -6,13 +6,18 @@ revision: the sequence of its last write in the bucket's one stream, so every wr
 under any key, gives a greater one, a delete included. A value is stored behind its
 expiry (eight bytes, unix milliseconds by the writer's clock; 0 for none): a record
 whose expiry passed reads as none, and a write over it is a compare-and-set on its
-revision, as over any record. A write of ``ANY`` is one publish to the key's subject,
-a create (condition None) one publish expecting no entry
-(``Nats-Expected-Last-Subject-Sequence: 0``), both through the broker's publish
-confirmations; a create over an entry, and a write with a version, read the key first
-(an expired record must not match), then write expecting the revision they read; a
-claim reads its places at once, then takes the first free one the same way, the next
-one read free when it lost a race, reading again only when it lost them all.
+revision, as over any record.
+
+Every write is one publish to the key's subject through the broker's publish
+confirmations: ``ANY`` with no condition, a create expecting no entry
+(``Nats-Expected-Last-Subject-Sequence: 0``), the others expecting a revision. A
+write whose condition names a record this store wrote itself expects that revision
+at once (:mod:`.known`); other conditional writes, and a create over an entry, read
+the key first (an expired record must not match). A claim first takes the place this
+store knows it holds for the value, else a place it freed or read free, each by one
+compare-and-set; only then does it read every place at once and take the first free
+one the same way, the next one read free when it lost a race, reading again only
+when it lost them all.
 
 On a cluster the buckets have the stream's replicas. Servers before 2.10 check the
 revision a write expects before the write is replicated, so two writes expecting one
@@ -43,14 +48,14 @@ from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
 )
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_OP, KeyValue
 
 from framework_m_core.ports.store import ANY, MAX_TTL, Claim, Record, Write, place_key
 from framework_m_core.ports.store_base import BaseStore
 
 from .buckets import (
+    EXPECTED_LAST,
     EXPIRY,
-    NO_ENTRY,
     WRONG_LAST_SEQUENCE,
     LazyBucket,
     answered,
@@ -59,6 +64,7 @@ from .buckets import (
 )
 from .confirms import Confirms
 from .errors import server_errors
+from .known import TRIES, Known
 from .settings import NatsSettings
 
 log = logging.getLogger("framework_m.nats")
@@ -115,11 +121,14 @@ class NatsStore(BaseStore):
         )
         self._config = {"ttl": MAX_TTL} if kind == "memos" else {}
         self._lazy: LazyBucket | None = None
+        self._known = Known(remember=kind == "store")
+        self._reading: dict[tuple[int, tuple[str, ...]], asyncio.Future[list[_Held]]] = {}
 
     def reset(self) -> None:
         """Forget the bucket (the connection that had it is gone)."""
         if self._lazy is not None:
             self._lazy.reset()
+        self._known = Known(remember=self._kind == "store")
 
     async def _kv(self, *, create: bool) -> KeyValue | None:
         nc = await self._link()
@@ -177,68 +186,120 @@ class NatsStore(BaseStore):
 
     async def _write_one(self, kv: KeyValue, write: Write) -> int | None:
         key, value, version, ttl = write
-        if value is not None and (version is ANY or version is None):
-            published = await self._publish(key, _stored(value, ttl), version is None)
-            if published is not None:
-                return published
+        stored = None if value is None else _stored(value, ttl)
+        if stored is not None and (version is ANY or version is None):
+            landed = await self._cas(key, stored, None if version is ANY else 0)
+            if landed is not None:
+                return landed
             # an entry is there: a live record refuses the create, an expired one not
+        elif isinstance(version, int) and (own := self._known.mine(key, version)):
+            if own.expires <= now_ms():
+                return None  # it expired: the key has no record
+            landed = await self._cas(key, stored, version)
+            return landed if stored is not None or landed is None else version
         while True:
             held = await self._held(kv, key)
             current = None if held.record is None else held.record.version
             if version is not ANY and version != current:
                 return None
+            if stored is None and current is None:
+                return None
+            landed = await self._cas(key, stored, held.revision)
+            if landed is not None:
+                return landed if stored is not None else current
+            if version is not ANY:
+                return None  # another write came between: the condition no longer holds
+            # ANY always lands: read again and write over what is there now
+
+    async def _cas(self, key: str, stored: bytes | None, last: int | None) -> int | None:
+        """Put ``stored`` under ``key`` (None: delete it) in one publish, where the key's
+        last revision is ``last`` (0: it has no entry; None: whatever it is); the new
+        entry's revision, or None when the key had another."""
+        subject = f"$KV.{self._name}.{kv_key(key)}"
+        headers = {} if last is None else {EXPECTED_LAST: str(last)}
+        if stored is None:
+            headers[KV_OP] = KV_DEL
+        publish = partial(self._confirms().publish, subject, stored or b"", headers or None)
+        value = None if stored is None else stored[EXPIRY.size :]
+        with self._known.writing(key, value, _expiry(stored)):
             try:
-                if value is None:
-                    if current is None:
-                        return None
-                    await answered(partial(kv.delete, kv_key(key), last=held.revision))
-                    return current
-                stored = _stored(value, ttl)
-                return int(
-                    await answered(partial(kv.update, kv_key(key), stored, last=held.revision))
-                )
+                ack = await answered(publish)
             except (KeyWrongLastSequenceError, APIError) as exc:
                 if not _lost_race(exc):
                     raise
-                if version is not ANY:
-                    return None  # another write came between: the condition no longer holds
-                # ANY always lands: read again and write over what is there now
-
-    async def _publish(self, key: str, stored: bytes, create: bool) -> int | None:
-        """Put ``stored`` under ``key`` in one publish (a create: only where the key has
-        no entry); its revision, or None when a create found an entry."""
-        subject = f"$KV.{self._name}.{kv_key(key)}"
-        headers = NO_ENTRY if create else None
-        try:
-            ack = await answered(partial(self._confirms().publish, subject, stored, headers))
-        except (KeyWrongLastSequenceError, APIError) as exc:
-            if not _lost_race(exc):
-                raise
-            return None
+                self._known.missed(key)
+                return None
+            if value is None:
+                self._known.deleted(key, ack.seq)
+            else:
+                self._known.wrote(key, value, _expiry(stored), ack.seq)
         return int(ack.seq)
 
     async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         kv = await self._kv(create=True)
         assert kv is not None
         keys = [place_key(key, n) for n in range(places)]
+        stored = _stored(value, ttl)
         with server_errors("claiming a place"):
-            while True:
-                held = await asyncio.gather(*(self._held(kv, k) for k in keys))
-                mine = [i for i, h in enumerate(held) if h.record and h.record.value == value]
-                free = [i for i, h in enumerate(held) if h.record is None]
-                if not mine and not free:
-                    return None
-                stored = _stored(value, ttl)
-                for n in mine[:1] or free:  # a place taken meanwhile: the next one read free
-                    update = partial(kv.update, kv_key(keys[n]), stored, last=held[n].revision)
-                    try:
-                        version = await answered(update)
-                    except (KeyWrongLastSequenceError, APIError) as exc:
-                        if not _lost_race(exc):
-                            raise
-                        continue
-                    return Claim(keys[n], int(version))
-                # every place read free was taken meanwhile: read them again
+            known = await self._claim_known(keys, value, stored)
+            return known if known is not None else await self._claim_read(kv, keys, stored)
+
+    async def _claim_known(self, keys: list[str], value: bytes, stored: bytes) -> Claim | None:
+        """The claim without reading: the place this store knows it holds for
+        ``value``, else a place it knows to be free (:mod:`.known`); None: read."""
+        if not self._known.sure(keys):
+            return None
+        held = self._known.held(keys, value)
+        if held is None and not self._known.has_free(keys):
+            await self._known.deletes_landed(keys)  # a place freed here is free then
+        if held is not None:
+            landed = await self._cas(held[0], stored, held[1])
+            return None if landed is None else Claim(held[0], landed)
+        for _ in range(TRIES):
+            free = self._known.take_free(keys)
+            if free is None:
+                break
+            place, revision = free
+            landed = await self._cas(place, stored, revision)
+            if landed is not None:
+                return Claim(place, landed)
+        return None
+
+    async def _claim_read(self, kv: KeyValue, keys: list[str], stored: bytes) -> Claim | None:
+        """The claim after reading every place (a read under way for the same places
+        is shared, unless this store wrote since it began)."""
+        value = stored[EXPIRY.size :]
+        while True:
+            held = await self._read_places(kv, keys)
+            mine = [i for i, h in enumerate(held) if h.record and h.record.value == value]
+            for n, h in enumerate(held):
+                if h.record is not None:
+                    self._known.taken(keys[n])
+                elif not self._known.under_way(keys[n]):  # a claim here may be taking it
+                    self._known.free(keys[n], h.revision)
+            if mine:
+                n = mine[0]
+                landed = await self._cas(keys[n], stored, held[n].revision)
+                if landed is not None:
+                    return Claim(keys[n], landed)
+                continue
+            if all(h.record is not None for h in held):
+                return None
+            while free := self._known.take_free(keys):
+                place, revision = free  # a place taken meanwhile: the next one free
+                landed = await self._cas(place, stored, revision)
+                if landed is not None:
+                    return Claim(place, landed)
+            # every place read free was taken meanwhile: read them again
+
+    async def _read_places(self, kv: KeyValue, keys: list[str]) -> list[_Held]:
+        shape = (self._known.landed, tuple(keys))
+        reading = self._reading.get(shape)
+        if reading is None:
+            reading = asyncio.ensure_future(asyncio.gather(*(self._held(kv, k) for k in keys)))
+            self._reading[shape] = reading
+            reading.add_done_callback(partial(_done_reading, self._reading, shape))
+        return await asyncio.shield(reading)
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         deadline = time.monotonic() + timeout
@@ -257,6 +318,21 @@ class NatsStore(BaseStore):
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+def _done_reading(
+    reading: dict[tuple[int, tuple[str, ...]], asyncio.Future[list[_Held]]],
+    shape: tuple[int, tuple[str, ...]],
+    future: asyncio.Future[list[_Held]],
+) -> None:
+    reading.pop(shape, None)
+    if not future.cancelled():
+        future.exception()  # retrieved: every claim waiting on it raised it already
+
+
+def _expiry(stored: bytes | None) -> int:
+    """The expiry stored before a value (unix ms; 0: none)."""
+    return 0 if stored is None else int(EXPIRY.unpack_from(stored)[0])
 
 
 def _stored(value: bytes, ttl: float | None) -> bytes:

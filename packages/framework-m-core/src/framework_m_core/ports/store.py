@@ -142,12 +142,13 @@ class StoreProtocol(Protocol):
 
     @abstractmethod
     async def claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
-        """In one step, take the first of the ``places`` places of ``key`` that has no
+        """In one step, take one of the ``places`` places of ``key`` that has no
         record: write ``value`` there for ``ttl`` seconds and return the place's key and
         version; None, changing nothing, when every place holds a record with another
         value. Place ``n`` is the record under
-        :func:`~framework_m_core.ports.store.place_key` ``(key, n)``, tried in order
-        from 0.
+        :func:`~framework_m_core.ports.store.place_key` ``(key, n)``; places are tried
+        in order from 0, and a store may first try one it knows to be free (one it
+        freed itself), never one written elsewhere since.
 
         A place whose record already holds ``value`` is taken again instead: its ttl
         restarts and it gets a new version, so a claim asked again (a reply lost) never

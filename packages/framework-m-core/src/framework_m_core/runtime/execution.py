@@ -279,8 +279,9 @@ class Execution:
             if await self._admit(spec, schedule, message, delivery, holder, limit, held):
                 await self._traced(spec, message, delivery, held)
         finally:
-            if held:
-                await asyncio.shield(self._leave(held, limit))
+            others = self._leave(held, limit)
+            if others:
+                await asyncio.shield(self._release_all(others))
 
     async def _traced(
         self,
@@ -421,14 +422,20 @@ class Execution:
         except Exception as exc:  # it expires with the reservation time
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 
-    async def _leave(self, held: Sequence[tuple[str, str]], limit: str | None) -> None:
-        """Give back a run's leases: the place under the job's ``limit`` is kept for the
-        worker's next run of the key (:mod:`.places`), the others are released."""
+    def _leave(self, held: Sequence[tuple[str, str]], limit: str | None) -> list[tuple[str, str]]:
+        """Keep a run's place under the job's ``limit`` for the worker's next run of the
+        key (:mod:`.places`); the run's other leases, to release, last taken first."""
+        others = []
         for key, holder in reversed(held):
             if key == limit:
                 self.places.keep(key, holder)
             else:
-                await self._release(key, holder)
+                others.append((key, holder))
+        return others
+
+    async def _release_all(self, leases: Sequence[tuple[str, str]]) -> None:
+        for key, holder in leases:
+            await self._release(key, holder)
 
     async def _attempt(
         self,

@@ -312,6 +312,7 @@ class StoreContract(ContractBase):
         old = await _create(store, key, b"old", ttl=0.2)
         await asyncio.sleep(0.2 + MARGIN)
         assert await store.write([Write(key, b"x", version=old)]) == [None]
+        assert await store.write([Write(key, None, version=old)]) == [None]
         new = await _create(store, key, b"new")
         assert new > old
         assert await _one(store, key) == Record(b"new", new)
@@ -344,6 +345,20 @@ class StoreContract(ContractBase):
             b"you",
         ]
         assert await store.read([key, place_key(key, 3)]) == [None, None]  # no more places
+
+    @requires(Capability.STORE)
+    async def test_store_a_claim_never_takes_a_place_taken_elsewhere_since(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        key = _key()
+        places = [place_key(key, n) for n in range(3)]
+        async with many(broker_factory, 2) as (here, there):
+            first = await here.store.claim(key, 3, b"here", TTL)  # here saw 1 and 2 free
+            taken = await there.store.claim(key, 3, b"there", TTL)
+            second = await here.store.claim(key, 3, b"here too", TTL)
+            assert [c.key if c else None for c in (first, taken, second)] == places
+            records = await here.store.read(places)
+        assert [r.value if r else None for r in records] == [b"here", b"there", b"here too"]
 
     @requires(Capability.STORE)
     async def test_store_a_claim_asked_again_keeps_its_place_and_restarts_its_ttl(
