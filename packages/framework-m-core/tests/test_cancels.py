@@ -23,7 +23,7 @@ from framework_m_core.ports.statuses import LATEST_CANCEL, decode_latest_cancel
 from framework_m_core.ports.store import Record
 from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
-from framework_m_core.testing.passing import PassingStore
+from framework_m_core.testing.passing import DeafStore, PassingStore
 
 pytestmark = pytest.mark.anyio
 
@@ -39,19 +39,6 @@ class _SwallowingStore(PassingStore):
             return await super().watch(key, version, timeout=timeout)
         except asyncio.CancelledError:
             raise BrokerError("request cut short") from None
-
-
-class _DeafStore(PassingStore):
-    """A store whose client swallows a cancellation whole (and uncancels the task)."""
-
-    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
-        try:
-            return await super().watch(key, version, timeout=timeout)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            return None
 
 
 class _CountingStore(PassingStore):
@@ -96,7 +83,7 @@ async def test_a_watch_stops_when_cancelled_though_its_broker_swallows_it(
 async def test_a_closed_watch_ends_though_its_broker_ate_the_cancellation(
     queue_name: str,
 ) -> None:
-    broker, _ = await _broker(queue_name, _DeafStore)
+    broker, _ = await _broker(queue_name, DeafStore)
     watch = CancelWatch(broker, Observer())
     assert await watch.start("job-1", Cancellation(), time.time())
     task = asyncio.create_task(watch.run())

@@ -20,9 +20,8 @@ from framework_m_core.control.runtime_schedules import (
 from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError, ScheduleError
 from framework_m_core.ports import decode_message
-from framework_m_core.ports.store import Record
 from framework_m_core.testing import receive_all, synced, wait_until
-from framework_m_core.testing.passing import PassingStore
+from framework_m_core.testing.passing import DeafStore
 
 pytestmark = pytest.mark.anyio
 
@@ -188,29 +187,12 @@ async def test_a_watch_brings_a_change_at_once(
     await task
 
 
-class _DeafStore(PassingStore):
-    """A store whose client swallows a cancellation whole (and uncancels the task), as
-    nats-py's waits were seen to."""
-
-    waits = 0
-
-    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
-        self.waits += 1
-        try:
-            return await super().watch(key, version, timeout=timeout)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            return None
-
-
 async def test_a_stopped_ticker_ends_though_its_broker_ate_the_follower_cancel(
     queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime_schedules, "POLL", 0.5)
     broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
-    broker._store = deaf = _DeafStore(broker._store)  # type: ignore[assignment]
+    broker._store = deaf = DeafStore(broker._store)  # type: ignore[assignment]
     app = _app()
 
     @app.job(every=1)

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..control import keys
+from ..control.shared import shared
 from ..errors import BrokerError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from . import statuses
@@ -237,8 +238,6 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         job is stored, and its worker keeps its status from its start on."""
         try:
             if memos := self.enqueue_memos(message, job_id):
-                from ..control.shared import shared  # control builds on the ports
-
                 await shared(self).put_memos([(m.key, m.value, m.ttl, True) for m in memos])
         except Exception as exc:
             log.warning(

@@ -3,6 +3,7 @@ inject faults in a test, and give it to a broker in place of its own store."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from ..ports.store import Claim, Record, StoreProtocol, Write
@@ -29,3 +30,22 @@ class PassingStore(StoreProtocol):
     async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
         """``inner.watch(key, version, timeout=timeout)``."""
         return await self.inner.watch(key, version, timeout=timeout)
+
+
+class DeafStore(PassingStore):
+    """A store whose client swallows the cancellation of a watch whole (and uncancels
+    its task), as some clients' waits do: what stops a watcher must not rely on the
+    cancellation reaching it. Counts its watches in ``waits``."""
+
+    waits = 0
+
+    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
+        """``inner.watch``, returning None where it was cancelled."""
+        self.waits += 1
+        try:
+            return await super().watch(key, version, timeout=timeout)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return None
