@@ -43,6 +43,8 @@ SUITES = {
     # Writes into key-value buckets wait out a bucket not yet taking writes.
     "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
     "nats-watch": "packages/adapter-nats/tests/test_watch_nats.py",
+    # The console's API: who may read and change, and for which Host.
+    "console": "packages/framework-m-core/tests/test_console_api.py",
     # What the NATS store knows of its own writes, so it need not read first.
     "nats-known": "packages/adapter-nats/tests/test_store_nats.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
@@ -2149,5 +2151,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "        elif isinstance(version, int) and (own := self._known.mine(key, version)):",
         "        elif isinstance(version, int) and (own := None):",
         "test_a_place_freed_here_is_taken_again_without_a_read",
+    ),
+    m(
+        "console-any-host",
+        "console",
+        "a request for a foreign Host gets 400 and no data (DNS rebinding)",
+        f"{CORE}/console/server.py",
+        "            if not self.check.allows(host):",
+        "            if False:",
+        "test_a_request_for_a_foreign_host_gets_400_and_no_data",
+    ),
+    m(
+        "console-wildcard-takes-the-domain",
+        "console",
+        "an allowed '*.domain' covers the names under it, not the domain or its look-alikes",
+        f"{CORE}/console/hosts.py",
+        "        return any(name.endswith(domain) for domain in self._domains)",
+        "        return any(name.endswith(domain[1:]) for domain in self._domains)",
+        "test_allowed_hosts_are_names_with_an_optional_wildcard",
+    ),
+    m(
+        "console-sign-out-from-anywhere",
+        "console",
+        "a sign-out from another site changes nothing",
+        f"{CORE}/console/server.py",
+        '            return _error(403, "a request from another site signs nobody out")',
+        "            pass",
+        "test_the_page_signs_in_to_a_strict_httponly_cookie",
     ),
 )

@@ -58,11 +58,18 @@ class Console:
         self.base = f"http://127.0.0.1:{port}"
 
     def call(
-        self, method: str, path: str, body: Any = None, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        host: str | None = None,
     ) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        if host is not None:
+            request.add_header("Host", host)
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")
         try:
@@ -184,6 +191,10 @@ def _api_lists_the_fleet(console: Console, workers: list[Process]) -> None:
     for path in ("/api/schedules", "/api/replicas", "/api/queues", "/api/dead-letters"):
         assert path in paths
     assert "/api/schedules/{name}/pause" in paths
+    port = console.base.rsplit(":", 1)[1]
+    for path in ("/api/dead-letters", "/api/replicas"):  # a rebound name reads nothing
+        status, said = console.call("GET", path, host=f"rebound.example:{port}")
+        assert (status, list(said)) == (400, ["error"]), (path, said)
 
 
 def _a_pause_needs_the_token_and_holds_every_slot(

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from framework_m_core.console.auth import Guard
+from framework_m_core.console.hosts import HostCheck
 from framework_m_core.console.server import build
 from framework_m_core.console.views import Views
 from framework_m_rabbitmq import RabbitBroker
@@ -25,7 +26,9 @@ TOKEN = "change-token-0123456789"
     ids=["redis", "rabbitmq"],
 )
 async def test_broker_passwords_and_tokens_never_reach_an_answer(broker: object) -> None:
-    asgi = build(Views(broker, None), Guard(TOKEN, None))  # type: ignore[arg-type]
+    asgi = build(  # type: ignore[arg-type]
+        Views(broker, None), Guard(TOKEN, None), hosts=HostCheck(["console.test"])
+    )
     transport = httpx.ASGITransport(app=asgi)
     async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as c:
         signed = await c.post("/api/session", json={"token": TOKEN})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from starlette.routing import Route
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.console.auth import Guard
+from framework_m_core.console.hosts import HostCheck, allowed_names
 from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
@@ -54,7 +56,7 @@ def _app() -> App:
 async def _client(
     broker: MemoryBroker, change: str | None = TOKEN, read: str | None = None
 ) -> httpx.AsyncClient:
-    asgi = build(Views(broker, _app()), Guard(change, read))
+    asgi = build(Views(broker, _app()), Guard(change, read), hosts=HostCheck(["console.test"]))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url=ORIGIN)
 
 
@@ -153,6 +155,9 @@ async def test_the_page_signs_in_to_a_strict_httponly_cookie_and_sends_its_csrf_
         "/api/schedules/minutely/pause", headers={"X-CSRF-Token": csrf, "Origin": ORIGIN}
     )
     assert done.status_code == 200
+    foreign = await client.delete("/api/session", headers={"Origin": "https://evil.example"})
+    assert foreign.status_code == 403
+    assert (await client.get("/api/session")).json()["signed_in"] is True
     await client.delete("/api/session")
     client.cookies.clear()
     again = await client.post("/api/schedules/minutely/resume", headers={"X-CSRF-Token": csrf})
@@ -327,10 +332,11 @@ def test_the_openapi_document_names_every_api_route_and_method() -> None:
     for route in asgi.routes:
         if not isinstance(route, Route) or not route.path.startswith("/api"):
             continue
-        assert route.path in paths, route.path
+        path = route.path.replace(":path}", "}")
+        assert path in paths, route.path
         for method in (route.methods or set()) - {"HEAD"}:
-            assert method.lower() in paths[route.path], (route.path, method)
-    served = {r.path for r in asgi.routes if isinstance(r, Route)}
+            assert method.lower() in paths[path], (route.path, method)
+    served = {r.path.replace(":path}", "}") for r in asgi.routes if isinstance(r, Route)}
     assert set(paths) <= served
     assert re.fullmatch(r"3\.1\.\d", document()["openapi"])
 
@@ -341,3 +347,87 @@ def test_api_routes_are_guarded_one_way_or_the_other() -> None:
         r.path for r in api.routes() if isinstance(r, Route) and r.endpoint.__name__ != "guarded"
     }
     assert unguarded == {"/", "/api/session"}
+
+
+async def test_a_request_for_a_foreign_host_gets_400_and_no_data(memory: MemoryBroker) -> None:
+    await memory.enqueue("report", "j1", tenant=7)
+    async with await _client(memory) as client:
+        assert (await client.get("/api/jobs/j1")).status_code == 200
+        rebound = {"Host": "evil.example:8090"}  # a page's own name pointed at the console
+        for method, path in [
+            ("GET", "/api/jobs/j1"),
+            ("GET", "/api/overview"),
+            ("GET", "/api/dead-letters"),
+            ("GET", "/"),
+            ("POST", "/api/session"),
+        ]:
+            answer = await client.request(method, path, headers=rebound, json={"token": TOKEN})
+            assert answer.status_code == 400, (method, path)
+            assert answer.json() == {
+                "error": "this console does not answer for host 'evil.example:8090': open "
+                "it by its address or localhost, or allow the name with --allowed-host"
+            }
+            assert "set-cookie" not in answer.headers
+        for host in ["127.0.0.1:8090", "[::1]:8090", "localhost:8090", "10.0.0.5", "CONSOLE.test"]:
+            assert (await client.get("/api/jobs/j1", headers={"Host": host})).status_code == 200
+
+
+def test_allowed_hosts_are_names_with_an_optional_wildcard() -> None:
+    check = HostCheck(allowed_names(["console.example.com, *.ops.example", "", "10.0.0.1"]))
+    assert check.allows("console.example.com:443")
+    assert check.allows("a.ops.example")
+    assert check.allows("b.a.ops.example.")
+    assert not check.allows("ops.example")
+    assert not check.allows("console.example.com.evil.example")
+    assert not check.allows("evil-console.example.com")
+    assert not check.allows(None)
+    assert not check.allows("")
+    assert not check.allows("localhost:http")
+    for bad in ["console example", "*.", "a..b", "host:80", "*.*.example", "-a.example"]:
+        with pytest.raises(ConfigurationError, match="is not a host name"):
+            allowed_names([bad])
+
+
+async def test_the_openapi_document_bounds_inputs_as_the_server_does(
+    client: httpx.AsyncClient,
+) -> None:
+    paths = document()["paths"]
+    for path in ("/api/schedules", "/api/dead-letters"):
+        for param in paths[path]["get"]["parameters"]:
+            schema, name = param["schema"], param["name"]
+            edges: list[tuple[object, bool]] = []
+            if "minimum" in schema:
+                edges += [(schema["minimum"] - 1, False), (schema["minimum"], True)]
+            if "maximum" in schema:
+                edges += [(schema["maximum"], True), (schema["maximum"] + 1, False)]
+            if "maxLength" in schema:
+                edges += [
+                    ("q" * schema["maxLength"], True),
+                    ("q" * (schema["maxLength"] + 1), False),
+                ]
+            assert edges, (path, name)
+            for value, accepted in edges:
+                answer = await client.get(path, params={name: str(value)})
+                assert (answer.status_code == 200) is accepted, (path, name, value, answer.text)
+    job_id = paths["/api/jobs/{id}"]["parameters"][0]["schema"]["pattern"]
+    for candidate in ["j", "a" * 200, "a" * 201, "a b", "é", "x/y", "x/cancel"]:
+        answer = await client.get(f"/api/jobs/{quote(candidate, safe='')}")
+        documented = re.fullmatch(job_id, candidate) is not None
+        assert (answer.status_code == 200) is documented, (candidate, answer.text)
+        if documented:
+            assert answer.json()["job_id"] == candidate
+    cancel = await client.post(f"/api/jobs/{quote('x/y', safe='')}/cancel", headers=bearer(TOKEN))
+    assert cancel.json() == {"job_id": "x/y", "cancelled": False}
+    schedule_id = paths["/api/runtime-schedules/{id}"]["parameters"][0]["schema"]["pattern"]
+    body = paths["/api/runtime-schedules"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["properties"]["id"]["pattern"] == schedule_id
+    for candidate in ["a", "a" * 100, "a" * 101, "-a", "a b", "a@b"]:
+        answer = await client.delete(
+            f"/api/runtime-schedules/{quote(candidate, safe='')}", headers=bearer(TOKEN)
+        )
+        documented = re.fullmatch(schedule_id, candidate) is not None
+        assert answer.status_code == (404 if documented else 400), (candidate, answer.text)
+    keys = paths["/api/dead-letters/purge"]["post"]["requestBody"]["content"]["application/json"]
+    assert keys["schema"]["properties"]["keys"]["minItems"] == 1
+    empty = await client.post("/api/dead-letters/purge", json={"keys": []}, headers=bearer(TOKEN))
+    assert empty.status_code == 400

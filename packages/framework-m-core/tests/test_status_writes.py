@@ -273,3 +273,15 @@ async def test_a_job_cancelled_while_waiting_to_retry_counts_as_cancelled(
         await wait_until(lambda: worker.stats.cancelled == 1, timeout=10)
         assert worker.stats.already_finished == 0
     assert runs == [1]
+
+
+async def test_ids_of_any_allowed_length_have_their_own_status_and_cancel_mark(
+    queue_name: str,
+) -> None:
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 120.0, 5.0)))
+    longest, other = "a" * 200, "a" * 199 + "b"  # ids from outside may be 200 characters
+    assert status(longest) != status(other)
+    assert len(memo(status(longest))) <= 200 + len(memo(""))
+    assert (await job_status(broker, longest)).state is JobState.UNKNOWN
+    assert await cancel_job(broker, longest) is False  # unknown: nothing to cancel
+    await broker.close()

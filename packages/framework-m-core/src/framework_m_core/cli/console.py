@@ -8,6 +8,7 @@ import os
 
 from ..adapters.registry import open_broker
 from ..app import load_app
+from ..console.hosts import allowed_names
 from ..errors import ConfigurationError
 from ..observability.probes import parse_address
 from ..ports.capabilities import Capability
@@ -40,6 +41,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         help="where to listen (env M_CONSOLE_HTTP; default 127.0.0.1:8090)",
     )
     c.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[os.environ.get("M_CONSOLE_HOSTS", "")],
+        metavar="NAME",
+        help="a host name the console answers for besides its addresses and localhost, "
+        "as a proxy or browser sends it ('*.example.com' for every name under one; "
+        "repeatable; env M_CONSOLE_HOSTS, comma-separated)",
+    )
+    c.add_argument(
         "--sample-every",
         type=float,
         default=30.0,
@@ -53,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import console
 
     host, port = parse_address(args.http)
+    allowed = allowed_names(args.allowed_host)
     if not args.broker:
         raise ConfigurationError("m console needs the fleet's broker: --broker or M_BROKER_URL")
     if not 1 <= args.sample_every <= 3600:
@@ -73,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             change_token=os.environ.get("M_CONSOLE_TOKEN"),
             read_token=os.environ.get("M_CONSOLE_READ_TOKEN"),
             sample_every=args.sample_every,
+            allowed_hosts=allowed,
         )
     )
     return 0

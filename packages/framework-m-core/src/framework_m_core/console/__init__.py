@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ..adapters.registry import connected
@@ -40,11 +41,13 @@ async def serve(
     change_token: str | None,
     read_token: str | None,
     sample_every: float = 30.0,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Serve the console on ``host:port`` over ``broker`` (connected here) until stopped.
 
     Refuses (ConfigurationError) to listen beyond loopback without a change token, and
-    tokens shorter than 16 characters.
+    tokens shorter than 16 characters. Answers requests for its addresses, localhost,
+    ``host`` and ``allowed_hosts`` only (:mod:`.hosts`).
     """
     if not available():
         raise ConfigurationError(
@@ -54,13 +57,15 @@ async def serve(
     import uvicorn
 
     from .auth import Guard
+    from .hosts import HostCheck, allowed_names
     from .server import build
     from .views import Views
 
     guard = Guard(change_token, read_token)
     guard.check_bind(host)
     async with connected(broker):
-        asgi = build(Views(broker, app), guard, sample_every=sample_every)
+        hosts = HostCheck(allowed_names([host, *allowed_hosts]))
+        asgi = build(Views(broker, app), guard, sample_every=sample_every, hosts=hosts)
         config = uvicorn.Config(
             asgi, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
         )

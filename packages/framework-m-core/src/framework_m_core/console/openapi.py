@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..about import __version__
+from ..ports.messages import MAX_ID_LENGTH
+from .views import MAX_LIMIT
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -50,22 +52,40 @@ def _change(
     return {method: operation}
 
 
-def _param(name: str, where: str, description: str, kind: str = "string") -> dict[str, Any]:
+def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
         "in": where,
         "required": where == "path",
         "description": description,
-        "schema": {"type": kind},
+        "schema": schema,
     }
 
 
+# What the server accepts (views.page_of, control.jobs.validate_job_id,
+# control.runtime_schedules.validate_id): a test checks each bound both ways.
+_JOB_ID = {"type": "string", "pattern": f"^[!-~]{{1,{MAX_ID_LENGTH}}}$"}
+_SCHEDULE_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"}
 _PAGE = [
-    _param("q", "query", "case-insensitive text to search for"),
-    _param("offset", "query", "items to skip (0)", "integer"),
-    _param("limit", "query", "items of the page, 1 to 200 (50)", "integer"),
+    _param(
+        "q", "query", "case-insensitive text to search for", {"type": "string", "maxLength": 200}
+    ),
+    _param("offset", "query", "items to skip (0)", {"type": "integer", "minimum": 0}),
+    _param(
+        "limit",
+        "query",
+        f"items of the page, 1 to {MAX_LIMIT} (50)",
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+    ),
 ]
-_NAME = [_param("name", "path", "a scheduled job's name, or @{id} for a runtime schedule")]
+_NAME = [
+    _param(
+        "name",
+        "path",
+        "a scheduled job's name, or @{id} for a runtime schedule",
+        {"type": "string", "minLength": 1},
+    )
+]
 _OBJECT: dict[str, Any] = {"type": "object"}
 
 
@@ -155,8 +175,8 @@ def document() -> dict[str, Any]:
                     "type": "object",
                     "required": ["id", "job"],
                     "properties": {
-                        "id": {"type": "string"},
-                        "job": {"type": "string"},
+                        "id": _SCHEDULE_ID,
+                        "job": {"type": "string", "minLength": 1},
                         "cron": {"type": "string"},
                         "tz": {"type": "string"},
                         "every": {"type": "number"},
@@ -166,7 +186,9 @@ def document() -> dict[str, Any]:
             ),
             "/api/runtime-schedules/{id}": {
                 **_change("Delete a runtime schedule", _OBJECT, method="delete"),
-                "parameters": [_param("id", "path", "the runtime schedule's id, without @")],
+                "parameters": [
+                    _param("id", "path", "the runtime schedule's id, without @", _SCHEDULE_ID)
+                ],
             },
             "/api/replicas": _read(
                 "Live replicas from the roll in the broker",
@@ -192,14 +214,14 @@ def document() -> dict[str, Any]:
             "/api/dead-letters/purge": _change("Remove dead letters", _OBJECT, _KEYS),
             "/api/jobs/{id}": {
                 **_read("A job's status and result", {"$ref": "#/components/schemas/JobStatus"}),
-                "parameters": [_param("id", "path", "the job id enqueue returned")],
+                "parameters": [_param("id", "path", "the job id enqueue returned", _JOB_ID)],
             },
             "/api/jobs/{id}/cancel": {
                 **_change(
                     "Cancel: a waiting job never runs, a running one is stopped",
                     {"type": "object", "properties": {"cancelled": {"type": "boolean"}}},
                 ),
-                "parameters": [_param("id", "path", "the job id enqueue returned")],
+                "parameters": [_param("id", "path", "the job id enqueue returned", _JOB_ID)],
             },
         },
         "components": {
@@ -296,5 +318,12 @@ def document() -> dict[str, Any]:
 _KEYS = {
     "type": "object",
     "required": ["keys"],
-    "properties": {"keys": {"type": "array", "items": {"type": "string"}, "maxItems": 1000}},
+    "properties": {
+        "keys": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "maxItems": 1000,
+        }
+    },
 }

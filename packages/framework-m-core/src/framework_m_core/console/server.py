@@ -20,10 +20,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import (
     BrokerError,
@@ -35,6 +37,7 @@ from ..errors import (
 from ..ports.capabilities import Capability
 from . import auth, openapi
 from .auth import Guard
+from .hosts import HostCheck
 from .views import SAMPLE_EVERY, Views, page_of
 
 log = logging.getLogger("framework_m.console")
@@ -142,8 +145,9 @@ class Api:
             Route("/api/dead-letters", r(self.dead_letters), methods=["GET"]),
             Route("/api/dead-letters/requeue", c(self.requeue), methods=["POST"]),
             Route("/api/dead-letters/purge", c(self.purge), methods=["POST"]),
-            Route("/api/jobs/{id}", r(self.job), methods=["GET"]),
-            Route("/api/jobs/{id}/cancel", c(self.cancel), methods=["POST"]),
+            # a job id may hold "/": the cancel route is tried first for a POST
+            Route("/api/jobs/{id:path}/cancel", c(self.cancel), methods=["POST"]),
+            Route("/api/jobs/{id:path}", r(self.job), methods=["GET"]),
         ]
 
     async def openapi(self, request: Request) -> Any:
@@ -188,6 +192,8 @@ class Api:
         return response
 
     async def sign_out(self, request: Request) -> Response:
+        if not _same_origin(request):
+            return _error(403, "a request from another site signs nobody out")
         self.guard.sign_out(request.cookies.get(auth.COOKIE))
         response = JSONResponse({"signed_in": False}, headers=_HEADERS)
         response.delete_cookie(auth.COOKIE, path="/", httponly=True, samesite="strict")
@@ -317,8 +323,40 @@ def _keys(body: dict[str, Any]) -> list[str]:
     return keys
 
 
-def build(views: Views, guard: Guard, *, sample_every: float = SAMPLE_EVERY) -> Starlette:
-    """The console's ASGI app; it samples the queue's counts while it runs."""
+class _HostGuard:
+    """Answers 400, and nothing else, to a request whose ``Host`` is not the console's
+    (:mod:`.hosts`)."""
+
+    def __init__(self, app: ASGIApp, check: HostCheck) -> None:
+        self.app, self.check = app, check
+        self.refused: set[str] = set()  # hosts already logged
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+            if not self.check.allows(host):
+                if len(self.refused) < 100 and host not in self.refused:
+                    self.refused.add(host or "")
+                    log.warning("console: refused a request for host %r (not allowed)", host)
+                response = _error(
+                    400,
+                    f"this console does not answer for host {host!r}: open it by its "
+                    "address or localhost, or allow the name with --allowed-host",
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build(
+    views: Views,
+    guard: Guard,
+    *,
+    sample_every: float = SAMPLE_EVERY,
+    hosts: HostCheck | None = None,
+) -> Starlette:
+    """The console's ASGI app; it samples the queue's counts while it runs, and answers
+    only requests for the hosts ``hosts`` allows (addresses and localhost by default)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -332,7 +370,11 @@ def build(views: Views, guard: Guard, *, sample_every: float = SAMPLE_EVERY) -> 
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    return Starlette(routes=Api(views, guard).routes(), lifespan=lifespan)
+    return Starlette(
+        routes=Api(views, guard).routes(),
+        lifespan=lifespan,
+        middleware=[Middleware(_HostGuard, check=hosts or HostCheck())],
+    )
 
 
 async def _sample(views: Views, every: float, stopping: asyncio.Event) -> None:

@@ -56,20 +56,26 @@ RUNTIME_CATALOG = "runtime:catalog"
 
 def status(job_id: str) -> str:
     """The memo of ``job_id``'s status."""
-    return f"job:{job_id}"
+    return _fitted("job:", job_id)
 
 
 def cancel_mark(job_id: str) -> str:
     """The memo of ``job_id``'s cancel mark."""
-    return f"cancel:{job_id}"
+    return _fitted("cancel:", job_id)
 
 
 def slot(deduplication_id: str) -> str:
     """The memo naming the job a tick (by its deduplication id) was enqueued as."""
-    key = f"slot:{deduplication_id}"
+    return _fitted("slot:", deduplication_id)
+
+
+def _fitted(prefix: str, name: str) -> str:
+    """``prefix`` and ``name``, or ``prefix``, ``#`` and a digest of ``name`` where that
+    is too long for a key (ids and deduplication ids may be 200 characters)."""
+    key = prefix + name
     if len(key) <= MAX_TEXT:
         return key
-    return "slot:#" + hashlib.sha256(deduplication_id.encode()).hexdigest()
+    return f"{prefix}#{hashlib.sha256(name.encode()).hexdigest()}"
 
 
 # -- names: state records ----------------------------------------------------------------
