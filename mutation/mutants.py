@@ -43,6 +43,8 @@ SUITES = {
     # Writes into key-value buckets wait out a bucket not yet taking writes.
     "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
     "nats-watch": "packages/adapter-nats/tests/test_watch_nats.py",
+    # overlap= and concurrency= in one process.
+    "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
     # The console's API: who may read and change, and for which Host.
     "console": "packages/framework-m-core/tests/test_console_api.py",
     # What the NATS store knows of its own writes, so it need not read first.
@@ -2178,5 +2180,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '            return _error(403, "a request from another site signs nobody out")',
         "            pass",
         "test_the_page_signs_in_to_a_strict_httponly_cookie",
+    ),
+    m(
+        "core-lease-given-back-after-ack",
+        "overlap",
+        "a run gives its overlap lease back as its handler returns, not after its ack",
+        f"{CORE}/runtime/execution.py",
+        "            if run is not None:\n                run.leave()\n",
+        "            if run is not None:\n                pass\n",
+        "test_a_run_gives_its_overlap_lease_back_before_its_ack_lands",
     ),
 )

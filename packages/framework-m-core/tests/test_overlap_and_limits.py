@@ -10,9 +10,10 @@ import pytest
 
 from framework_m_core import App, JobContext, JobDefinitionError
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
+from framework_m_core.control import keys
 from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError
-from framework_m_core.ports import Capability, JobMessage
+from framework_m_core.ports import Capability, Delivery, JobMessage
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -60,6 +61,39 @@ async def test_a_slot_coming_while_the_previous_run_runs_is_skipped(memory: Memo
     assert [when.timestamp() for _, _, when in spans.spans] == [3600, 10800]  # type: ignore[attr-defined]
     assert worker.stats.retried == 0
     assert list(await shared(memory).lease_holders("overlap:report")) == []  # released
+
+
+async def test_a_run_gives_its_overlap_lease_back_before_its_ack_lands(
+    memory: MemoryBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, ran = App(), []
+
+    @app.job(every=3600)  # overlap="skip": an instant job, the next slot must not skip
+    async def report(ctx: JobContext) -> None:
+        assert ctx.scheduled_at is not None
+        ran.append(ctx.scheduled_at.timestamp())
+
+    acks_may_land = asyncio.Event()
+    ack = memory.ack
+
+    async def slow_ack(delivery: Delivery) -> None:
+        await acks_may_land.wait()
+        await ack(delivery)
+
+    monkeypatch.setattr(memory, "ack", slow_ack)
+
+    async def lease_free() -> bool:
+        return await shared(memory).lease_holders(keys.overlap("report")) == []
+
+    async with running_worker(app, memory) as worker:
+        await memory.publish(_tick("report", 3600))
+        await wait_until(lambda: ran == [3600], what="the first run")
+        await wait_until(lease_free, what="the lease given back while the ack is pending")
+        await memory.publish(_tick("report", 7200))
+        await wait_until(lambda: len(ran) == 2 or worker.stats.skipped > 0, what="slot 7200")
+        assert (ran, worker.stats.skipped) == ([3600, 7200], 0)
+        acks_may_land.set()
+        await wait_until(lambda: worker.stats.succeeded == 2, what="both acks")
 
 
 async def test_buffer_one_lets_one_slot_wait_and_starts_it_when_the_run_ends(

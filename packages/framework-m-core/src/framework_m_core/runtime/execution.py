@@ -37,6 +37,7 @@ from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
 from .cancels import Cancellation, CancelWatch
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
+from .run_leases import RunLeases
 from .statuses import RunningStatuses, StatusWriter
 
 log = logging.getLogger("framework_m.worker")
@@ -268,33 +269,27 @@ class Execution:
         schedule = _schedule_of(spec, message)
         kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
         if not (kept and self.leases):
-            await self._traced(spec, message, delivery, ())
+            await self._traced(spec, message, delivery, None)
             return
         holder = leases.holder_of(message.id)
         limit = None  # the key of the job's limit, whose place is kept after the run
         if spec.concurrency is not None:
             limit = keys.concurrency(spec.name, spec.concurrency_key, message.kwargs)
-        held: list[tuple[str, str]] = []
+        run = RunLeases(self.places, self._release, limit)
         try:
-            if await self._admit(spec, schedule, message, delivery, holder, limit, held):
-                await self._traced(spec, message, delivery, held)
+            if await self._admit(spec, schedule, message, delivery, holder, limit, run.held):
+                await self._traced(spec, message, delivery, run)
         finally:
-            others = self._leave(held, limit)
-            if others:
-                await asyncio.shield(self._release_all(others))
+            await run.left()
 
     async def _traced(
-        self,
-        spec: JobSpec,
-        message: JobMessage,
-        delivery: Delivery,
-        held: Sequence[tuple[str, str]],
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, run: RunLeases | None
     ) -> None:
         if tracing.active():
             with tracing.processing(message, delivery.attempt, self.broker.display_url) as span:
-                await self._attempt(spec, message, delivery, span, held)
+                await self._attempt(spec, message, delivery, span, run)
         else:
-            await self._attempt(spec, message, delivery, None, held)
+            await self._attempt(spec, message, delivery, None, run)
 
     # -- leases: overlap policies and limits ----------------------------------------------
 
@@ -422,35 +417,24 @@ class Execution:
         except Exception as exc:  # it expires with the reservation time
             log.warning("releasing lease %s failed (%s); it expires by itself", key, exc)
 
-    def _leave(self, held: Sequence[tuple[str, str]], limit: str | None) -> list[tuple[str, str]]:
-        """Keep a run's place under the job's ``limit`` for the worker's next run of the
-        key (:mod:`.places`); the run's other leases, to release, last taken first."""
-        others = []
-        for key, holder in reversed(held):
-            if key == limit:
-                self.places.keep(key, holder)
-            else:
-                others.append((key, holder))
-        return others
-
-    async def _release_all(self, leases: Sequence[tuple[str, str]]) -> None:
-        for key, holder in leases:
-            await self._release(key, holder)
-
     async def _attempt(
         self,
         spec: JobSpec,
         message: JobMessage,
         delivery: Delivery,
         span: object,
-        held: Sequence[tuple[str, str]] = (),
+        run: RunLeases | None = None,
     ) -> None:
-        """Run the handler, then keep its status and settle the delivery by its result."""
+        """Run the handler, then keep its status and settle the delivery by its result
+        (the run's leases given back beside them)."""
         started, started_at = time.perf_counter(), time.time()
         noting = self.running_statuses.start(spec, message, delivery.attempt)
         try:
+            held = () if run is None else run.held
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
+            if run is not None:
+                run.leave()
             await self.running_statuses.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
