@@ -2190,4 +2190,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if run is not None:\n                pass\n",
         "test_a_run_gives_its_overlap_lease_back_before_its_ack_lands",
     ),
+    m(
+        "core-caught-up-skipped",
+        "overlap",
+        "a slot caught up late waits behind a running run, never skipped",
+        f"{CORE}/runtime/execution.py",
+        "                ticked = message.scheduled_at is not None and not caught_up(message)",
+        "                ticked = message.scheduled_at is not None",
+        "test_slots_caught_up_late_wait_their_turn_and_all_run",
+    ),
+    m(
+        "ticker-catch-up-unmarked",
+        "ticker",
+        "a missed slot enqueued late says so, so that it waits rather than skips",
+        f"{CORE}/scheduling/ticker.py",
+        '            meta={CAUGHT_UP: "1"} if late else {},',
+        "            meta={},",
+        "test_all_enqueues_each_missed_slot_oldest_first_then_the_due_one",
+    ),
 )

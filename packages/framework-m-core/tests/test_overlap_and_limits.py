@@ -14,6 +14,7 @@ from framework_m_core.control import keys
 from framework_m_core.control.shared import shared
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports import Capability, Delivery, JobMessage
+from framework_m_core.ports.messages import CAUGHT_UP
 from framework_m_core.testing import running_worker, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -94,6 +95,24 @@ async def test_a_run_gives_its_overlap_lease_back_before_its_ack_lands(
         assert (ran, worker.stats.skipped) == ([3600, 7200], 0)
         acks_may_land.set()
         await wait_until(lambda: worker.stats.succeeded == 2, what="both acks")
+
+
+async def test_slots_caught_up_late_wait_their_turn_and_all_run(memory: MemoryBroker) -> None:
+    app, spans = App(), _Spans()
+
+    @app.job(every=3600)  # overlap="skip", the default
+    async def report(ctx: JobContext) -> None:
+        await spans.run(ctx.scheduled_at, 0.2)
+
+    async with running_worker(app, memory) as worker:
+        for slot in (3600, 7200, 10800):  # as catch-up enqueues missed slots: at once
+            late = _tick("report", slot)
+            late.meta[CAUGHT_UP] = "1"
+            await memory.publish(late)
+        await wait_until(lambda: worker.stats.succeeded == 3, what="every missed slot run")
+        assert worker.stats.skipped == 0
+    assert spans.most == 1  # one after another, never beside each other
+    assert sorted(when.timestamp() for _, _, when in spans.spans) == [3600, 7200, 10800]  # type: ignore[attr-defined]
 
 
 async def test_buffer_one_lets_one_slot_wait_and_starts_it_when_the_run_ends(

@@ -16,7 +16,8 @@ delivery whose broker says it was stored later.
 
 ``meta`` (optional, absent when empty) is an object of at most
 :data:`MAX_META_ENTRIES` short strings that travel with the job without reaching
-its handler: the trace context (``traceparent``, ``tracestate``) when tracing is on.
+its handler: the trace context (``traceparent``, ``tracestate``) when tracing is on,
+and :data:`CAUGHT_UP` on a tick enqueued late by catch-up.
 
 ``keep`` (optional, absent when the enqueuer does not say) is how many seconds the
 job's status and result are kept after it finished; 0 keeps none. Without it the
@@ -367,6 +368,16 @@ def tick_deduplication_id(job_name: str, slot: int) -> str:
 
 
 TRIGGER_PREFIX = "trigger:"
+#: The ``meta`` entry (value ``"1"``) of a tick that catch-up enqueued after its slot's
+#: grace: behind a running run of its schedule it waits its turn, never skipped.
+CAUGHT_UP = "caught_up"
+
+
+def caught_up(message: JobMessage) -> bool:
+    """Whether ``message`` is a missed slot that catch-up enqueued late."""
+    return message.meta.get(CAUGHT_UP) == "1"
+
+
 TICK_PREFIX = "tick:"
 
 

@@ -30,7 +30,13 @@ from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
 from ..observability.tracebacks import bounded_traceback
 from ..ports.capabilities import Capability
-from ..ports.messages import TRIGGER_PREFIX, JobMessage, decode_message, schedule_of
+from ..ports.messages import (
+    TRIGGER_PREFIX,
+    JobMessage,
+    caught_up,
+    decode_message,
+    schedule_of,
+)
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
@@ -310,7 +316,8 @@ class Execution:
         if schedule is not None and spec.overlap != "allow":
             key = keys.overlap(schedule)
             if not await self._acquire(key, holder, ttl, 1):
-                ticked = message.scheduled_at is not None
+                # a slot on time skips or buffers; one caught up late waits its turn
+                ticked = message.scheduled_at is not None and not caught_up(message)
                 if ticked and spec.overlap == "skip":
                     await self._skip(delivery, message, key)
                     return False

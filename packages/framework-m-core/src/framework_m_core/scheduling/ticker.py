@@ -18,7 +18,7 @@ from ..errors import ConfigurationError, InvalidJobError
 from ..jobs import Catchup, JobSpec
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
-from ..ports.messages import JobMessage, tick_deduplication_id
+from ..ports.messages import CAUGHT_UP, JobMessage, tick_deduplication_id
 from ..ports.protocols import BrokerProtocol
 from ..runtime.events import first_of, reraise_if_cancelled, said
 from .clocks import CHECK_EVERY, ClockCheck
@@ -697,6 +697,7 @@ class Ticker:
             enqueued_at=now,
             scheduled_at=slot,
             not_after=(now if late else slot) + self.grace + self._skew,
+            meta={CAUGHT_UP: "1"} if late else {},
         )
 
     def _unanswered(self) -> None:
