@@ -43,6 +43,8 @@ SUITES = {
     # Writes into key-value buckets wait out a bucket not yet taking writes.
     "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
     "nats-watch": "packages/adapter-nats/tests/test_watch_nats.py",
+    # Fences: a run whose delivery was taken back while frozen stops and keeps nothing.
+    "fences": "packages/framework-m-core/tests/test_fences.py",
     # overlap= and concurrency= in one process.
     "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
     # The console's API: who may read and change, and for which Host.
@@ -1408,8 +1410,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a job running past the visibility timeout stays reserved",
         f"{CORE}/runtime/execution.py",
-        "        beat = self.heartbeats.start(delivery, held)\n",
-        "        beat = self.heartbeats.start(delivery, held)\n"
+        "        beat = self.heartbeats.start(delivery, held, fence)\n",
+        "        beat = self.heartbeats.start(delivery, held, fence)\n"
         "        self.heartbeats.stop(beat)\n",
         "test_a_job_running_past_the_visibility_timeout_stays_reserved",
     ),
@@ -1485,8 +1487,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a cancel stops an async handler while it runs",
         f"{CORE}/runtime/execution.py",
-        "        cancellation.on_cancel(task.cancel)\n",
-        "        cancellation.on_cancel(None)\n",
+        "        _hook(cancellation, fence, stop)\n",
+        "        _hook(None, fence, stop)\n",
         "test_a_running_job_is_stopped_within_seconds",
     ),
     m(
@@ -1494,8 +1496,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a cancelled run is not retried",
         f"{CORE}/runtime/execution.py",
-        "        if failure is _CANCELLED:\n",
-        "        if False:\n",
+        "        elif failure is _CANCELLED:\n",
+        "        elif False:\n",
         "test_a_running_job_is_stopped_within_seconds",
     ),
     m(
@@ -1503,8 +1505,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a def handler sees ctx.cancelled",
         f"{CORE}/runtime/execution.py",
-        "                else lambda: cancellation.requested,\n",
-        "                else lambda: False,\n",
+        "                cancel_flag=lambda: _stopped(cancellation, fence) is not None,\n",
+        "                cancel_flag=lambda: _stopped(None, fence) is not None,\n",
         "test_a_running_job_is_stopped_within_seconds",
     ),
     m(
@@ -2186,7 +2188,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "overlap",
         "a run gives its overlap lease back as its handler returns, not after its ack",
         f"{CORE}/runtime/execution.py",
-        "            if run is not None:\n                run.leave()\n",
+        "            if run is not None:\n"
+        "                run.leave(keep=fence is None or fence.fresh())\n",
         "            if run is not None:\n                pass\n",
         "test_a_run_gives_its_overlap_lease_back_before_its_ack_lands",
     ),
@@ -2195,8 +2198,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "overlap",
         "a slot caught up late waits behind a running run, never skipped",
         f"{CORE}/runtime/execution.py",
-        "                ticked = message.scheduled_at is not None and not caught_up(message)",
-        "                ticked = message.scheduled_at is not None",
+        "        ticked = message.scheduled_at is not None and not caught_up(message)",
+        "        ticked = message.scheduled_at is not None",
         "test_slots_caught_up_late_wait_their_turn_and_all_run",
     ),
     m(
@@ -2207,5 +2210,24 @@ MUTANTS: tuple[Mutant, ...] = (
         '            meta={CAUGHT_UP: "1"} if late else {},',
         "            meta={},",
         "test_all_enqueues_each_missed_slot_oldest_first_then_the_due_one",
+    ),
+    m(
+        "core-fence-heartbeat-deaf",
+        "fences",
+        "a heartbeat that finds the delivery taken back stops the run",
+        f"{CORE}/runtime/heartbeats.py",
+        '                beat.fence.lose(f"its reservation lapsed and the broker '
+        'took it back ({exc})")',
+        "                pass",
+        "test_a_run_whose_delivery_was_taken_back_stops_and_keeps_no_status",
+    ),
+    m(
+        "core-fence-end-unchecked",
+        "fences",
+        "a lost run writes no status and settles nothing",
+        f"{CORE}/runtime/execution.py",
+        '        if not await self._still_held(spec, message, delivery, "while it ran"):',
+        "        if False:",
+        "test_a_run_whose_delivery_was_taken_back_stops_and_keeps_no_status",
     ),
 )

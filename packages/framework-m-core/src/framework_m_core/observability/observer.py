@@ -20,6 +20,7 @@ JobOutcome = Literal[
     "skipped",
     "cancelled",
     "already_finished",
+    "lost",
 ]
 BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state", "memo"]
 UNKNOWN_JOB = "unknown"

@@ -41,6 +41,7 @@ from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
 from .cancels import Cancellation, CancelWatch
+from .fences import Fence
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
 from .run_leases import RunLeases
@@ -67,6 +68,9 @@ class WorkerStats:
     cancelled: int = 0  # jobs cancelled by request, before or while they ran: acked
     # redeliveries of jobs an earlier attempt finished, its ack lost: acked, not run
     already_finished: int = 0
+    # runs whose delivery the broker took back (a freeze past its reservation): stopped
+    # or never started, no status written, not settled (:mod:`.fences`)
+    lost: int = 0
     # runs waiting now for their schedule's run, a limit's place or, delivered again,
     # their own run going on in this process
     waiting: int = 0
@@ -84,6 +88,25 @@ class _Failure:
 
 
 _CANCELLED = _Failure("cancelled by request")  # not a failure: acked, never retried
+_LOST = _Failure("lost its delivery")  # another holder owns the job: nothing settled
+
+
+def _stopped(cancellation: Cancellation | None, fence: Fence | None) -> _Failure | None:
+    """Why a run must stop now: its fence lost, or a cancel; None: it goes on."""
+    if fence is not None and fence.lost is not None:
+        return _LOST
+    if cancellation is not None and cancellation.requested:
+        return _CANCELLED
+    return None
+
+
+def _hook(
+    cancellation: Cancellation | None, fence: Fence | None, stop: Callable[[], None] | None
+) -> None:
+    if cancellation is not None:
+        cancellation.on_cancel(stop)
+    if fence is not None:
+        fence.on_lost(stop)
 
 
 def _schedule_of(spec: JobSpec, message: JobMessage) -> str | None:
@@ -158,6 +181,7 @@ class Execution:
         self.places = KeptPlaces(broker)
         self.heartbeats = Heartbeats(broker, self.places)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
+        self._fences: dict[int, Fence] = {}  # by id() of the deliveries being processed
         self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
 
     def _job_name(self, name: str | None) -> str:
@@ -220,9 +244,11 @@ class Execution:
             finally:
                 self.heartbeats.stop(beat)
         here = self._here[message.id] = asyncio.Event()
+        self._fences[id(delivery)] = Fence(leases.lease_ttl(self.broker.visibility_timeout))
         try:
             await self._deliver(spec, message, delivery)
         finally:
+            del self._fences[id(delivery)]
             if self._here.get(message.id) is here:
                 del self._here[message.id]
             here.set()
@@ -275,7 +301,8 @@ class Execution:
         schedule = _schedule_of(spec, message)
         kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
         if not (kept and self.leases):
-            await self._traced(spec, message, delivery, None)
+            if await self._still_held(spec, message, delivery, "before it started"):
+                await self._traced(spec, message, delivery, None)
             return
         holder = leases.holder_of(message.id)
         limit = None  # the key of the job's limit, whose place is kept after the run
@@ -284,9 +311,40 @@ class Execution:
         run = RunLeases(self.places, self._release, limit)
         try:
             if await self._admit(spec, schedule, message, delivery, holder, limit, run.held):
-                await self._traced(spec, message, delivery, run)
+                if await self._still_held(spec, message, delivery, "before it started"):
+                    await self._traced(spec, message, delivery, run)
+            else:
+                self._if_lost(spec, message, delivery, "while it waited")
         finally:
             await run.left()
+
+    async def _still_held(
+        self, spec: JobSpec, message: JobMessage, delivery: Delivery, when: str
+    ) -> bool:
+        """Whether the run still holds ``delivery`` (asked only when its reservation may
+        have lapsed, :mod:`.fences`); a lost one is counted and logged."""
+        fence = self._fences.get(id(delivery))
+        if fence is None or await fence.holds(self.broker, delivery):
+            return True
+        self._if_lost(spec, message, delivery, when)
+        return False
+
+    def _if_lost(self, spec: JobSpec, message: JobMessage, delivery: Delivery, when: str) -> None:
+        """Count and log the run as lost, if its fence says so: nothing more is done
+        with it here (whoever holds the job now runs it and keeps its status)."""
+        fence = self._fences.get(id(delivery))
+        if fence is None or fence.lost is None:
+            return
+        self.stats.lost += 1
+        self.observer.job_finished(spec.name, "lost", None)
+        _job_log(message, delivery).warning(
+            "%s[%s] lost %s: %s; not settled here, and its status is left to the "
+            "replica that has it now (was this process frozen or its event loop blocked?)",
+            spec.name,
+            message.id,
+            when,
+            fence.lost,
+        )
 
     async def _traced(
         self, spec: JobSpec, message: JobMessage, delivery: Delivery, run: RunLeases | None
@@ -311,27 +369,12 @@ class Execution:
     ) -> bool:
         """Take the run's leases into ``held`` (key and holder: a place kept from an
         earlier run keeps that run's name), waiting where its policy says; False when
-        the delivery was settled as skipped instead."""
+        the delivery was settled as skipped instead, or lost while it waited."""
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
         if schedule is not None and spec.overlap != "allow":
             key = keys.overlap(schedule)
-            if not await self._acquire(key, holder, ttl, 1):
-                # a slot on time skips or buffers; one caught up late waits its turn
-                ticked = message.scheduled_at is not None and not caught_up(message)
-                if ticked and spec.overlap == "skip":
-                    await self._skip(delivery, message, key)
-                    return False
-                buffer = keys.overlap_wait(schedule)
-                if ticked and not await self._acquire(buffer, holder, ttl, 1):
-                    await self._skip(delivery, message, key)  # one waits already
-                    return False
-                # buffer_one's waiting run; or a run enqueued by hand, which waits its turn
-                try:
-                    waiting = [(buffer, holder)] * ticked
-                    await self._wait(spec, delivery, key, holder, ttl, 1, waiting)
-                finally:
-                    if ticked:
-                        await asyncio.shield(self._release(buffer, holder))
+            if not await self._overlap(spec, schedule, message, delivery, holder, ttl):
+                return False
             held.append((key, holder))
         if limit is not None and spec.concurrency is not None:
             kept = self.places.take(limit, ttl)
@@ -340,10 +383,44 @@ class Execution:
                 return True
             sent = time.monotonic()
             if not await self._acquire(limit, holder, ttl, spec.concurrency):
-                sent = await self._wait(spec, delivery, limit, holder, ttl, spec.concurrency, held)
+                took = await self._wait(spec, delivery, limit, holder, ttl, spec.concurrency, held)
+                if took is None:
+                    return False  # lost meanwhile
+                sent = took
             self.places.written(limit, holder, sent)
             held.append((limit, holder))
         return True
+
+    async def _overlap(
+        self,
+        spec: JobSpec,
+        schedule: str,
+        message: JobMessage,
+        delivery: Delivery,
+        holder: str,
+        ttl: float,
+    ) -> bool:
+        """Take the schedule's overlap lease as its policy says; False when the delivery
+        was settled as skipped instead, or lost while it waited."""
+        key = keys.overlap(schedule)
+        if await self._acquire(key, holder, ttl, 1):
+            return True
+        # a slot on time skips or buffers; one caught up late waits its turn
+        ticked = message.scheduled_at is not None and not caught_up(message)
+        if ticked and spec.overlap == "skip":
+            await self._skip(delivery, message, key)
+            return False
+        buffer = keys.overlap_wait(schedule)
+        if ticked and not await self._acquire(buffer, holder, ttl, 1):
+            await self._skip(delivery, message, key)  # one waits already
+            return False
+        # buffer_one's waiting run; or a run enqueued by hand, which waits its turn
+        try:
+            waiting = [(buffer, holder)] * ticked
+            return await self._wait(spec, delivery, key, holder, ttl, 1, waiting) is not None
+        finally:
+            if ticked:
+                await asyncio.shield(self._release(buffer, holder))
 
     async def _acquire(self, key: str, holder: str, ttl: float, limit: int) -> bool:
         """acquire_lease, tried again while the broker is out of reach (a False from a
@@ -370,19 +447,22 @@ class Execution:
         ttl: float,
         limit: int,
         also_held: Sequence[tuple[str, str]],
-    ) -> float:
+    ) -> float | None:
         """Wait, the delivery and ``also_held`` kept alive, until a place under ``key``
-        is this run's; when (monotonic) the claim that took it was sent. Waiting uses
-        no attempt and no place of the worker's."""
-        beat = self.heartbeats.start(delivery, also_held)
+        is this run's; when (monotonic) the claim that took it was sent, or None once
+        the delivery is lost (:mod:`.fences`). Waiting uses no attempt and no place of
+        the worker's."""
+        fence = self._fences.get(id(delivery))
+        beat = self.heartbeats.start(delivery, also_held, fence)
         log.debug("%s waits for a place under %s", holder, key)
         try:
             with self._waiting(spec):
-                while True:
+                while fence is None or fence.lost is None:
                     await asyncio.sleep(random.uniform(*_WAIT_POLL))
                     sent = time.monotonic()
                     if await self._acquire(key, holder, ttl, limit):
                         return sent
+                return None
         finally:
             self.heartbeats.stop(beat)
 
@@ -435,17 +515,20 @@ class Execution:
         """Run the handler, then keep its status and settle the delivery by its result
         (the run's leases given back beside them)."""
         started, started_at = time.perf_counter(), time.time()
-        noting = self.running_statuses.start(spec, message, delivery.attempt)
+        fence = self._fences.get(id(delivery))
+        noting = self.running_statuses.start(spec, message, delivery.attempt, fence)
         try:
             held = () if run is None else run.held
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
             if run is not None:
-                run.leave()
+                run.leave(keep=fence is None or fence.fresh())
             await self.running_statuses.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
-        if failure is _CANCELLED:
+        if not await self._still_held(spec, message, delivery, "while it ran"):
+            tracing.finished(span, "lost", None, fence.lost if fence else None)
+        elif failure is _CANCELLED:
             tracing.finished(span, "cancelled", None, None)
             await self._cancel(delivery, message, spec, duration, started_at)
         elif failure is None:
@@ -598,7 +681,8 @@ class Execution:
     ) -> tuple[_Failure | None, str | None]:
         """Run the handler; return what went wrong (None on success) and its return value
         as JSON when it is kept (a value that cannot be kept fails the attempt)."""
-        beat = self.heartbeats.start(delivery, held)
+        fence = self._fences.get(id(delivery))
+        beat = self.heartbeats.start(delivery, held, fence)
         cancellation = self._cancellations.get(message.id)
         started = time.perf_counter()
         self.observer.job_started(spec.name, message.enqueued_at, message.scheduled_at)
@@ -625,14 +709,12 @@ class Execution:
                 broker=self.broker,
                 log=logger,
                 state=self.app.state,
-                cancel_flag=(lambda: False)
-                if cancellation is None
-                else lambda: cancellation.requested,
+                cancel_flag=lambda: _stopped(cancellation, fence) is not None,
             )
             async with asyncio.timeout(spec.timeout) as deadline:
-                returned = await self._call(spec, ctx, message, cancellation)
-            if returned is _CANCELLED:
-                return _CANCELLED, None
+                returned = await self._call(spec, ctx, message, cancellation, fence)
+            if returned is _CANCELLED or returned is _LOST:
+                return returned, None
             result_json = encode_result(returned) if self.statuses.keep(spec, message)[1] else None
         except TimeoutError as exc:
             if deadline is not None and deadline.expired():
@@ -660,31 +742,43 @@ class Execution:
         ctx: JobContext,
         message: JobMessage,
         cancellation: Cancellation | None,
+        fence: Fence | None,
     ) -> object:
-        """The handler's return value, or :data:`_CANCELLED` when a cancel stopped it."""
+        """The handler's return value; :data:`_CANCELLED` when a cancel stopped it,
+        :data:`_LOST` when its fence was lost (the broker took the delivery back)."""
         if spec.blocking:  # in the thread pool, with this task's context (a span)
             call = functools.partial(spec.handler, ctx, **message.kwargs)
             run = contextvars.copy_context().run
             returned = await asyncio.get_running_loop().run_in_executor(self.threads, run, call)
-            return _CANCELLED if cancellation is not None and cancellation.requested else returned
-        if cancellation is None:
+            why = _stopped(cancellation, fence)
+            return returned if why is None else why
+        if cancellation is None and fence is None:
             return await spec.handler(ctx, **message.kwargs)
-        if cancellation.requested:
-            return _CANCELLED
-        # A cancel cancels the run's own task, and only while the handler runs: the
-        # callback is set and cleared with no await outside the handler between.
+        if (why := _stopped(cancellation, fence)) is not None:
+            return why
+        # A cancel or a lost fence cancels the run's own task, once, and only while the
+        # handler runs: the callbacks are set and cleared with no await outside it between.
         task = asyncio.current_task()
         assert task is not None
-        cancellation.on_cancel(task.cancel)
+        fired = False
+
+        def stop() -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                task.cancel()
+
+        _hook(cancellation, fence, stop)
         try:
             returned = await spec.handler(ctx, **message.kwargs)
         except asyncio.CancelledError:
-            if cancellation.requested and task.uncancel() == 0:
-                return _CANCELLED  # this cancel alone, not the worker's stop
+            why = _stopped(cancellation, fence)
+            if why is not None and fired and task.uncancel() == 0:
+                return why  # this stop alone, not the worker's
             raise
         finally:
-            cancellation.on_cancel(None)
-        if cancellation.requested:  # the handler swallowed the cancel: drop its count
+            _hook(cancellation, fence, None)
+        if fired:  # the handler swallowed the cancel: drop its count
             task.uncancel()
         return returned
 

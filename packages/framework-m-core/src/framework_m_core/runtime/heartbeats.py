@@ -18,8 +18,10 @@ from collections.abc import Sequence
 
 from ..control.leases import lease_ttl
 from ..control.shared import shared
+from ..errors import DeliveryLostError
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
+from .fences import Fence
 from .places import KeptPlaces
 
 log = logging.getLogger("framework_m.worker")
@@ -28,12 +30,19 @@ log = logging.getLogger("framework_m.worker")
 class Beat:
     """One running job's delivery, and the leases it holds: (key, holder) pairs."""
 
-    __slots__ = ("delivery", "due", "held", "lost")
+    __slots__ = ("delivery", "due", "fence", "held", "lost")
 
-    def __init__(self, delivery: Delivery, held: Sequence[tuple[str, str]], due: float) -> None:
+    def __init__(
+        self,
+        delivery: Delivery,
+        held: Sequence[tuple[str, str]],
+        due: float,
+        fence: Fence | None = None,
+    ) -> None:
         self.delivery = delivery
         self.held = held
         self.due = due  # time.monotonic() of its next extension
+        self.fence = fence  # told of each renewal, and of a loss
         self.lost: set[str] = set()  # leases it was told it no longer holds
 
 
@@ -54,9 +63,16 @@ class Heartbeats:
     def __len__(self) -> int:
         return len(self._beats)
 
-    def start(self, delivery: Delivery, held: Sequence[tuple[str, str]] = ()) -> Beat:
-        """Keep ``delivery`` (and the leases ``held``) reserved until :meth:`stop`."""
-        beat = Beat(delivery, held, time.monotonic() + self.interval)
+    def start(
+        self,
+        delivery: Delivery,
+        held: Sequence[tuple[str, str]] = (),
+        fence: Fence | None = None,
+    ) -> Beat:
+        """Keep ``delivery`` (and the leases ``held``) reserved until :meth:`stop`;
+        ``fence`` learns of each renewal, and is lost when the broker took the delivery
+        back or a lease is gone."""
+        beat = Beat(delivery, held, time.monotonic() + self.interval, fence)
         self._beats[id(beat)] = beat
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._sweep())
@@ -98,10 +114,18 @@ class Heartbeats:
                 self._task = None
 
     async def _extend(self, beat: Beat) -> None:
+        sent = time.monotonic()
         try:
             await self._broker.extend(beat.delivery)
+        except DeliveryLostError as exc:
+            if beat.fence is not None:
+                beat.fence.lose(f"its reservation lapsed and the broker took it back ({exc})")
+            return
         except Exception as exc:
             log.warning("could not extend a running job's reservation: %s", exc)
+        else:
+            if beat.fence is not None:
+                beat.fence.renew(sent)
         for key, holder in beat.held:
             await self._extend_lease(beat, key, holder)
 
@@ -117,6 +141,9 @@ class Heartbeats:
             if key in beat.lost:
                 return
             beat.lost.add(key)
+            if beat.fence is not None:
+                beat.fence.lose(f"it lost lease {key} (not extended in time)")
+                return
             log.warning(
                 "%s lost lease %s (not extended in time): another run may start meanwhile",
                 holder,

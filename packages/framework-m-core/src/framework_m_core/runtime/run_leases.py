@@ -31,15 +31,16 @@ class RunLeases:
         self._left = False
         self._releasing: asyncio.Task[None] | None = None
 
-    def leave(self) -> None:
-        """Give every lease back now (once): keep the limit's place, start releasing
-        the others, last taken first."""
+    def leave(self, *, keep: bool = True) -> None:
+        """Give every lease back now (once): keep the limit's place (unless ``keep`` is
+        False: the run may have lost it), start releasing the others, last taken
+        first."""
         if self._left:
             return
         self._left = True
         others = []
         for key, holder in reversed(self.held):
-            if key == self._limit:
+            if key == self._limit and keep:
                 self._places.keep(key, holder)
             else:
                 others.append((key, holder))

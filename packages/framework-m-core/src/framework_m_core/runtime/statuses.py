@@ -30,6 +30,7 @@ from ..ports.statuses import (
     encode_status,
     pending_ttl,
 )
+from .fences import Fence
 
 log = logging.getLogger("framework_m.worker")
 
@@ -136,10 +137,13 @@ class Running:
     """A run whose running status is due at ``due`` (``time.monotonic()``), and its
     write once begun."""
 
-    __slots__ = ("attempt", "due", "message", "spec", "writing")
+    __slots__ = ("attempt", "due", "fence", "message", "spec", "writing")
 
-    def __init__(self, spec: JobSpec, message: JobMessage, attempt: int, due: float) -> None:
+    def __init__(
+        self, spec: JobSpec, message: JobMessage, attempt: int, due: float, fence: Fence | None
+    ) -> None:
         self.spec, self.message, self.attempt, self.due = spec, message, attempt, due
+        self.fence = fence  # a run that may have lost its delivery says nothing
         self.writing: asyncio.Task[None] | None = None
 
 
@@ -154,11 +158,14 @@ class RunningStatuses:
         self._runs: dict[int, Running] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, spec: JobSpec, message: JobMessage, attempt: int) -> Running | None:
-        """A run begins; None when its job keeps no status."""
+    def start(
+        self, spec: JobSpec, message: JobMessage, attempt: int, fence: Fence | None = None
+    ) -> Running | None:
+        """A run begins; None when its job keeps no status. A run whose ``fence`` is
+        not fresh when its status is due writes none (it may be another's by then)."""
         if self._writer.keep(spec, message)[0] <= 0:
             return None
-        run = Running(spec, message, attempt, time.monotonic() + RUNNING_AFTER)
+        run = Running(spec, message, attempt, time.monotonic() + RUNNING_AFTER, fence)
         self._runs[id(run)] = run
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._sweep())
@@ -188,6 +195,8 @@ class RunningStatuses:
                     if run.due > now:
                         break
                     del self._runs[id(run)]
+                    if run.fence is not None and not run.fence.fresh():
+                        continue
                     run.writing = asyncio.ensure_future(
                         self._writer.running(run.spec, run.message, run.attempt)
                     )

@@ -308,9 +308,10 @@ class Worker:
             s = self.stats
             log.info(
                 "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released, "
-                "%d skipped (overlap), %d cancelled, %d expired, %d already finished",
+                "%d skipped (overlap), %d cancelled, %d expired, %d already finished, "
+                "%d lost (taken back while frozen)",
                 *(s.succeeded, s.retried, s.dead_lettered, s.released, s.skipped, s.cancelled),
-                *(s.expired, s.already_finished),
+                *(s.expired, s.already_finished, s.lost),
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
