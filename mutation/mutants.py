@@ -2219,7 +2219,7 @@ MUTANTS: tuple[Mutant, ...] = (
         '                beat.fence.lose(f"its reservation lapsed and the broker '
         'took it back ({exc})")',
         "                pass",
-        "test_a_run_whose_delivery_was_taken_back_stops_and_keeps_no_status",
+        "test_a_run_whose_broker_says_its_delivery_is_gone_stops_at_once",
     ),
     m(
         "core-fence-end-unchecked",
@@ -2229,5 +2229,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '        if not await self._still_held(spec, message, delivery, "while it ran"):',
         "        if False:",
         "test_a_run_whose_delivery_was_taken_back_stops_and_keeps_no_status",
+    ),
+    m(
+        "core-fence-freeze-unwatched",
+        "fences",
+        "a run taken back during a freeze is stopped before its next step",
+        f"{CORE}/runtime/heartbeats.py",
+        "        if fence is not None and self._freezes is None:",
+        "        if False:",
+        "test_a_run_is_stopped_before_its_next_step_when_the_loop_was_blocked_too_long",
     ),
 )

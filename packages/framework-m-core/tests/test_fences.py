@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
 from framework_m_core.control.jobs import job_status
+from framework_m_core.errors import DeliveryLostError
 from framework_m_core.ports import Delivery
 from framework_m_core.ports.statuses import JobState
 from framework_m_core.testing import running_worker, synced, wait_until
@@ -103,3 +105,57 @@ async def test_a_delivery_taken_back_while_it_waited_for_a_place_never_starts(
     ] == [("end", 2, 2), ("end", 1, 2)]
     assert ("start", 2, 1) not in events  # never started where it had been taken back
     assert first.stats.succeeded == 0
+
+
+async def test_a_run_is_stopped_before_its_next_step_when_the_loop_was_blocked_too_long(
+    queue_name: str,
+) -> None:
+    memory = await synced(MemoryBroker(MemorySettings(queue_name, 60.0, visibility_timeout=1.0)))
+    app, steps, thawed = App(), [], []
+    ttl = memory.visibility_timeout
+
+    @app.job
+    async def stepping(ctx: JobContext) -> None:
+        while True:
+            steps.append((ctx.attempt, time.monotonic()))
+            await asyncio.sleep(0.05)
+
+    @app.job
+    async def blocking(ctx: JobContext) -> None:
+        if ctx.attempt == 1:
+            time.sleep(ttl + 0.5)  # noqa: ASYNC251 - the freeze under test
+            thawed.append(time.monotonic())
+
+    async with running_worker(app, memory) as worker:
+        await memory.enqueue("stepping")
+        await wait_until(lambda: len(steps) >= 2, what="stepping running")
+        await memory.enqueue("blocking")
+        await wait_until(lambda: worker.stats.lost >= 1, timeout=ttl + 5, what="a run fenced")
+        await asyncio.sleep(0.3)  # six steps' time
+    after = [at for attempt, at in steps if attempt == 1 and at > thawed[0]]
+    assert after == [], "the run taken back took a step after the loop ran again"
+
+
+async def test_a_run_whose_broker_says_its_delivery_is_gone_stops_at_once(
+    queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a RabbitMQ delivery whose channel closed: its next extension says so, long
+    before the reservation would have lapsed here."""
+    broker = await synced(MemoryBroker(MemorySettings(queue_name, 60.0, visibility_timeout=3.0)))
+    app, events = App(), []
+
+    @app.job
+    async def long(ctx: JobContext) -> None:
+        events.append("start")
+        await asyncio.sleep(2.5)
+        events.append("end")
+
+    async def gone(delivery: Delivery) -> None:
+        raise DeliveryLostError("the channel it arrived on is closed")
+
+    monkeypatch.setattr(broker, "extend", gone)
+    async with running_worker(app, broker) as worker:
+        await broker.enqueue("long")
+        await wait_until(lambda: worker.stats.lost == 1, timeout=2.4, what="the run stopped")
+    assert events == ["start"]
+    assert worker.stats.succeeded == 0

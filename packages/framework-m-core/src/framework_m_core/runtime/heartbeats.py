@@ -7,6 +7,13 @@ that ends before its first extension is due costs two dict operations, no timer
 and no task. Every run is due the same interval after it started (or was last
 extended), so the runs are kept in due order by appending, and a sweep takes them
 from the front.
+
+While runs go on, a plain timer (no task) also checks every half interval for a run
+not renewed for a whole lease ttl: the process was frozen or its event loop blocked,
+and the broker may have handed the job to another replica. Its fence is lost at once
+(:mod:`.fences`). A timer's callback runs in the same pass of the event loop as the
+handlers' timers that fell due during the freeze, before their tasks go on: a
+handler taken back is cancelled before it takes another step.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class Heartbeats:
         self._beats: dict[int, Beat] = {}  # by id(), oldest due first
         self._task: asyncio.Task[None] | None = None
         self._sleeping = False
+        self._freezes: asyncio.TimerHandle | None = None
 
     @property
     def interval(self) -> float:
@@ -76,6 +84,10 @@ class Heartbeats:
         self._beats[id(beat)] = beat
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._sweep())
+        if fence is not None and self._freezes is None:
+            self._freezes = asyncio.get_running_loop().call_later(
+                self.interval / 2, self._find_frozen
+            )
         return beat
 
     def stop(self, beat: Beat) -> None:
@@ -84,6 +96,24 @@ class Heartbeats:
         if not self._beats and self._task is not None and self._sleeping:
             self._task.cancel()  # asleep: no broker call is cut short
             self._task = None
+
+    def _find_frozen(self) -> None:
+        """Lose the fence of every run not renewed for a lease ttl; again in half an
+        interval while runs go on."""
+        self._freezes = None
+        ttl = lease_ttl(self._broker.visibility_timeout)
+        now = time.monotonic()
+        for beat in list(self._beats.values()):
+            fence = beat.fence
+            if fence is not None and fence.lost is None and now - fence.renewed > ttl:
+                fence.lose(
+                    f"it was not renewed for {now - fence.renewed:.1f}s, past its "
+                    f"{ttl:g}s: the process was frozen or its event loop blocked"
+                )
+        if self._beats:
+            self._freezes = asyncio.get_running_loop().call_later(
+                self.interval / 2, self._find_frozen
+            )
 
     async def _sweep(self) -> None:
         me = asyncio.current_task()
