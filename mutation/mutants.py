@@ -2239,4 +2239,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:",
         "test_a_run_is_stopped_before_its_next_step_when_the_loop_was_blocked_too_long",
     ),
+    m(
+        "nats-bucket-open-impatient",
+        "nats-buckets",
+        "a bucket whose opening timed out (a loaded cluster) is opened by asking again",
+        f"{NATS}/buckets.py",
+        "OPEN_PATIENCE = 20.0",
+        "OPEN_PATIENCE = 0.0",
+        "test_a_bucket_whose_opening_timed_out_is_opened_by_asking_again",
+    ),
 )

@@ -103,3 +103,24 @@ async def test_a_write_waits_for_a_bucket_stream_to_take_its_subjects(
         assert await check(broker)
     finally:
         await nc.close()
+
+
+async def test_a_bucket_whose_opening_timed_out_is_opened_by_asking_again(
+    namespace: NatsNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded cluster making a replicated bucket can outlast one request."""
+    async with NatsBroker.from_url(namespace.url()) as broker:
+        await broker.sync_schema()
+        js = broker.js
+        create, timeouts = js.create_key_value, []
+
+        async def slow(**config: object) -> object:
+            if not timeouts:
+                timeouts.append(config["bucket"])
+                raise nats.errors.TimeoutError
+            return await create(**config)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(js, "create_key_value", slow)
+        await _any_write(broker)
+        assert timeouts == [f"{broker.settings.stream}_store"]
+        assert await _any_check(broker)

@@ -22,6 +22,8 @@ T = TypeVar("T")
 
 #: How long a write into a bucket is asked again while no stream answers it.
 SETTLE = 2.0
+#: How long opening a bucket is tried again while the server's answer times out.
+OPEN_PATIENCE = 20.0
 #: What stands before a value in the memo and store buckets: its expiry, unix ms by the
 #: writer's clock (0: none).
 EXPIRY = struct.Struct(">Q")
@@ -42,10 +44,26 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def open_bucket(js: JetStreamContext, name: str, **config: Any) -> KeyValue:
+async def open_bucket(
+    js: JetStreamContext, name: str, *, patience: float = OPEN_PATIENCE, **config: Any
+) -> KeyValue:
     """Bucket ``name``, made with ``config`` when it does not exist. Connections that
     make it at once race: the loser's create fails ("subjects overlap") while the
-    winner's bucket is there, so a failed create looks the bucket up again."""
+    winner's bucket is there, so a failed create looks the bucket up again. On a
+    cluster under load making a replicated bucket can outlast one request's timeout:
+    a timed-out attempt is made again for up to ``patience`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while True:
+        try:
+            return await _open_once(js, name, config)
+        except nats.errors.TimeoutError:
+            if loop.time() >= deadline:
+                raise
+            log.info("nats: opening bucket %s timed out; asking again", name)
+
+
+async def _open_once(js: JetStreamContext, name: str, config: dict[str, Any]) -> KeyValue:
     try:
         return await js.key_value(name)
     except BucketNotFoundError:
