@@ -81,6 +81,9 @@ def m(id: str, adapter: str, promise: str, file: str, old: str, new: str, *tests
     return Mutant(id, adapter, promise, file, ((old, new),), tests)
 
 
+_FROZEN = "test_a_frozen_replica_runs_nothing_twice_and_exceeds_no_limit"
+_UNREAD = "test_deliveries_a_frozen_replica_had_not_read_are_not_run_there"
+
 MUTANTS: tuple[Mutant, ...] = (
     # -- the shared half (core), run on memory:// ----------------------------------------
     m(
@@ -1069,7 +1072,7 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{NATS}/broker.py",
         "        self._trimmer.ensure_running()  # and trims acked jobs outside the window\n",
         "",
-        "test_under_steady_load_the_stored_count_stays_flat",
+        "test_under_load_with_quiet_moments_the_stored_count_stays_flat",
     ),
     m(
         "nats-trim-past-ack-floor",
@@ -2247,5 +2250,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "OPEN_PATIENCE = 20.0",
         "OPEN_PATIENCE = 0.0",
         "test_a_bucket_whose_opening_timed_out_is_opened_by_asking_again",
+    ),
+    m(
+        "nats-trim-floor-trusted",
+        "nats-trim",
+        "a job waiting to be delivered again is never trimmed from the stream",
+        f"{NATS}/trimming.py",
+        "            if acked.num_ack_pending or acked.num_redelivered:",
+        "            if False:",
+        "test_acked_jobs_outside_the_window_leave_the_rest_stay",
+    ),
+    m(
+        "nats-frozen-arrival-trusted",
+        "nats",
+        "a delivery read after a freeze counts its reservation from its request",
+        f"{NATS}/pulling.py",
+        "            self._ready.append((msg, self._answered()))",
+        "            self._ready.append((msg, time.monotonic()))",
+        _UNREAD,
+    ),
+    m(
+        "redis-frozen-read-trusted",
+        "redis",
+        "a delivery read after a freeze counts its reservation from its read",
+        f"{REDIS}/broker.py",
+        'Delivery(fields.get(b"b", b""), before + times, entry, reserved_since=asked)',
+        'Delivery(fields.get(b"b", b""), before + times, entry)',
+        _UNREAD,
+    ),
+    m(
+        "core-frozen-waiting-unwatched",
+        "redis",
+        "a run frozen past its reservation takes no step after the resume",
+        f"{CORE}/runtime/heartbeats.py",
+        "            if fence is not None and fence.lost is None and now - fence.renewed > ttl:",
+        "            if False:",
+        _FROZEN,
     ),
 )

@@ -44,29 +44,37 @@ async def test_acked_jobs_outside_the_window_leave_the_rest_stay(namespace: Nats
             await trimmer.trim()  # a sample gets old, and nothing is acked yet
             assert await stored(broker) == 10
             await asyncio.sleep(0.2)
-        held = await receive_exactly(broker, 10)
-        for delivery in held[:7]:  # the ack floor moves past the first seven
+        held = await receive_exactly(broker, 7)
+        for delivery in held[:6]:
             await broker.ack(delivery)
 
         async def trimmed_to(count: int) -> bool:
             await trimmer.trim()
             return await stored(broker) == count
 
+        # One job held and not acked: the ack floor is not trusted (nats-server 2.9 can
+        # move it past a job to be delivered again), nothing is trimmed.
+        for _ in range(3):
+            assert await trimmed_to(10), "trimmed while a job was held"
+            await asyncio.sleep(0.2)
+        await broker.ack(held[6])  # the ack floor moves past the first seven
         deadline = time.monotonic() + 20
         while not await trimmed_to(3):  # once a sample is older than window and margin
             assert time.monotonic() < deadline, await stored(broker)
             await asyncio.sleep(0.2)
         for i in range(5):  # inside the window: they stay, acked or not
             await broker.enqueue("x", deduplication_id=f"b{i}")
-        fresh = await receive_exactly(broker, 5)
-        for delivery in [*held[7:], *fresh]:
+        rest = await receive_exactly(broker, 8)
+        for delivery in rest:
             await broker.ack(delivery)
         assert await trimmed_to(5)  # the last three of the first ten went; b0-b4 stay
         again = await broker.publish(JobMessage("x", {}, deduplication_id="b0"))
         assert again.duplicate  # still deduplicated
 
 
-async def test_under_steady_load_the_stored_count_stays_flat(namespace: NatsNamespace) -> None:
+async def test_under_load_with_quiet_moments_the_stored_count_stays_flat(
+    namespace: NatsNamespace,
+) -> None:
     app = App()
     done = 0
 
@@ -82,14 +90,14 @@ async def test_under_steady_load_the_stored_count_stays_flat(namespace: NatsName
         async with running_worker(app, broker, fetch_timeout=0.2):
             started = time.monotonic()
             while time.monotonic() - started < 9:
-                await asyncio.gather(*(broker.enqueue("x") for _ in range(20)))
-                sent += 20
-                await asyncio.sleep(0.1)
+                await asyncio.gather(*(broker.enqueue("x") for _ in range(50)))
+                sent += 50
+                await wait_until(lambda n=sent: done == n, timeout=20)  # a quiet moment
+                await asyncio.sleep(0.15)
                 if time.monotonic() - started > 5:
                     counts.append(await stored(broker))
-            await wait_until(lambda: done == sent, timeout=20)
-        # About 200 jobs a second: a window (1 s), the margin (2 s) and a pass (1 s) of
-        # them stay, far below what was sent, and not growing.
+        # Bursts of 50, each done before the next: a window (1 s), the margin (2 s) and a
+        # pass (1 s) of them stay, far below what was sent, and not growing.
         assert sent > 1000
         assert max(counts) < sent / 2, (max(counts), sent)
         assert counts[-1] <= max(counts[: len(counts) // 2]) * 1.5, counts

@@ -98,6 +98,7 @@ TESTING = [
     "StatusContract",
     "CancelContract",
     "ProcessContract",
+    "FencingContract",
     "AREAS",
     "namespace_fixture",
     "PROMPT",

@@ -257,18 +257,18 @@ class NatsBroker(BaseBroker[NatsSettings]):
         self._trimmer.ensure_running()  # and trims acked jobs outside the window
         if self._puller is None:
             s = self.settings
-            self._puller = pulling.PullConsumer(nc, s.stream, s.consumer)
+            self._puller = pulling.PullConsumer(nc, s.stream, s.consumer, s.ack_wait)
         if not nc.is_connected:
             raise BrokerError(f"{self.display_url} is unreachable: reconnecting")
         with server_errors("fetch"):
             msgs = await self._puller.receive(max_messages, timeout)
         out = []
-        for m, arrived in msgs:
-            res = Reservation(m, reserved_until(self.visibility_timeout, arrived), nc)
+        for m, since in msgs:
+            res = Reservation(m, reserved_until(self.visibility_timeout, since), nc)
             self._held[id(res)] = res
             meta = m.metadata
             stored = meta.timestamp.timestamp() if meta.timestamp else None
-            out.append(Delivery(m.data, meta.num_delivered or 1, res, stored))
+            out.append(Delivery(m.data, meta.num_delivered or 1, res, stored, None, since))
         return out
 
     def _reserved(self, delivery: Delivery) -> Reservation | None:

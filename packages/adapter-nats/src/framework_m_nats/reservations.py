@@ -2,8 +2,8 @@
 
 JetStream applies an ack that arrives after ``ack_wait`` to whichever delivery of
 the message is current, so an ack must not be sent once the reservation may have
-ended. The end is counted from when the delivery was received (or last
-extended), which is after the server started its own clock, less a margin.
+ended. The end is counted from when the pull request it answers was sent (or when it
+was last extended), which is before the server started its own clock, less a margin.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ MARGIN = 0.1
 
 
 def reserved_until(ack_wait: float, since: float | None = None) -> float:
-    """The ``time.monotonic()`` by which a delivery received (or extended) at ``since``
-    (None: now) may be delivered again."""
+    """The ``time.monotonic()`` by which a delivery whose reservation started (or was
+    extended) at ``since`` (None: now) may be delivered again."""
     return (time.monotonic() if since is None else since) + ack_wait * (1 - MARGIN)
 
 

@@ -6,8 +6,12 @@ acked job stayed until ``max_age``: at 300 jobs a second, days of them. Every co
 worker samples the stream's last sequence now and then; once a sample is older than
 the dedup window (and a margin), every message up to it was stored outside the window,
 and the ones below the durable consumer's ack floor are done: those are purged, subject
-by subject (jobs, delayed). What a restart needs for deduplication, the window's
-messages, and every job not acked yet stay.
+by subject (jobs, delayed). The floor is read only while the consumer has nothing
+outstanding: nats-server 2.9 can move it past a job whose reservation expired and that
+waits to be delivered again (a worker frozen past its ack_wait), and a purge then
+loses that job. A queue busy without pause is trimmed at its next quiet moment. What
+a restart needs for deduplication, the window's messages, and every job not acked yet
+stay.
 """
 
 from __future__ import annotations
@@ -95,6 +99,8 @@ class StreamTrimmer:
             (s.delayed_consumer, s.delayed_subject),
         ):
             acked = await js.consumer_info(s.stream, consumer)
+            if acked.num_ack_pending or acked.num_redelivered:
+                continue  # its ack floor may pass a job still to be delivered again
             floor = acked.ack_floor.stream_seq + 1 if acked.ack_floor else 0
             upto = min(floor, below)
             # Only above the stream's first sequence: nats-server 2.9 reads a filtered

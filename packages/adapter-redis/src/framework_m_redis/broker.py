@@ -278,6 +278,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
                 out = await self._reclaim(max_messages)
                 if len(out) < max_messages:
                     block = 1 if out else await self._block_ms(deadline - time.monotonic())
+                    asked = time.monotonic()  # the entries' idle time starts after this
                     reply = await self.client.xreadgroup(
                         s.group,
                         self.consumer,
@@ -286,7 +287,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
                         block=block,
                     )
                     for _, entries in reply or []:
-                        out.extend(self._hold(eid, f, 1) for eid, f in entries if f)
+                        out.extend(self._hold(eid, f, 1, asked) for eid, f in entries if f)
                 if out or time.monotonic() >= deadline:
                     return out
         except ResponseError as exc:
@@ -299,13 +300,14 @@ class RedisBroker(BaseBroker[RedisSettings]):
         except (RedisError, OSError) as exc:
             raise BrokerError(f"redis receive failed: {exc}") from None
 
-    def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int) -> Delivery:
+    def _hold(self, eid: Any, fields: dict[bytes, bytes], times: int, asked: float) -> Delivery:
+        """A delivery of entry ``eid`` of the group, read by a command sent at ``asked``."""
         before = deadletters.count(fields.get(b"a"))
         if before is None:  # not written by this adapter: count its deliveries alone
             log.warning("entry %s has an invalid attempts field; counting deliveries", text(eid))
             before = 0
         entry = _Entry(text(eid), times)
-        delivery = Delivery(fields.get(b"b", b""), before + times, entry)
+        delivery = Delivery(fields.get(b"b", b""), before + times, entry, reserved_since=asked)
         self._held[entry] = delivery
         return delivery
 
@@ -321,6 +323,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
         """Entries whose consumer went silent for longer than the visibility timeout."""
         s = self.settings
         idle = int(s.visibility_timeout * 1000)
+        asked = time.monotonic()
         reply = await self.client.xautoclaim(
             s.stream, s.group, self.consumer, min_idle_time=idle, start_id="0-0", count=limit
         )
@@ -329,7 +332,8 @@ class RedisBroker(BaseBroker[RedisSettings]):
             if not fields:
                 continue
             pending = await self.client.xpending_range(s.stream, s.group, min=eid, max=eid, count=1)
-            out.append(self._hold(eid, fields, pending[0]["times_delivered"] if pending else 1))
+            times = pending[0]["times_delivered"] if pending else 1
+            out.append(self._hold(eid, fields, times, asked))
         if out:
             log.info("reclaimed %d job(s) from silent consumers", len(out))
         return out
@@ -341,6 +345,12 @@ class RedisBroker(BaseBroker[RedisSettings]):
         code = await self._run(
             name, [s.stream, *keys], [s.group, entry.id, self.consumer, entry.times, *args]
         )
+        if name == "EXTEND" and code == 0:  # not pending: another consumer settled it
+            self._held.pop(entry, None)
+            raise DeliveryLostError(
+                f"its visibility timeout of {self.settings.visibility_timeout:g}s ran out and "
+                "another consumer reclaimed and settled it"
+            )
         self._after_settle(entry, code, keep=name == "EXTEND")
 
     def _after_settle(self, entry: _Entry, code: int, keep: bool = False) -> None:

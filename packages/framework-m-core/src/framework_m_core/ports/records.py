@@ -44,6 +44,11 @@ class Delivery:
     # Where the broker cannot say when it stored the message: a time it had stored it by
     # (the first delivery's arrival, by this process's clock).
     stored_by: float | None = None
+    # The earliest ``time.monotonic()`` at which the broker may have started this
+    # reservation's clock (the request it answers was sent then); None: when received.
+    # A process frozen between the broker's send and the arrival holds a reservation
+    # older than it looks: the worker checks it before the handler starts.
+    reserved_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,7 +244,8 @@ class Execution:
             finally:
                 self.heartbeats.stop(beat)
         here = self._here[message.id] = asyncio.Event()
-        self._fences[id(delivery)] = Fence(leases.lease_ttl(self.broker.visibility_timeout))
+        ttl = leases.lease_ttl(self.broker.visibility_timeout)
+        self._fences[id(delivery)] = Fence(ttl, delivery.reserved_since)
         try:
             await self._deliver(spec, message, delivery)
         finally:

@@ -5,15 +5,17 @@ the event loop) comes back with runs another replica may have taken over: the br
 delivered their jobs again, and the leases they held expired. Such a run must not go
 on as if nothing happened.
 
-Each run's fence remembers when its reservation was last renewed (received, or
-extended by a heartbeat). One not renewed for two thirds of the lease ttl may have
-lapsed: before the run starts its handler and before it writes its final status and
-settles, the fence asks the broker with one extension, which fails once the broker
-took the delivery back (:class:`~framework_m_core.errors.DeliveryLostError`). A
-heartbeat that finds the reservation or a lease gone marks the fence lost, which stops
-the handler as a cancel would (a ``def`` handler sees ``ctx.cancelled``). A lost run
-writes no status and settles nothing: whoever holds the job now owns it. Runs renewed
-in time never pay for the fence.
+Each run's fence remembers when its reservation was last renewed: extended by a
+heartbeat, or started (by the broker's send where the adapter can bound it, which is
+before any freeze that held the delivery unread). One not renewed for half the lease
+ttl may have lapsed, or lapse before its first heartbeat: before the run starts its
+handler and before it writes its final status and settles, the fence asks the broker
+with one extension, which fails once the broker took the delivery back
+(:class:`~framework_m_core.errors.DeliveryLostError`). A heartbeat that finds the
+reservation or a lease gone marks the fence lost, which stops the handler as a cancel
+would (a ``def`` handler sees ``ctx.cancelled``). A lost run writes no status and
+settles nothing: whoever holds the job now owns it. Runs renewed in time never pay for
+the fence.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ class Fence:
 
     __slots__ = ("_on_lost", "_stale_after", "lost", "renewed")
 
-    def __init__(self, ttl: float) -> None:
-        """``ttl``: seconds a lease of the run lives without an extension."""
-        self._stale_after = ttl * 2 / 3
-        self.renewed = time.monotonic()  # when the reservation was last renewed
+    def __init__(self, ttl: float, since: float | None = None) -> None:
+        """``ttl``: seconds a lease of the run lives without an extension; ``since``:
+        the monotonic time the reservation may have started (None: now)."""
+        self._stale_after = ttl / 2
+        now = time.monotonic()
+        # when the reservation was last renewed
+        self.renewed = now if since is None else min(since, now)
         self.lost: str | None = None  # why the run no longer holds its delivery
         self._on_lost: Callable[[], object] | None = None
 

@@ -108,7 +108,7 @@ class Heartbeats:
             if fence is not None and fence.lost is None and now - fence.renewed > ttl:
                 fence.lose(
                     f"it was not renewed for {now - fence.renewed:.1f}s, past its "
-                    f"{ttl:g}s: the process was frozen or its event loop blocked"
+                    f"lease ttl of {ttl:g}s"
                 )
         if self._beats:
             self._freezes = asyncio.get_running_loop().call_later(

@@ -28,7 +28,8 @@ marked xfail on its own:
 - :class:`MemoContract`: memos, expiring values created at most once;
 - :class:`StatusContract`: a job id leads to its status and its result;
 - :class:`CancelContract`: a cancelled job never runs, or stops where it runs;
-- :class:`ProcessContract`: the promises that show only across processes.
+- :class:`ProcessContract`: the promises that show only across processes;
+- :class:`FencingContract`: a replica frozen past its reservations steps aside.
 
 :class:`BrokerContract` is their union. Tests state what they need with
 :func:`requires` and are skipped with the reason when the adapter lacks it.
@@ -62,6 +63,7 @@ _LAZY = {
     "StatusContract": ".contract.status",
     "CancelContract": ".contract.cancel",
     "ProcessContract": ".contract.process",
+    "FencingContract": ".contract.fencing",
     "AREAS": ".contract.broker",
     "namespace_fixture": ".contract.base",
     "PROMPT": ".helpers",

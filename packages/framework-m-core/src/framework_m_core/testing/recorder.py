@@ -14,7 +14,9 @@ $FM_RUNTIME_LOG set, ``tenant_report(tenant)``, for runtime schedules, appends
 the sum, ``always_fails`` (one attempt) raises, ``marked`` and ``sleeps_30``
 append ``name job_id pid attempt [start|stopped]``, and ``fails_until(marker)`` (one
 attempt) raises while the file ``marker`` is missing, else appends ``fails_until job_id
-pid attempt ok``.
+pid attempt ok``. With $FM_FENCE_LOG set, ``fenced(n)`` (``concurrency=3``) appends
+``start``, four ``step`` lines 0.25 s apart and ``end`` as ``kind time n pid attempt``,
+or ``stop`` when it is cancelled.
 """
 
 from __future__ import annotations
@@ -143,3 +145,21 @@ if os.environ.get("FM_STATUS_LOG"):
         except asyncio.CancelledError:
             _append("FM_STATUS_LOG", f"{line} stopped\n")
             raise
+
+
+if os.environ.get("FM_FENCE_LOG"):
+
+    @app.job(concurrency=3, max_attempts=5)
+    async def fenced(ctx: JobContext, n: int) -> None:
+        def note(kind: str) -> None:
+            _append("FM_FENCE_LOG", f"{kind} {time.time():.6f} {n} {os.getpid()} {ctx.attempt}\n")
+
+        note("start")
+        try:
+            for _ in range(4):
+                await asyncio.sleep(0.25)
+                note("step")
+        except asyncio.CancelledError:
+            note("stop")
+            raise
+        note("end")

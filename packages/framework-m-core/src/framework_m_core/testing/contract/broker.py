@@ -8,6 +8,7 @@ from .connection import ConnectionContract
 from .consume import ConsumeContract
 from .delayed import DelayedContract
 from .enqueue import EnqueueContract
+from .fencing import FencingContract
 from .hostile_input import HostileInputContract
 from .lease import LeaseContract
 from .memo import MemoContract
@@ -37,6 +38,7 @@ class BrokerContract(
     StatusContract,
     CancelContract,
     ProcessContract,
+    FencingContract,
 ):
     """The whole contract suite; see :mod:`framework_m_core.testing`."""
 

@@ -54,7 +54,7 @@ from .requirements import (
 T = TypeVar("T")
 
 
-def _processes(cls: type[T]) -> type[T]:
+def processes_marked(cls: type[T]) -> type[T]:
     """Mark each test the class defines ``processes`` (the mixin's own tests only: a
     class-level mark would spread to every test of the hook-up class)."""
     for name, test in list(vars(cls).items()):
@@ -63,7 +63,7 @@ def _processes(cls: type[T]) -> type[T]:
     return cls
 
 
-@_processes
+@processes_marked
 class ProcessContract(ContractBase):
     """Several processes on one broker URL: publishers racing, workers ticking and dying."""
 
