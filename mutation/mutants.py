@@ -43,6 +43,8 @@ SUITES = {
     # Writes into key-value buckets wait out a bucket not yet taking writes.
     "nats-buckets": "packages/adapter-nats/tests/test_buckets_nats.py",
     "nats-watch": "packages/adapter-nats/tests/test_watch_nats.py",
+    # Cancels seen by the worker, and what a cancel does to a status.
+    "cancels": "packages/framework-m-core/tests/test_cancels.py",
     # Fences: a run whose delivery was taken back while frozen stops and keeps nothing.
     "fences": "packages/framework-m-core/tests/test_fences.py",
     # overlap= and concurrency= in one process.
@@ -1453,10 +1455,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a waiting job's status says cancelled at once",
         f"{CORE}/control/jobs.py",
-        "        await shared(broker).put_memo(keys.status(job_id), encode_status(done), "
-        "ttl=ttl)\n",
-        "        pass\n",
+        "        if mark is not None:\n",
+        "        if False:\n",
         "test_a_waiting_job_cancelled_never_runs",
+    ),
+    m(
+        "core-cancel-status-written-over-a-run",
+        "cancels",
+        "a status says cancelled only of a job stopped or never run",
+        f"{CORE}/control/jobs.py",
+        "    if status.state in (JobState.QUEUED, JobState.SCHEDULED):\n",
+        "    if True:\n",
+        "test_a_job_that_ran_as_its_cancel_came_keeps_the_status_it_ended_with",
     ),
     m(
         "core-cancel-latest-unsaid",

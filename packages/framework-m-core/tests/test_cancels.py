@@ -1,5 +1,6 @@
 """The worker's cancel watch: it ends when it is cancelled, whatever its broker raises;
-runs read their marks only when a cancel may have named them."""
+runs read their marks only when a cancel may have named them. A status says cancelled
+only of a job stopped or never run."""
 
 from __future__ import annotations
 
@@ -12,15 +13,22 @@ from typing import TypeVar
 import pytest
 
 from framework_m_core.adapters.memory import MemoryBroker, MemorySettings
-from framework_m_core.control.jobs import cancel_job
+from framework_m_core.control.jobs import cancel_job, job_status
 from framework_m_core.control.keys import cancel_mark
 from framework_m_core.control.keys import memo as memo_key
+from framework_m_core.control.keys import status as status_key
 from framework_m_core.control.shared import shared
 from framework_m_core.errors import BrokerError
 from framework_m_core.observability.observer import Observer
 from framework_m_core.ports.messages import decode_message
-from framework_m_core.ports.statuses import LATEST_CANCEL, decode_latest_cancel
-from framework_m_core.ports.store import Record
+from framework_m_core.ports.statuses import (
+    LATEST_CANCEL,
+    JobState,
+    JobStatus,
+    decode_latest_cancel,
+    encode_status,
+)
+from framework_m_core.ports.store import ANY, Record, Write
 from framework_m_core.runtime.cancels import MARGIN, Cancellation, CancelWatch
 from framework_m_core.testing import synced, wait_until
 from framework_m_core.testing.passing import DeafStore, PassingStore
@@ -117,11 +125,12 @@ async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: 
     [delivery] = await broker.receive(1, 1)
     enqueued_at = decode_message(delivery.body).enqueued_at
     assert await cancel_job(broker, job_id)  # keeps the latest cancel's time
+    before = store.mark_reads
     assert not await watch.start(job_id, Cancellation(), enqueued_at)
-    assert store.mark_reads == 1
+    assert store.mark_reads == before + 1
     later = time.time() + MARGIN + 1  # a job enqueued long after the latest cancel
     assert await watch.start("job-later", Cancellation(), later)
-    assert store.mark_reads == 1  # not read: no cancel can name it
+    assert store.mark_reads == before + 1  # not read: no cancel can name it
 
 
 async def test_a_latest_cancel_memo_it_cannot_read_makes_every_run_read_its_mark(
@@ -136,3 +145,43 @@ async def test_a_latest_cancel_memo_it_cannot_read_makes_every_run_read_its_mark
         assert decode_latest_cancel(junk) == math.inf
     assert decode_latest_cancel(b"12.5") == 12.5
     assert decode_latest_cancel(None) is None
+
+
+class _FinishingStore(PassingStore):
+    """Its first read of a job status is answered as it was, and the job then ends at
+    once (a run that started as the cancel came and finished before the cancel's
+    writes)."""
+
+    finish: tuple[str, bytes] | None = None
+
+    async def read(self, keys: Sequence[str]) -> list[Record | None]:
+        found = await super().read(keys)
+        if self.finish is not None and self.finish[0] in keys:
+            key, value = self.finish
+            self.finish = None
+            await self.write([Write(key, value, ANY, ttl=60)])
+        return found
+
+
+async def test_a_job_that_ran_as_its_cancel_came_keeps_the_status_it_ended_with(
+    queue_name: str,
+) -> None:
+    broker, store = await _broker(queue_name, _FinishingStore)
+    job_id = await broker.enqueue("quick")
+    assert (await job_status(broker, job_id)).state is JobState.QUEUED
+    done = JobStatus(job_id, JobState.SUCCEEDED, job_name="quick", finished_at=time.time())
+    store.finish = (memo_key(status_key(job_id)), encode_status(done))
+    assert await cancel_job(broker, job_id)  # it saw the job queued
+    assert (await job_status(broker, job_id)).state is JobState.SUCCEEDED
+
+
+async def test_a_waiting_job_cancelled_says_so_until_a_worker_settles_it(
+    queue_name: str,
+) -> None:
+    broker, _ = await _broker(queue_name, PassingStore)
+    job_id = await broker.enqueue("quick")
+    assert await cancel_job(broker, job_id)
+    cancelled = await job_status(broker, job_id)
+    assert (cancelled.state, cancelled.error) == (JobState.CANCELLED, "cancelled by request")
+    assert cancelled.finished_at is not None
+    assert abs(cancelled.finished_at - time.time()) < 60

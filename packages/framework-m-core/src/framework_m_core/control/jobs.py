@@ -29,7 +29,6 @@ from ..ports.statuses import (
     JobState,
     JobStatus,
     decode_status,
-    encode_status,
     pending_ttl,
 )
 from . import keys
@@ -70,7 +69,27 @@ async def job_status(broker: BrokerProtocol, job_id: str) -> JobStatus:
     found = await shared(broker).get_memo(keys.status(job_id))
     if found is None:
         return JobStatus(job_id, JobState.UNKNOWN)
-    return decode_status(job_id, found)
+    status = decode_status(job_id, found)
+    if status.state in (JobState.QUEUED, JobState.SCHEDULED):
+        # cancelled before any run started: the mark says so until a worker settles it
+        mark = await shared(broker).get_memo(keys.cancel_mark(job_id))
+        if mark is not None:
+            return dataclasses.replace(
+                status,
+                state=JobState.CANCELLED,
+                finished_at=_mark_time(mark),
+                error="cancelled by request",
+            )
+    return status
+
+
+def _mark_time(mark: bytes) -> float | None:
+    """When a cancel mark was set (unix time), if it says."""
+    try:
+        at = float(mark.decode())
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return at if math.isfinite(at) else None
 
 
 async def wait_result(broker: BrokerProtocol, job_id: str, *, timeout: float) -> Any:
@@ -140,24 +159,23 @@ async def cancel_job(broker: BrokerProtocol, job_id: str) -> bool:
     """Cancel ``job_id``; True when it will not run or is being stopped.
 
     A job still waiting (queued, delayed, waiting to retry) never runs and its status
-    says cancelled at once. A running one is stopped within about two seconds on
-    whichever replica runs it (an ``async def`` handler is cancelled, a ``def`` one
-    sees ``ctx.cancelled``), is not retried, and its status then says cancelled.
-    False when the job finished already or no status of it is kept (a job that keeps
-    none cannot be cancelled). The mark expires a day after the job's due time.
+    says cancelled at once (read from the cancel mark, so a run that started as the
+    cancel came shows as running, not cancelled). A running one is stopped within
+    about two seconds on whichever replica runs it (an ``async def`` handler is
+    cancelled, a ``def`` one sees ``ctx.cancelled``), is not retried, and its status
+    then says cancelled; a run that ends before the stop reaches it keeps the status
+    it ended with (succeeded, failed): a status says cancelled only of a job that was
+    stopped or never ran. False when the job finished already or no status of it is
+    kept (a job that keeps none cannot be cancelled). The mark expires a day after the
+    job's due time.
     """
     status = await job_status(broker, job_id)
     if status.state.finished or status.state is JobState.UNKNOWN:
         return False
     now = time.time()
     ttl = pending_ttl(0.0, status.due_at, now)
-    await shared(broker).put_memo(keys.cancel_mark(job_id), b"cancelled by request", ttl=ttl)
+    await shared(broker).put_memo(keys.cancel_mark(job_id), repr(now).encode(), ttl=ttl)
     await shared(broker).put_memo(LATEST_CANCEL, repr(now).encode(), ttl=MAX_MEMO_TTL)
-    if status.state in (JobState.QUEUED, JobState.SCHEDULED):
-        done = dataclasses.replace(
-            status, state=JobState.CANCELLED, finished_at=now, error="cancelled by request"
-        )
-        await shared(broker).put_memo(keys.status(job_id), encode_status(done), ttl=ttl)
     await _announce(broker)
     return True
 
