@@ -55,6 +55,8 @@ SUITES = {
     "nats-known": "packages/adapter-nats/tests/test_store_nats.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
+    # RabbitMQ: a run whose connection dropped is stopped at once.
+    "rabbitmq-lost": "packages/adapter-rabbitmq/tests/test_lost_connection.py",
     # RabbitMQ: a tick first delivered past its deadline (stored late) is not run.
     "rabbitmq-late": "packages/adapter-rabbitmq/tests/test_late_ticks.py",
     # Repeated warnings held back, with a count; job records never.
@@ -2296,5 +2298,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if fence is not None and fence.lost is None and now - fence.renewed > ttl:",
         "            if False:",
         _FROZEN,
+    ),
+    m(
+        "rabbitmq-lost-channel-unsaid",
+        "rabbitmq-lost",
+        "a run whose channel closed is stopped at once, not at its next extension",
+        f"{RABBIT}/broker.py",
+        "        if held and self._losses is not None:",
+        "        if False:",
+        "test_a_run_whose_connection_dropped_is_stopped_at_once_and_runs_again",
+    ),
+    m(
+        "core-lost-deliveries-ignored",
+        "rabbitmq-lost",
+        "deliveries the broker says are lost stop their runs",
+        f"{CORE}/runtime/execution.py",
+        "            fence.lose(why)",
+        "            pass",
+        "test_a_run_whose_connection_dropped_is_stopped_at_once_and_runs_again",
+    ),
+    m(
+        "core-frozen-holder-unwatched",
+        "nats",
+        "a frozen holder's run is stopped at the resume, not left to finish",
+        f"{CORE}/runtime/heartbeats.py",
+        "            if fence is not None and fence.lost is None and now - fence.renewed > ttl:",
+        "            if False:",
+        "test_a_frozen_holder_of_a_skip_schedule_is_stopped_and_writes_no_status",
     ),
 )

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -77,6 +78,8 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
         if not settings.store:
             self.capabilities = type(self).capabilities - {C.STORE}
         self.link = Link(settings, self._forget_connection)
+        self.link.on_lost = self._channel_lost
+        self._losses: Callable[[Sequence[Any], str], None] | None = None
         self.schema = RabbitSchema(self.link)
         self._store = RabbitStore(self.link, settings.store_exchange)
         self._exchange: AbstractExchange | None = None
@@ -98,6 +101,16 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     @property
     def visibility_timeout(self) -> float:
         return _CONSUMER_TIMEOUT
+
+    def watch_losses(self, lost: Callable[[Sequence[Any], str], None] | None) -> None:
+        """Told at once when the channel deliveries came on closes (a dropped
+        connection, a broker closing it): RabbitMQ delivers them again at once."""
+        self._losses = lost
+
+    def _channel_lost(self, why: str) -> None:
+        held = [m for m in self._handed_out.values() if not self._acked(m)]
+        if held and self._losses is not None:
+            self._losses(held, why)
 
     def _forget_connection(self) -> None:
         """What was declared or consumed on a connection goes with it."""

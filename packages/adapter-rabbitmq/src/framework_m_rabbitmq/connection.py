@@ -73,6 +73,8 @@ class Link:
         self._lost_at: float | None = None
         self._wanted = False  # between open() and close(): keep a connection up
         self.node: str | None = None  # host:port of the connection, for logs and m status
+        #: Called with why when the channel closes while the connection is wanted.
+        self.on_lost: Callable[[str], None] | None = None
 
     def channel(self) -> AbstractChannel:
         if self._channel is None:
@@ -130,6 +132,13 @@ class Link:
                 f"cannot open a channel on {self.settings.display_url}: {exc}"
             ) from None
         self._connection, self._channel = connection, channel
+        channel.close_callbacks.add(self._channel_closed)
+
+    def _channel_closed(self, channel: object, exc: BaseException | None) -> None:
+        """The channel closed: unless this side closed it, what was delivered on it is
+        the queue's again at once (the adapter is told through ``on_lost``)."""
+        if self._wanted and channel is self._channel and self.on_lost is not None:
+            self.on_lost(f"the channel it came on closed ({exc or 'no reason given'})")
 
     async def close(self) -> None:
         self._wanted = False

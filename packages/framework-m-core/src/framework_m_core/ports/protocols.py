@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
@@ -186,6 +186,18 @@ class ConsumerProtocol(Protocol):
         While it is extended more often than every ``visibility_timeout``
         seconds, no other consumer receives the message.
         """
+
+    def watch_losses(self, lost: Callable[[Sequence[Any], str], None] | None) -> None:
+        """Have ``lost(handles, why)`` called, in the event loop, the moment the adapter
+        learns that deliveries it handed out (their :attr:`Delivery.handle`) are no
+        longer reserved for this consumer: the channel or connection they came on is
+        gone, and the broker delivers them again. None stops it.
+
+        *Optional*: an adapter that learns it only when asked (an :meth:`extend`
+        raising :class:`~.errors.DeliveryLostError`) keeps this default, which calls
+        nothing. It is never called for deliveries settled, nor on ``close()``.
+        """
+        return None
 
     @abstractmethod
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:

@@ -182,6 +182,8 @@ class Execution:
         self.heartbeats = Heartbeats(broker, self.places)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
         self._fences: dict[int, Fence] = {}  # by id() of the deliveries being processed
+        self._by_handle: dict[int, Fence] = {}  # the same, by id() of their handles
+        broker.watch_losses(self._lost)
         self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
 
     def _job_name(self, name: str | None) -> str:
@@ -245,11 +247,15 @@ class Execution:
                 self.heartbeats.stop(beat)
         here = self._here[message.id] = asyncio.Event()
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
-        self._fences[id(delivery)] = Fence(ttl, delivery.reserved_since)
+        fence = self._fences[id(delivery)] = Fence(ttl, delivery.reserved_since)
+        if delivery.handle is not None:
+            self._by_handle[id(delivery.handle)] = fence
         try:
             await self._deliver(spec, message, delivery)
         finally:
             del self._fences[id(delivery)]
+            if delivery.handle is not None:
+                self._by_handle.pop(id(delivery.handle), None)
             if self._here.get(message.id) is here:
                 del self._here[message.id]
             here.set()
@@ -318,6 +324,15 @@ class Execution:
                 self._if_lost(spec, message, delivery, "while it waited")
         finally:
             await run.left()
+
+    def _lost(self, handles: Sequence[object], why: str) -> None:
+        """The broker says deliveries it handed out are no longer this consumer's: the
+        runs of those being processed here are stopped (:mod:`.fences`)."""
+        fences = [f for h in handles if (f := self._by_handle.get(id(h))) is not None]
+        if fences:
+            log.warning("%d run(s) lost their deliveries: %s; stopping them", len(fences), why)
+        for fence in fences:
+            fence.lose(why)
 
     async def _still_held(
         self, spec: JobSpec, message: JobMessage, delivery: Delivery, when: str

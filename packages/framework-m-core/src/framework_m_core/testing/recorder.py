@@ -4,8 +4,9 @@
 (unix time) to $FM_SLOT_LOG;
 ``slow`` appends ``start``/``end`` lines around a sleep to $FM_SLOW_LOG.
 With $FM_OVERLAP_LOG set, ``overlapping`` runs every second for 2.5 s (``overlap="skip"``)
-and appends ``start|end time slot pid attempt`` lines; with $FM_LIMIT_LOG set,
-``limited`` (``concurrency=2``) appends ``start|end time n pid attempt`` around 0.4 s.
+and appends ``start|end|stop time slot pid attempt`` lines (``stop``: cancelled); with
+$FM_LIMIT_LOG set, ``limited`` (``concurrency=2``) appends ``start|end time n pid
+attempt`` around 0.4 s.
 With $FM_STEER_LOG set, ``steered`` (every second) and ``hourly`` append
 ``name slot pid attempt dedup_id``; with $FM_CATCHUP_LOG set, ``caught`` runs every
 10 s with ``catchup_window=600`` and appends ``slot pid attempt``; with
@@ -63,7 +64,11 @@ if os.environ.get("FM_OVERLAP_LOG"):
         assert ctx.scheduled_at is not None
         slot, pid = int(ctx.scheduled_at.timestamp()), os.getpid()
         _append("FM_OVERLAP_LOG", f"start {time.time():.6f} {slot} {pid} {ctx.attempt}\n")
-        await asyncio.sleep(2.5)
+        try:
+            await asyncio.sleep(2.5)
+        except asyncio.CancelledError:
+            _append("FM_OVERLAP_LOG", f"stop {time.time():.6f} {slot} {pid} {ctx.attempt}\n")
+            raise
         _append("FM_OVERLAP_LOG", f"end {time.time():.6f} {slot} {pid} {ctx.attempt}\n")
 
 

@@ -9,17 +9,31 @@ outlive their reservations meanwhile, and the other replicas take their jobs.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections import Counter
 from pathlib import Path
 
+from ...adapters.registry import open_broker
+from ...control.jobs import job_of_slot, job_status
 from ...ports.capabilities import Capability
 from ...ports.protocols import BrokerProtocol
-from ..scenarios import Process, Processes, stop_all, wait_for_line, what_workers_said
+from ...ports.statuses import JobState
+from ..helpers import connected
+from ..namespaces import with_option
+from ..scenarios import (
+    Process,
+    Processes,
+    most_at_once,
+    spans,
+    stop_all,
+    wait_for_line,
+    what_workers_said,
+)
 from .base import ContractBase
-from .process import processes_marked
-from .requirements import SHORT_VISIBILITY, requires
+from .process import overlapping_run, processes_marked
+from .requirements import DEDUP_WINDOW_IN_URL, SHORT_VISIBILITY, requires
 
 # (kind, unix time, n, pid, attempt) of each line of the recorder's fence log
 Line = tuple[str, float, int, int, int]
@@ -135,6 +149,48 @@ class FencingContract(ContractBase):
         there = {line.split()[1] for line in lines if line.split()[2] == str(frozen.pid)}
         ran_there = there - set(warm)
         assert not ran_there, f"run on the frozen replica after the resume: {ran_there}"
+
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, SHORT_VISIBILITY, DEDUP_WINDOW_IN_URL)
+    async def test_a_frozen_holder_of_a_skip_schedule_is_stopped_and_writes_no_status(
+        self, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """Three ticking replicas, a 1-s schedule whose runs take 2.5 s, overlap="skip";
+        the replica of the run going on is frozen for 6 s: its run is stopped within 2 s
+        of the resume, takes no step, writes no status, and runs never overlap from
+        then on."""
+        log = tmp_path / "overlap.log"
+        url = with_option(broker_url, "dedup_window", 30)
+        workers, running = await overlapping_run(procs, url, tmp_path, log)
+        _, _, slot, pid, attempt = running[0]
+        holder = next(w for w in workers if w.pid == pid)
+        holder.signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(6)
+        finally:
+            holder.signal(signal.SIGCONT)
+        resumed_at = time.time()
+        starts = len(spans(log))
+        await asyncio.to_thread(wait_for_line, log, "start", 30, starts + 2)
+        await asyncio.to_thread(stop_all, workers)
+        said = log.read_text()
+        mine = [line.split() for line in said.splitlines()]
+        frozen = [w for w in mine if w[2:] == [slot, str(pid), str(attempt)]]
+        assert [w[0] for w in frozen] == ["start", "stop"], said
+        assert float(frozen[1][1]) - resumed_at < 2, f"stopped late: {frozen}"
+        back = float(frozen[1][1])
+        runs = [r for r in spans(log) if r[1] is None or r[1] > back]
+        assert most_at_once(runs, time.time()) == 1, sorted(runs)
+        job = re.escape("overlapping[")
+        lost = holder.matches(job + r"(\w+)\] lost while it ran: ")
+        assert lost, holder.output[-3000:]
+        async with connected(lambda: open_broker(url), sync=False) as asker:
+            job_id = await job_of_slot(asker, "overlapping", int(slot))
+            assert job_id is not None
+            assert job_id == lost[0].group(1)
+            status = await job_status(asker, job_id)
+        # the replica that took the slot over wrote it; the frozen run wrote nothing
+        assert status.state is not JobState.RUNNING, status
+        assert status.attempts > int(attempt), status
 
 
 def _told(lines: list[Line]) -> str:

@@ -189,15 +189,8 @@ class ProcessContract(ContractBase):
     ) -> None:
         """Three ticking replicas, a 1-s schedule whose runs take 2.5 s, overlap="skip"."""
         log = tmp_path / "overlap.log"
-        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_OVERLAP_LOG": str(log)}
         url = with_option(broker_url, "dedup_window", 30)
-        workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
-        await asyncio.to_thread(wait_for_line, log, "end", 30, 2)
-        deadline = time.monotonic() + 10
-        while not (running := [r for r in spans(log) if r[1] is None]):  # between two runs
-            assert time.monotonic() < deadline, spans(log)
-            await asyncio.sleep(0.05)
-        assert len(running) == 1, spans(log)
+        workers, running = await overlapping_run(procs, url, tmp_path, log)
         holder = next(w for w in workers if w.pid == running[0][3])
         holder.signal(signal.SIGKILL)
         killed_at = time.time()
@@ -417,6 +410,23 @@ class ProcessContract(ContractBase):
         ran = {s for s, _ in late}
         assert [s for s in evens if s not in ran] == [], "slots of the new version missing"
         assert not [s for s in ran if s > deleted_at + 5], "ran after delete"
+
+
+async def overlapping_run(
+    procs: Processes, url: str, tmp_path: Path, log: Path
+) -> tuple[list[Process], list[tuple[float, float | None, str, int, int]]]:
+    """Three ticking replicas of the recorder's ``overlapping`` (a 1-s schedule whose
+    runs take 2.5 s, overlap="skip") on ``url``, and the one run going on once two
+    ended: the workers and ``[run]`` as :func:`spans` gives it."""
+    env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_OVERLAP_LOG": str(log)}
+    workers = await asyncio.to_thread(procs.workers, url, 3, env=env)
+    await asyncio.to_thread(wait_for_line, log, "end", 30, 2)
+    deadline = time.monotonic() + 10
+    while not (running := [r for r in spans(log) if r[1] is None]):  # between two runs
+        assert time.monotonic() < deadline, spans(log)
+        await asyncio.sleep(0.05)
+    assert len(running) == 1, spans(log)
+    return workers, running
 
 
 def _steer_runs(path: Path) -> list[tuple[str, int, int, int, str]]:
