@@ -35,7 +35,8 @@ def test_a_replica_200s_ahead_stops_ticking_and_still_runs_jobs(procs: Processes
     url = ns.url()
     try:
         ahead = procs.m("worker", "--app", "examples.heartbeat", "--broker", url, env=skewed(200))
-        ahead.wait_for(r"this clock is 200\.\ds ahead of the broker's, more than the \d+s")
+        # 200 s less what the broker's answer took (the measure is bounded by it)
+        ahead.wait_for(r"this clock is (199\.[5-9]|200\.\d)s ahead of the broker's, more than")
         assert "not ticking until it is back" in ahead.output
         kwargs = '{"to": "ada", "subject": "hi"}'
         assert procs.m("enqueue", "send_email", "--broker", url, "--kwargs", kwargs).wait() == 0
