@@ -152,8 +152,7 @@ class PullConsumer:
         await self._nc.publish(self._next, json.dumps(request).encode(), reply=reply)
 
     def _forget_lost(self) -> None:
-        self._look()
-        now = time.monotonic()
+        now = self._look()
         for reply, request in list(self._open.items()):
             if request.forget_at <= now:
                 del self._open[reply]
@@ -166,7 +165,7 @@ class PullConsumer:
         messages, which then owes one less) was sent, the gap's start or the request's
         sending, whichever is later. A message no open request accounts for (its
         request was forgotten) is taken as sent an ack_wait ago: checked before use."""
-        self._look()
+        now = self._look()
         for reply, request in self._open.items():
             if request.owed > 0:
                 request.owed -= 1
@@ -174,17 +173,18 @@ class PullConsumer:
                     del self._open[reply]  # served in full: no status ends it
                 if self._gap is not None and self._gap[1] > request.sent:
                     return max(request.sent, self._gap[0])
-                return time.monotonic()
-        return time.monotonic() - self._ack_wait
+                return now
+        return now - self._ack_wait
 
-    def _look(self) -> None:
-        """Note a gap in the event loop since the last look."""
+    def _look(self) -> float:
+        """Note a gap in the event loop since the last look; now (monotonic)."""
         now = time.monotonic()
         if now - self._looked > 2 * self._look_every:
             self._gap = (self._looked, now)
             for request in self._open.values():  # a freeze does not count toward its end
                 request.forget_at += now - self._looked
         self._looked = now
+        return now
 
     def _keep_looking(self) -> None:
         """The timer: look, and again soon while requests are open."""

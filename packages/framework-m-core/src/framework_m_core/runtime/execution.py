@@ -182,7 +182,6 @@ class Execution:
         self.heartbeats = Heartbeats(broker, self.places)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
         self._fences: dict[int, Fence] = {}  # by id() of the deliveries being processed
-        self._by_handle: dict[int, Fence] = {}  # the same, by id() of their handles
         broker.watch_losses(self._lost)
         self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
 
@@ -247,15 +246,11 @@ class Execution:
                 self.heartbeats.stop(beat)
         here = self._here[message.id] = asyncio.Event()
         ttl = leases.lease_ttl(self.broker.visibility_timeout)
-        fence = self._fences[id(delivery)] = Fence(ttl, delivery.reserved_since)
-        if delivery.handle is not None:
-            self._by_handle[id(delivery.handle)] = fence
+        self._fences[id(delivery)] = Fence(ttl, delivery.reserved_since, delivery.handle)
         try:
             await self._deliver(spec, message, delivery)
         finally:
             del self._fences[id(delivery)]
-            if delivery.handle is not None:
-                self._by_handle.pop(id(delivery.handle), None)
             if self._here.get(message.id) is here:
                 del self._here[message.id]
             here.set()
@@ -328,7 +323,8 @@ class Execution:
     def _lost(self, handles: Sequence[object], why: str) -> None:
         """The broker says deliveries it handed out are no longer this consumer's: the
         runs of those being processed here are stopped (:mod:`.fences`)."""
-        fences = [f for h in handles if (f := self._by_handle.get(id(h))) is not None]
+        lost = {id(h) for h in handles}
+        fences = [f for f in self._fences.values() if f.handle is not None and id(f.handle) in lost]
         if fences:
             log.warning("%d run(s) lost their deliveries: %s; stopping them", len(fences), why)
         for fence in fences:

@@ -34,12 +34,14 @@ log = logging.getLogger("framework_m.worker")
 class Fence:
     """One run's hold on its delivery."""
 
-    __slots__ = ("_on_lost", "_stale_after", "lost", "renewed")
+    __slots__ = ("_on_lost", "_stale_after", "handle", "lost", "renewed")
 
-    def __init__(self, ttl: float, since: float | None = None) -> None:
+    def __init__(self, ttl: float, since: float | None = None, handle: object = None) -> None:
         """``ttl``: seconds a lease of the run lives without an extension; ``since``:
-        the monotonic time the reservation may have started (None: now)."""
+        the monotonic time the reservation may have started (None: now); ``handle``:
+        the delivery's, by which the broker names it when it is lost."""
         self._stale_after = ttl / 2
+        self.handle = handle
         now = time.monotonic()
         # when the reservation was last renewed
         self.renewed = now if since is None else min(since, now)

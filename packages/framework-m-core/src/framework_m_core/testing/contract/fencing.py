@@ -55,13 +55,13 @@ def _lines(path: Path) -> list[Line]:
 def _most_at_once(lines: list[Line], since: float) -> tuple[int, float]:
     """The most runs going on at one instant from ``since`` on, and when: a run goes
     from its ``start`` to its ``end`` or ``stop``."""
-    edges = []
-    for kind, at, n, pid, attempt in lines:
-        if kind in ("start", "end", "stop"):
-            edges.append((at, 1 if kind == "start" else -1, (n, pid, attempt)))
-    edges.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    edges = sorted(  # an end (-1) before a start at the same instant
+        (at, 1 if kind == "start" else -1)
+        for kind, at, _, _, _ in lines
+        if kind in ("start", "end", "stop")
+    )
     most, worst, now = 0, since, 0
-    for at, step, _ in edges:
+    for at, step in edges:
         now += step
         if at >= since and now > most:
             most, worst = now, at
