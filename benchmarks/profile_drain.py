@@ -20,19 +20,24 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules beside this file
-from common import in_batches
-from run import fresh, noop_app, running
+from run import fill, fresh, noop_app, running
 
 from framework_m_core import Worker
+from framework_m_core.jobs import DEFAULT_KEEP
 from framework_m_core.runtime.worker import DEFAULT_CONCURRENCY
 
 
 async def drain(
-    url: str, n: int, concurrency: int, limit: int | None, profile: cProfile.Profile | None
+    url: str,
+    n: int,
+    concurrency: int,
+    limit: int | None,
+    keep: float,
+    profile: cProfile.Profile | None,
 ) -> None:
-    app, done = noop_app(n, limit)
+    app, done = noop_app(n, limit, keep)
     async with fresh(url) as broker:
-        await in_batches(lambda i: broker.enqueue("noop", i=i), n)
+        await fill(broker, n, keep)
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1)
         await worker.prepare()
         if profile is not None:
@@ -44,7 +49,8 @@ async def drain(
         if profile is not None:
             profile.disable()
     print(
-        f"{url} concurrency {concurrency}, job limit {limit}: {n / wall:,.0f} jobs/s, "
+        f"{url} concurrency {concurrency}, job limit {limit}, keep_result={keep:g}: "
+        f"{n / wall:,.0f} jobs/s, "
         f"{cpu / n * 1e6:.0f} us CPU a job, CPU {cpu / wall:.0%} of the wall time"
     )
 
@@ -55,12 +61,15 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--limit", type=int, help="the job's concurrency= (a lease per run)")
+    parser.add_argument(
+        "--keep", type=float, default=DEFAULT_KEEP, help="the job's keep_result= (seconds)"
+    )
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime)")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    asyncio.run(drain(args.url, args.n, args.concurrency, args.limit, profile))
+    asyncio.run(drain(args.url, args.n, args.concurrency, args.limit, args.keep, profile))
     if profile is not None:
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 

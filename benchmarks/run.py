@@ -167,6 +167,16 @@ def noop_app(
     return app, done
 
 
+async def fill(broker: BrokerProtocol, n: int, keep: float = DEFAULT_KEEP) -> None:
+    """Enqueue ``n`` no-op jobs by name; ``keep=0``: keeping no status (as through
+    its handle), so that nothing is written for them."""
+    if keep == 0:
+        assert isinstance(broker, BaseBroker)
+        await in_batches(lambda i: broker.enqueue_job("noop", None, {"i": i}, keep=0), n)
+    else:
+        await in_batches(lambda i: broker.enqueue("noop", i=i), n)
+
+
 async def bench_drain(
     url: str,
     n: int,
@@ -181,11 +191,7 @@ async def bench_drain(
     through its handle), so that nothing is written."""
     app, done = noop_app(n, limit, keep)
     async with fresh(url) as broker:
-        if keep == 0:
-            assert isinstance(broker, BaseBroker)
-            await in_batches(lambda i: broker.enqueue_job("noop", None, {"i": i}, keep=0), n)
-        else:
-            await in_batches(lambda i: broker.enqueue("noop", i=i), n)
+        await fill(broker, n, keep)
         concurrency = concurrency or DEFAULT_CONCURRENCY
         observer = Metrics(concurrency) if metrics else None
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1, observer=observer)

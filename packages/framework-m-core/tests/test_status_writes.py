@@ -34,19 +34,35 @@ class _RecordingStore(PassingStore):
         self.puts: list[tuple[str, JobState]] = []
 
     async def write(self, writes: Sequence[Write]) -> list[int | None]:
-        prefix = memo(status(""))
+        states = await self._states(writes)
+        stored = await super().write(writes)
+        self._note(writes, states, stored)
+        return stored
+
+    async def send(self, writes: Sequence[Write]) -> None:
+        states = await self._states(writes)
+        await super().send(writes)
+        self._note(writes, states, [1] * len(writes))
+
+    async def _states(self, writes: Sequence[Write]) -> dict[str, JobState]:
         states = {
-            w.key: decode_status(w.key[len(prefix) :], w.value).state
+            w.key: decode_status(w.key[len(_PREFIX) :], w.value).state
             for w in writes
-            if w.key.startswith(prefix) and w.value is not None
+            if w.key.startswith(_PREFIX) and w.value is not None
         }
         if JobState.RUNNING in states.values():
             await asyncio.sleep(0.3)
-        stored = await super().write(writes)
+        return states
+
+    def _note(
+        self, writes: Sequence[Write], states: dict[str, JobState], stored: list[int | None]
+    ) -> None:
         for w, version in zip(writes, stored, strict=True):
             if w.key in states and version is not None:
-                self.puts.append((w.key[len(prefix) :], states[w.key]))
-        return stored
+                self.puts.append((w.key[len(_PREFIX) :], states[w.key]))
+
+
+_PREFIX = memo(status(""))
 
 
 class _Recording(MemoryBroker):

@@ -8,7 +8,9 @@ expiry (eight bytes, unix milliseconds by the writer's clock; 0 for none): a rec
 whose expiry passed reads as none, and a write over it is a compare-and-set on its
 revision, as over any record.
 
-Every write is one publish to the key's subject through the broker's publish
+A send is one publish to the key's subject without a reply subject (the stream
+answers nothing), in order on the broker's connection before its later acks. Every
+write is one publish to the key's subject through the broker's publish
 confirmations: ``ANY`` with no condition, a create expecting no entry
 (``Nats-Expected-Last-Subject-Sequence: 0``), the others expecting a revision. A
 write whose condition names a record this store wrote itself expects that revision
@@ -73,6 +75,7 @@ log = logging.getLogger("framework_m.nats")
 # WATCH_DELAY: on a cluster a write reaching another server before it learned of the
 # subscription, or one made while the connection was being made again, sends none.
 _REREAD = 1.5
+_DELETE = {KV_OP: KV_DEL}
 
 
 def bucket_name(s: NatsSettings, kind: str = "store") -> str:
@@ -210,6 +213,18 @@ class NatsStore(BaseStore):
             if version is not ANY:
                 return None  # another write came between: the condition no longer holds
             # ANY always lands: read again and write over what is there now
+
+    async def _send(self, writes: list[Write]) -> None:
+        await self._kv(create=True)  # a publish to no bucket would be dropped unseen
+        nc = await self._link()
+        with server_errors("sending records"):
+            for key, value, _, ttl in writes:
+                stored = None if value is None else _stored(value, ttl)
+                self._known.unknown(key, value, _expiry(stored))
+                subject = f"$KV.{self._name}.{kv_key(key)}"
+                await nc.publish(
+                    subject, stored or b"", headers=_DELETE if stored is None else None
+                )
 
     async def _cas(self, key: str, stored: bytes | None, last: int | None) -> int | None:
         """Put ``stored`` under ``key`` (None: delete it) in one publish, where the key's

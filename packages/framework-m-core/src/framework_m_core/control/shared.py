@@ -191,6 +191,17 @@ class Shared:
         ]
         return [v is not None for v in await self._expiring().write(writes)]
 
+    async def send_memos(self, puts: Sequence[tuple[str, bytes, float]]) -> None:
+        """Keep each ``(key, value, ttl)`` as :meth:`put_memo` would, in one
+        :meth:`~.StoreProtocol.send` (not waiting to learn that it landed)."""
+        writes = [
+            Write(
+                keys.memo(checks.memo_key(key)), checks.memo_value(value), ANY, checks.memo_ttl(ttl)
+            )
+            for key, value, ttl in puts
+        ]
+        await self._expiring().send(writes)
+
     async def get_memo(self, key: str) -> bytes | None:
         """The memo under ``key`` as last put, or None (none, or expired)."""
         name = keys.memo(checks.memo_key(key))

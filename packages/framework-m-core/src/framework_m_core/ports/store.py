@@ -44,6 +44,7 @@ __all__ = [
     "validate_key",
     "validate_keys",
     "validate_places",
+    "validate_sends",
     "validate_timeout",
     "validate_ttl",
     "validate_value",
@@ -138,6 +139,24 @@ class StoreProtocol(Protocol):
         write and no longer; one without keeps it until it is written again or deleted.
         The writes of one call are applied one after another, each on its own (a later
         one sees the earlier ones; a refused one does not stop the rest).
+        """
+
+    @abstractmethod
+    async def send(self, writes: Sequence[Write]) -> None:
+        """Apply each :class:`Write`, every one unconditional (:data:`ANY`), as
+        :meth:`write` would, without learning its version: for records nobody writes
+        again by version (a job's outcome), where a store may save the round trip.
+
+        Once it returned, the writes reach the broker before anything the same broker
+        instance sends later (a delivery settled after them is never settled without
+        them having been sent), a :meth:`write` of this store that returned after it
+        is applied after them, and a read begun
+        :data:`~framework_m_core.ports.store.WATCH_DELAY` seconds later sees them. The
+        writes of one call apply in order. A
+        store that cannot tell whether a write landed returns without raising (a
+        broker that refuses it may drop it unseen); :class:`~.errors.BrokerError` when
+        it knows they were not sent. A write with another condition raises
+        :class:`~.errors.InvalidRecordError` and sends nothing.
         """
 
     @abstractmethod
@@ -253,6 +272,15 @@ def validate_timeout(timeout: object) -> float:
             f"a watch must last seconds above 0 and at most {MAX_WATCH:g}, got {timeout!r}"
         )
     return float(timeout)
+
+
+def validate_sends(writes: object) -> list[Write]:
+    """``writes`` as valid unconditional :class:`Write` s, else :class:`InvalidRecordError`."""
+    valid = validate_writes(writes)
+    for write in valid:
+        if write.version is not ANY:
+            raise InvalidRecordError(f"a sent write is unconditional (ANY), key {write.key!r}")
+    return valid
 
 
 def validate_writes(writes: object) -> list[Write]:

@@ -20,6 +20,7 @@ from .store import (
     validate_key,
     validate_keys,
     validate_places,
+    validate_sends,
     validate_timeout,
     validate_ttl,
     validate_value,
@@ -36,7 +37,8 @@ POLL = WATCH_DELAY / 4
 class BaseStore(StoreProtocol):
     """Validates every call (:class:`~.errors.InvalidRecordError`, nothing sent) and
     hands the valid ones to the hooks an adapter implements: :meth:`_read`,
-    :meth:`_write`, :meth:`_claim`, and ``_watch`` where the broker can notify."""
+    :meth:`_write`, :meth:`_claim`, and ``_watch`` where the broker can notify,
+    ``_send`` where it takes writes without answering them."""
 
     async def read(self, keys: Sequence[str]) -> list[Record | None]:
         valid = validate_keys(keys)
@@ -45,6 +47,11 @@ class BaseStore(StoreProtocol):
     async def write(self, writes: Sequence[Write]) -> list[int | None]:
         valid = validate_writes(writes)
         return await self._write(valid) if valid else []
+
+    async def send(self, writes: Sequence[Write]) -> None:
+        valid = validate_sends(writes)
+        if valid:
+            await self._send(valid)
 
     async def claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         key, places = validate_places(key, places)
@@ -67,6 +74,12 @@ class BaseStore(StoreProtocol):
     @abstractmethod
     async def _claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         """:meth:`claim` of 1 to MAX_PLACES places of a valid key."""
+
+    async def _send(self, writes: list[Write]) -> None:
+        """:meth:`send` of at least one valid unconditional write. This default is
+        :meth:`_write`; a store whose broker takes a write without answering it
+        overrides it."""
+        await self._write(writes)
 
     async def _watch(self, key: str, version: int | None, timeout: float) -> Record | None:
         """:meth:`watch` with valid arguments. This default reads the key every

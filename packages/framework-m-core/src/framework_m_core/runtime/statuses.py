@@ -1,8 +1,9 @@
 """The statuses a worker keeps of the jobs it runs: running, then how each attempt ended.
 
-Written as memos (brokers with :attr:`~.Capability.STORE`) before the delivery is
-settled, so a job whose status says it finished has finished; a write that fails is
-logged and never fails the job. A run says running once it has run for
+Sent as memos (brokers with :attr:`~.Capability.STORE`; not waiting for an answer where
+the store can, :meth:`~.StoreProtocol.send`) before the delivery is settled, so a job
+whose status says it finished has finished; a send that fails is logged and never
+fails the job. A run says running once it has run for
 :data:`RUNNING_AFTER` seconds (:class:`RunningStatuses`): one that ends sooner goes
 straight from queued to how it ended, which saves most jobs a write. A job keeps its
 status for its ``keep`` (the message's, else the job's ``keep_result``); 0 writes
@@ -121,8 +122,8 @@ class StatusWriter:
 
     async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
         try:
-            await shared(self.broker).put_memo(
-                keys.status(status.job_id), encode_status(status, result_json), ttl=ttl
+            await shared(self.broker).send_memos(
+                [(keys.status(status.job_id), encode_status(status, result_json), ttl)]
             )
         except Exception as exc:
             self.observer.broker_error("memo")

@@ -23,6 +23,10 @@ class PassingStore(StoreProtocol):
         """``inner.write(writes)``."""
         return await self.inner.write(writes)
 
+    async def send(self, writes: Sequence[Write]) -> None:
+        """``inner.send(writes)``."""
+        await self.inner.send(writes)
+
     async def claim(self, key: str, places: int, value: bytes, ttl: float) -> Claim | None:
         """``inner.claim(key, places, value, ttl)``."""
         return await self.inner.claim(key, places, value, ttl)

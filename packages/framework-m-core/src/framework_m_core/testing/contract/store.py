@@ -140,6 +140,42 @@ class StoreContract(ContractBase):
         assert await _one(store, key) == Record(b"b", second)
 
     @requires(Capability.STORE)
+    async def test_store_sent_writes_land_in_order_and_are_read_on_every_connection(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        async with many(broker_factory, 2) as (sender, other):
+            store, key, gone = sender.store, _key(), _key()
+            # the first call on a fresh store: nothing made before it
+            await store.send([Write(key, b"a", ttl=60), Write(gone, b"x"), Write(key, b"b")])
+            await store.send([Write(gone, None)])
+            deadline = time.monotonic() + WATCH_DELAY
+            while (found := await other.store.read([key, gone])) != [found[0], None] or (
+                found[0] is None or found[0].value != b"b"
+            ):
+                assert time.monotonic() < deadline, f"sent writes not read back: {found}"
+                await asyncio.sleep(0.05)
+            record = found[0]
+            assert record is not None
+            (after,) = await store.write([Write(key, b"c", version=record.version)])
+            assert after is not None  # a sent write has a version to write again by
+            assert after > record.version
+
+    @requires(Capability.STORE)
+    async def test_store_a_write_after_a_send_lands_after_it(
+        self, broker_factory: BrokerFactory
+    ) -> None:
+        async with many(broker_factory, 2) as (sender, other):
+            store = sender.store
+            for _ in range(20):
+                sent, written = _key(), _key()
+                await store.send([Write(sent, b"sent", ttl=60)])
+                await _create(store, written, b"written")
+                assert [r and r.value for r in await other.store.read([written, sent])] == [
+                    b"written",
+                    b"sent",
+                ]
+
+    @requires(Capability.STORE)
     async def test_store_a_delete_returns_the_version_it_removed_and_only_when_it_matched(
         self, broker: BrokerProtocol
     ) -> None:
@@ -486,6 +522,9 @@ class StoreContract(ContractBase):
             lambda: store.write([Write(key, None, ttl=1)]),
             lambda: store.write([(key, b"x")]),  # type: ignore[list-item]
             lambda: store.write([Write(key, b"ok"), Write("\n", b"x")]),  # one bad: none sent
+            lambda: store.send([Write(key, b"x", version=None)]),  # sends are unconditional
+            lambda: store.send([Write(key, b"x", version=3)]),
+            lambda: store.send([Write(key, None, ttl=1)]),
             lambda: store.claim("", 1, b"x", 1),
             lambda: store.claim(key, 0, b"x", 1),
             lambda: store.claim(key, 1001, b"x", 1),
