@@ -1608,6 +1608,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_store_invalid_arguments_are_refused",
     ),
     m(
+        "core-duplicate-status-kept",
+        "statuses",
+        "a duplicate enqueue leaves no status of its own",
+        f"{CORE}/ports/base.py",
+        "        if result.duplicate:\n            await self._delete_enqueue_memos(message)\n"
+        "        elif",
+        "        if",
+        "test_a_dedup_enqueue_creates_its_status_beside_the_publish",
+    ),
+    m(
         "core-store-send-conditional",
         "memory",
         "a send is unconditional: another condition is refused before sending",

@@ -152,6 +152,20 @@ async def test_an_enqueue_beside_its_status_create_returns_once_both_landed(
     assert (await job_status(broker, job_id)).state is JobState.QUEUED
 
 
+async def test_a_dedup_enqueue_creates_its_status_beside_the_publish_and_a_duplicate_none(
+    queue_name: str,
+) -> None:
+    broker = await synced(_Recording(MemorySettings(queue_name, 120.0, 5.0)))
+    job_id = await broker.enqueue("quick", deduplication_id="once")
+    assert broker.puts == [(job_id, JobState.QUEUED)]
+    assert await broker.enqueue("quick", deduplication_id="once") == job_id
+    assert len(broker.puts) == 2  # the duplicate's was created while it was published
+    duplicate = broker.puts[1][0]
+    assert duplicate != job_id
+    assert (await job_status(broker, duplicate)).state is JobState.UNKNOWN  # deleted again
+    assert (await job_status(broker, job_id)).state is JobState.QUEUED
+
+
 class _LosingAcks(MemoryBroker):
     """The first ack of each job never reaches it (a lost connection, a partition): the
     job comes back after the visibility timeout."""

@@ -202,6 +202,12 @@ class Shared:
         ]
         await self._expiring().send(writes)
 
+    async def delete_memos(self, names: Sequence[str]) -> None:
+        """Delete the memos under ``names`` (whatever they hold), in one store call."""
+        writes = [Write(keys.memo(checks.memo_key(key)), None) for key in names]
+        if writes:
+            await self._expiring().write(writes)
+
     async def get_memo(self, key: str) -> bytes | None:
         """The memo under ``key`` as last put, or None (none, or expired)."""
         name = keys.memo(checks.memo_key(key))

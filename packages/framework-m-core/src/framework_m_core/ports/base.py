@@ -180,7 +180,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     async def _encode_and_publish(self, message: JobMessage) -> PublishResult:
         body = self._body(message)
         if (
-            message.deduplication_id is None
+            message.scheduled_at is None  # a tick's slot memo must name the job that landed
             and not self.memos_in_publish
             and self._keeps_status(message)
         ):
@@ -192,9 +192,10 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         return result
 
     async def _publish_beside_memos(self, message: JobMessage, body: bytes) -> PublishResult:
-        """A job without a deduplication id is never a duplicate: its enqueue memos are
-        created while it is published, not a round trip after. Should the publish fail,
-        they name an id that was never given out."""
+        """The enqueue memos of a job that is no tick are created while it is published,
+        not a round trip after. Should the publish fail, or find a duplicate (the
+        enqueue then returns the original's id), they name an id that was never given
+        out, and the duplicate's are deleted again."""
         noting = asyncio.ensure_future(self._create_enqueue_memos(message, message.id))
         try:
             result = await self._publish(message, body)
@@ -203,9 +204,20 @@ class BaseBroker(BrokerProtocol, Generic[S]):
             raise
         await noting
         self._count(message, result)
-        if result.job_id != message.id:  # stored under an id of the broker's
+        if result.duplicate:
+            await self._delete_enqueue_memos(message)
+        elif result.job_id != message.id:  # stored under an id of the broker's
             await self._create_enqueue_memos(message, result.job_id)
         return result
+
+    async def _delete_enqueue_memos(self, message: JobMessage) -> None:
+        """Delete the memos created for a duplicate, whose id nobody was given."""
+        try:
+            await shared(self).delete_memos(
+                [m.key for m in self.enqueue_memos(message, message.id)]
+            )
+        except Exception as exc:  # they expire with their ttl
+            log.debug("%s: the memos of a duplicate not deleted (%s)", message.id, exc)
 
     def _keeps_status(self, message: JobMessage) -> bool:
         """Whether an enqueue of ``message`` creates memos (:meth:`enqueue_memos`)."""
