@@ -1608,6 +1608,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_store_invalid_arguments_are_refused",
     ),
     m(
+        "core-cancel-time-unwatched",
+        "cancels",
+        "a cancel the watch learned of makes a run of a job it may name read its mark",
+        f"{CORE}/runtime/cancels.py",
+        "                self._current = False  # runs read their marks until the time is read\n"
+        "                self._watched = await self._read_latest()\n",
+        "",
+        "test_runs_starting_while_the_watch_waits_read_nothing",
+    ),
+    m(
+        "core-cancel-read-every-pass",
+        "cancels",
+        "a run starting while the watch waits reads nothing",
+        f"{CORE}/runtime/cancels.py",
+        "latest = self._watched if self._current else await self._latest()",
+        "latest = await self._latest()",
+        "test_runs_starting_while_the_watch_waits_read_nothing",
+    ),
+    m(
         "core-duplicate-status-kept",
         "statuses",
         "a duplicate enqueue leaves no status of its own",

@@ -54,6 +54,7 @@ class _CountingStore(PassingStore):
 
     mark_reads = 0
     latest_reads = 0
+    waits = 0
 
     async def read(self, keys: Sequence[str]) -> list[Record | None]:
         for key in keys:
@@ -62,6 +63,10 @@ class _CountingStore(PassingStore):
             if key == memo_key(LATEST_CANCEL):
                 self.latest_reads += 1
         return await super().read(keys)
+
+    async def watch(self, key: str, version: int | None, *, timeout: float) -> Record | None:
+        self.waits += 1
+        return await super().watch(key, version, timeout=timeout)
 
 
 S = TypeVar("S", bound=PassingStore)
@@ -116,6 +121,37 @@ async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_
     assert (store.latest_reads, store.mark_reads) == (1, 0)
     assert await watch.start("job-next", Cancellation(), now)  # a later pass: a read of its own
     assert store.latest_reads == 2
+
+
+async def test_runs_starting_while_the_watch_waits_read_nothing_and_a_cancel_still_stops(
+    queue_name: str,
+) -> None:
+    broker, store = await _broker(queue_name, _CountingStore)
+    watch = CancelWatch(broker, Observer())
+    job_id = await broker.enqueue("counted")
+    [delivery] = await broker.receive(1, 1)
+    enqueued_at = decode_message(delivery.body).enqueued_at
+    assert await watch.start("first", Cancellation(), time.time())
+    task = asyncio.create_task(watch.run())
+    try:
+        await wait_until(lambda: store.waits >= 1, timeout=5, what="the watch waiting")
+        reads = (store.latest_reads, store.mark_reads)
+        for n in range(20):  # each in a pass of its own: no read at all
+            assert await watch.start(f"job-{n}", Cancellation(), time.time())
+            await asyncio.sleep(0)
+        assert (store.latest_reads, store.mark_reads) == reads
+        # a cancel the watch has not learned of yet: the run starts, then is stopped
+        assert await cancel_job(broker, job_id)
+        running = Cancellation()
+        started = await watch.start(job_id, running, enqueued_at)
+        await wait_until(lambda: not started or running.requested, timeout=5, what="a stop")
+        # once the watch learned of it, a run of a job it may name reads its mark
+        await wait_until(lambda: store.latest_reads > reads[0], timeout=5, what="time read")
+        assert not await watch.start(job_id, Cancellation(), enqueued_at)
+    finally:
+        watch.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:

@@ -5,11 +5,15 @@ the two: either the check sees the mark, or the cancel moves the cancels record 
 later, and :class:`CancelWatch` (waiting on that record while runs are registered)
 reads the marks of the runs it has and stops the cancelled ones.
 
-Cancels are rare, so a run reads its mark only when one may be there: the runs that
-register in one pass of the event loop share one read of the memo of the latest
-cancel's time (written before the cancels record moves), begun after they registered;
-a job enqueued more than :data:`MARGIN` seconds after it cannot be marked (a cancel
-names a job enqueued before it), and without it no mark is left.
+Cancels are rare, so a run reads its mark only when one may be there: when a cancel
+was made since its job was enqueued (less :data:`MARGIN` seconds: a cancel names a job
+enqueued before it). The latest cancel's time is a memo written before the cancels
+record moves. While the watch waits on that record, it keeps the time current (read
+again at every move), and a run starting meanwhile reads nothing: a job nobody
+cancelled starts without a round trip. A cancel made in the moment before the watch
+learns of it (within the store's watch delay) finds its run started, and stops it as
+a running one. Before the watch is under way (runs registering after a pause), the
+runs of one pass share one read of the memo, begun after they registered.
 """
 
 from __future__ import annotations
@@ -72,6 +76,11 @@ class CancelWatch:
         self._registered = asyncio.Event()
         self._closed = asyncio.Event()
         self._joining: asyncio.Future[float | None] | None = None  # a read not begun yet
+        # The latest cancel's time as the watch keeps it; only while ``_current``: the
+        # watch waits on the cancels record, and read the time after its last move.
+        self._watched: float | None = None
+        self._current = False
+        self._version: int | None = None  # of the cancels record, as last watched
 
     def close(self) -> None:
         """End :meth:`run` at its next turn (within :data:`POLL` seconds): a broker
@@ -84,7 +93,7 @@ class CancelWatch:
         self._runs[job_id] = cancellation
         self._registered.set()
         try:
-            latest = await self._latest()
+            latest = self._watched if self._current else await self._latest()
             maybe = latest is not None and enqueued_at <= latest + MARGIN
             marked = (
                 maybe and await shared(self.broker).get_memo(keys.cancel_mark(job_id)) is not None
@@ -122,27 +131,40 @@ class CancelWatch:
 
     async def run(self) -> None:
         """Watch the cancels record while runs are registered, until :meth:`close`."""
-        version: int | None = None
-        known = False
         while True:
             await first_of(self._registered, self._closed)
             if self._closed.is_set():
                 return
             try:
-                if not known:
-                    entry = await shared(self.broker).read_state(CANCELS)
-                    known = True
-                else:
-                    entry = await shared(self.broker).wait_state(CANCELS, version, timeout=POLL)
-                moved = entry is not None and entry.version != version
-                version = None if entry is None else entry.version
-                if moved:
-                    await self._check_runs()
+                await self._watch()
             except Exception as exc:
                 reraise_if_cancelled()
                 self.observer.broker_error("state")
                 log.debug("cancels: not read (%s); trying again", exc)
                 await asyncio.sleep(POLL)
+            finally:
+                self._current = False
+
+    async def _watch(self) -> None:
+        """Keep the latest cancel's time current while runs are registered, and stop
+        the registered runs whose job a cancel marked."""
+        entry = await shared(self.broker).read_state(CANCELS)
+        self._watched = await self._read_latest()
+        self._current = True
+        if entry is not None and entry.version != self._version:
+            self._version = entry.version  # moved since the last watch, or never seen
+            await self._check_runs()
+        while self._registered.is_set() and not self._closed.is_set():
+            entry = await shared(self.broker).wait_state(CANCELS, self._version, timeout=POLL)
+            if entry is not None and entry.version != self._version:
+                self._version = entry.version
+                self._current = False  # runs read their marks until the time is read
+                self._watched = await self._read_latest()
+                self._current = True
+                await self._check_runs()
+
+    async def _read_latest(self) -> float | None:
+        return decode_latest_cancel(await shared(self.broker).get_memo(LATEST_CANCEL))
 
     async def _check_runs(self) -> None:
         for job_id, cancellation in list(self._runs.items()):
