@@ -154,6 +154,28 @@ async def test_runs_starting_while_the_watch_waits_read_nothing_and_a_cancel_sti
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_the_watch_stays_under_way_a_wait_after_runs_a_moment_apart(
+    queue_name: str,
+) -> None:
+    broker, store = await _broker(queue_name, _CountingStore)
+    watch = CancelWatch(broker, Observer())
+    assert await watch.start("first", Cancellation(), time.time())
+    task = asyncio.create_task(watch.run())
+    try:
+        await wait_until(lambda: store.waits >= 1, timeout=5, what="the watch waiting")
+        watch.end("first")
+        assert await watch.start("second", Cancellation(), time.time())  # during the wait
+        watch.end("second")
+        await wait_until(lambda: store.waits >= 2, timeout=5, what="a second wait")
+        reads = store.latest_reads
+        assert await watch.start("third", Cancellation(), time.time())  # none registered
+        assert store.latest_reads == reads  # between, the watch still waited: no read
+    finally:
+        watch.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:
     broker, store = await _broker(queue_name, _CountingStore)
     watch = CancelWatch(broker, Observer())

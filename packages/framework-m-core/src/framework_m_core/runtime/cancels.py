@@ -8,8 +8,9 @@ reads the marks of the runs it has and stops the cancelled ones.
 Cancels are rare, so a run reads its mark only when one may be there: when a cancel
 was made since its job was enqueued (less :data:`MARGIN` seconds: a cancel names a job
 enqueued before it). The latest cancel's time is a memo written before the cancels
-record moves. While the watch waits on that record, it keeps the time current (read
-again at every move), and a run starting meanwhile reads nothing: a job nobody
+record moves. While the watch waits on that record (while runs go on, and one wait
+longer, so that runs a moment apart find it under way), it keeps the time current
+(read again at every move), and a run starting meanwhile reads nothing: a job nobody
 cancelled starts without a round trip. A cancel made in the moment before the watch
 learns of it (within the store's watch delay) finds its run started, and stops it as
 a running one. Before the watch is under way (runs registering after a pause), the
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..control import keys
 from ..control.shared import shared
@@ -81,6 +82,7 @@ class CancelWatch:
         self._watched: float | None = None
         self._current = False
         self._version: int | None = None  # of the cancels record, as last watched
+        self._started = 0  # runs registered so far
 
     def close(self) -> None:
         """End :meth:`run` at its next turn (within :data:`POLL` seconds): a broker
@@ -91,9 +93,11 @@ class CancelWatch:
         """Register a run of ``job_id`` (enqueued at ``enqueued_at``, unix seconds);
         False (and not registered) when it is cancelled."""
         self._runs[job_id] = cancellation
+        self._started += 1
+        reading = None if self._current else self._latest()  # its read before the watch's
         self._registered.set()
         try:
-            latest = self._watched if self._current else await self._latest()
+            latest = self._watched if reading is None else await reading
             maybe = latest is not None and enqueued_at <= latest + MARGIN
             marked = (
                 maybe and await shared(self.broker).get_memo(keys.cancel_mark(job_id)) is not None
@@ -107,13 +111,13 @@ class CancelWatch:
             self.end(job_id)
         return not marked
 
-    async def _latest(self) -> float | None:
+    def _latest(self) -> Awaitable[float | None]:
         """The latest cancel's time, read after the caller registered; one read serves
         every run that registers before it begins."""
         if self._joining is None:
             self._joining = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().create_task(self._read(self._joining))
-        return await asyncio.shield(self._joining)
+        return asyncio.shield(self._joining)
 
     async def _read(self, answer: asyncio.Future[float | None]) -> None:
         self._joining = None  # runs registering from now on wait for the next read
@@ -154,7 +158,9 @@ class CancelWatch:
         if entry is not None and entry.version != self._version:
             self._version = entry.version  # moved since the last watch, or never seen
             await self._check_runs()
-        while self._registered.is_set() and not self._closed.is_set():
+        started = -1
+        while (self._registered.is_set() or started != self._started) and not self._closed.is_set():
+            started = self._started  # no run for a whole wait, none now: the watch rests
             entry = await shared(self.broker).wait_state(CANCELS, self._version, timeout=POLL)
             if entry is not None and entry.version != self._version:
                 self._version = entry.version
