@@ -5,9 +5,10 @@ only of a job stopped or never run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TypeVar
 
 import pytest
@@ -123,6 +124,19 @@ async def test_runs_registering_at_once_share_one_read_and_read_no_mark_without_
     assert store.latest_reads == 2
 
 
+@contextlib.asynccontextmanager
+async def _watching(watch: CancelWatch, store: _CountingStore) -> AsyncIterator[None]:
+    """``watch`` running, from its first wait on until the block ends."""
+    task = asyncio.create_task(watch.run())
+    try:
+        await wait_until(lambda: store.waits >= 1, timeout=5, what="the watch waiting")
+        yield
+    finally:
+        watch.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_runs_starting_while_the_watch_waits_read_nothing_and_a_cancel_still_stops(
     queue_name: str,
 ) -> None:
@@ -132,9 +146,7 @@ async def test_runs_starting_while_the_watch_waits_read_nothing_and_a_cancel_sti
     [delivery] = await broker.receive(1, 1)
     enqueued_at = decode_message(delivery.body).enqueued_at
     assert await watch.start("first", Cancellation(), time.time())
-    task = asyncio.create_task(watch.run())
-    try:
-        await wait_until(lambda: store.waits >= 1, timeout=5, what="the watch waiting")
+    async with _watching(watch, store):
         reads = (store.latest_reads, store.mark_reads)
         for n in range(20):  # each in a pass of its own: no read at all
             assert await watch.start(f"job-{n}", Cancellation(), time.time())
@@ -148,10 +160,6 @@ async def test_runs_starting_while_the_watch_waits_read_nothing_and_a_cancel_sti
         # once the watch learned of it, a run of a job it may name reads its mark
         await wait_until(lambda: store.latest_reads > reads[0], timeout=5, what="time read")
         assert not await watch.start(job_id, Cancellation(), enqueued_at)
-    finally:
-        watch.close()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_watch_stays_under_way_a_wait_after_runs_a_moment_apart(
@@ -160,9 +168,7 @@ async def test_the_watch_stays_under_way_a_wait_after_runs_a_moment_apart(
     broker, store = await _broker(queue_name, _CountingStore)
     watch = CancelWatch(broker, Observer())
     assert await watch.start("first", Cancellation(), time.time())
-    task = asyncio.create_task(watch.run())
-    try:
-        await wait_until(lambda: store.waits >= 1, timeout=5, what="the watch waiting")
+    async with _watching(watch, store):
         watch.end("first")
         assert await watch.start("second", Cancellation(), time.time())  # during the wait
         watch.end("second")
@@ -170,10 +176,6 @@ async def test_the_watch_stays_under_way_a_wait_after_runs_a_moment_apart(
         reads = store.latest_reads
         assert await watch.start("third", Cancellation(), time.time())  # none registered
         assert store.latest_reads == reads  # between, the watch still waited: no read
-    finally:
-        watch.close()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_run_reads_its_mark_when_a_cancel_may_have_named_it(queue_name: str) -> None:
