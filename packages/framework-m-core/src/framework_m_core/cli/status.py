@@ -126,8 +126,9 @@ def _print_status(r: dict[str, Any]) -> None:
     ]
     for job, holders in r.get("running", {}).items():
         rows.append((f"running {job}", ", ".join(holders) or "-"))
+    width = max(16, *(len(label) + 1 for label, _ in rows))  # a long job name's row too
     for label, text in rows:
-        print(f"{label:<16}{text}")
+        print(f"{label:<{width}}{text}")
     for change in changes:
         print(f"  {change}")
     if all(r[k] is None for k in ("ready", "reserved", "scheduled", "dead_letters")):
