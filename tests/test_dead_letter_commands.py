@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
@@ -80,5 +81,41 @@ def test_a_requeued_dead_job_runs_again_and_a_purged_one_is_gone(server: str) ->
         purged = m("dead-letters", "purge", "--broker", url, "--yes")
         assert "purged 1 dead letter(s)" in purged.stdout
         assert "0 dead letter(s)" in m("dead-letters", "list", "--broker", url).stdout
+    finally:
+        asyncio.run(ns.drop())
+
+
+def test_dead_letters_list_json_is_one_document_a_script_can_read() -> None:
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+
+    async def dead_letter_one() -> str:
+        async with open_broker(url) as broker:
+            await broker.sync_schema()
+            job_id = await broker.enqueue("report", day="2026-01-02")
+            [delivery] = await broker.receive(1, 5)
+            await broker.dead_letter(delivery, "failed after 1 attempt(s): boom\nTraceback ...")
+            return job_id
+
+    try:
+        job_id = asyncio.run(dead_letter_one())
+        done = m("dead-letters", "list", "--broker", url, "--json")
+        assert done.returncode == 0, done.stderr
+        listing = json.loads(done.stdout)
+        assert (listing["queue"], listing["job"], listing["count"]) == (url, None, 1)
+        [letter] = listing["dead_letters"]
+        assert (letter["job"], letter["job_id"], letter["attempts"]) == ("report", job_id, 1)
+        assert letter["reason"] == "failed after 1 attempt(s): boom\nTraceback ..."
+        assert letter["size"] > 0
+        assert len(letter["key"]) == 20
+        when = datetime.fromtimestamp(letter["dead_lettered_at"], UTC)
+        assert letter["when"] == when.isoformat(timespec="seconds")  # as the text listing
+        text = m("dead-letters", "list", "--broker", url, "--job", "other", "--json")
+        assert json.loads(text.stdout) == {
+            "queue": url,
+            "job": "other",
+            "count": 0,
+            "dead_letters": [],
+        }
     finally:
         asyncio.run(ns.drop())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -12,7 +13,7 @@ from datetime import UTC, datetime
 from ..adapters.registry import connected, open_broker
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
-from ..tracking.deadletters import described, fresh
+from ..tracking.deadletters import Described, described, fresh
 from .options import Subparsers, broker_arg, configure_logging, positive_int
 
 log = logging.getLogger("framework_m.cli")
@@ -37,6 +38,7 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
         )
         if action is not d_actions[0]:
             action.add_argument("--yes", action="store_true", help="do not ask")
+    d_actions[0].add_argument("--json", action="store_true", help="print one JSON document")
     return d_actions
 
 
@@ -60,12 +62,16 @@ async def dead_letters(args: argparse.Namespace) -> int:
         letters = await broker.dead_letters(10_000 if args.job else args.limit)
         rows = [row for row in map(described, letters) if args.job in (None, row.job)]
         rows = rows[-args.limit :]
+        if getattr(args, "json", False):
+            listing = {"queue": broker.display_url, "job": args.job, "count": len(rows)}
+            print(json.dumps(listing | {"dead_letters": [_as_dict(r) for r in rows]}, indent=2))
+            return 0
         for letter, job, job_id in ((r.letter, r.job, r.job_id) for r in rows):
-            when = datetime.fromtimestamp(letter.dead_lettered_at, UTC).isoformat(
-                timespec="seconds"
-            )
             reason = letter.reason.splitlines()[0][:300] if letter.reason else ""
-            print(f"{when}  {job}  {job_id}  attempts={letter.attempts}  {len(letter.body)} bytes")
+            print(
+                f"{_when(letter.dead_lettered_at)}  {job}  {job_id}  "
+                f"attempts={letter.attempts}  {len(letter.body)} bytes"
+            )
             print(f"    {reason}")
         which = f" of job {args.job}" if args.job else ""
         if args.action == "list" or not rows:
@@ -81,6 +87,26 @@ async def dead_letters(args: argparse.Namespace) -> int:
             await broker.remove_dead_letters([letter])
         print(f"{args.action}d {len(rows)} dead letter(s){which}")
     return 0
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def _as_dict(row: Described) -> dict[str, object]:
+    """A dead letter in ``list --json``: the text listing's fields, the whole reason, the
+    time in unix seconds too, and the key ``m console`` knows it by."""
+    letter = row.letter
+    return {
+        "when": _when(letter.dead_lettered_at),
+        "dead_lettered_at": letter.dead_lettered_at,
+        "job": row.job,
+        "job_id": row.job_id,
+        "attempts": letter.attempts,
+        "size": len(letter.body),
+        "reason": letter.reason,
+        "key": row.key,
+    }
 
 
 def _confirmed(question: str) -> bool:
