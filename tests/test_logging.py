@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
 from .conftest import REPO
@@ -115,3 +117,18 @@ def test_a_log_config_file_is_all_that_is_set_up(procs: Processes, tmp_path: Pat
     output = run_failing(procs, tmp_path, "--log-config", str(path))
     assert "CFG ERROR broken[" in output
     assert "CFG INFO worker starting" in output
+
+
+def test_a_one_shot_command_prints_no_library_s_info_records() -> None:
+    ns = namespace("amqp://guest:guest@127.0.0.1:5672/")
+    try:  # a queue whose schema is missing: the plan probes exchanges, which aio-pika logs
+        done = m("status", "--broker", ns.url(management="off"))
+        assert done.returncode == 0, done.stderr
+        assert "schema          differs" in done.stdout
+        others = [line for line in done.stderr.splitlines() if " INFO framework_m" not in line]
+        assert not [line for line in others if " INFO " in line], done.stderr
+        assert "Deleting <Exchange" not in done.stderr + done.stdout
+        loud = m("status", "--broker", ns.url(management="off"), "--log-level", "debug")
+        assert "INFO aio_pika.exchange: Deleting <Exchange" in loud.stderr  # asked for
+    finally:
+        asyncio.run(ns.drop())

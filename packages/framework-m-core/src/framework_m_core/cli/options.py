@@ -131,9 +131,18 @@ def logging_args(p: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+# Commands that serve until stopped; the others answer once, and other libraries' records
+# below WARNING (a client's INFO about each call) would only clutter the answer.
+_SERVING = ("worker", "console")
+
+
 def configure_logging(args: argparse.Namespace) -> None:
-    """After the app is imported: its own logging setup, if it has one, stays."""
-    logs.configure(logs.level_name(args.log_level), args.log_format, args.log_config)
+    """After the app is imported: its own logging setup, if it has one, stays. A one-shot
+    command shows other libraries' records from WARNING up, unless the level is DEBUG."""
+    level = logs.level_name(args.log_level)
+    quiet = getattr(args, "command", None) not in _SERVING and level != "DEBUG"
+    others = "WARNING" if quiet else None
+    logs.configure(level, args.log_format, args.log_config, others=others)
 
 
 def check_job(app: App, where: str, job: str, kwargs: dict[str, Any]) -> None:

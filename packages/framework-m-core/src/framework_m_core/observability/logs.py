@@ -99,6 +99,19 @@ class Repeats(logging.Filter):
         return True
 
 
+class OthersFrom(logging.Filter):
+    """Lets a record of a logger outside framework-m's through from ``level`` up only: a
+    one-shot command prints its answer, not a client library's INFO about its calls."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        own = record.name == "framework_m" or record.name.startswith("framework_m.")
+        return own or record.levelno >= self.level
+
+
 def level_name(text: str) -> str:
     """A log level in any case; ConfigurationError naming the choices otherwise."""
     name = text.strip().upper()
@@ -109,13 +122,17 @@ def level_name(text: str) -> str:
     return name
 
 
-def configure(level: str, fmt: str = "text", config_file: str | None = None) -> None:
+def configure(
+    level: str, fmt: str = "text", config_file: str | None = None, *, others: str | None = None
+) -> None:
     """Set up logging for ``m``, after the app was imported.
 
     With ``config_file`` (JSON for :func:`logging.config.dictConfig`) that is all. When
     the app configured logging itself (the root logger has handlers) its setup stays
     and only framework-m's loggers get ``level``. Otherwise one stderr handler in
-    ``fmt`` (``text`` or ``json``), which holds back repeated warnings (:class:`Repeats`).
+    ``fmt`` (``text`` or ``json``), which holds back repeated warnings (:class:`Repeats`)
+    and, with ``others`` (a level name), lets other loggers' records through from
+    ``others`` or ``level``, whichever is higher (:class:`OthersFrom`).
     """
     if fmt not in FORMATS:
         raise ConfigurationError(f"log format must be text or json, got {fmt!r}")
@@ -135,5 +152,8 @@ def configure(level: str, fmt: str = "text", config_file: str | None = None) -> 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     handler.addFilter(Repeats())
+    if others is not None:
+        levels = logging.getLevelNamesMapping()
+        handler.addFilter(OthersFrom(max(levels[others], levels[level])))
     root.addHandler(handler)
     root.setLevel(level)
