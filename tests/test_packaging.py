@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from framework_m_core.adapters.registry import ADAPTER_FOLDERS, install_hint
 
 from .conftest import REPO
 
@@ -51,3 +54,80 @@ def test_every_package_carries_the_license() -> None:
         assert (package / "LICENSE").read_text() == (REPO / "LICENSE").read_text(), package
         assert 'license-files = ["LICENSE"]' in pyproject, package
         assert "Programming Language :: Python :: 3.12" in pyproject, package
+
+
+# Where the project speaks of installing itself: its sources, READMEs, docs and examples.
+_HINTED = ["packages/*/src/**/*.py", "packages/*/README.md", "README.md", "docs/**/*.md"]
+_HINTED += ["examples/**/*.py", "examples/**/*.md", "deploy/**/*"]
+_OURS = re.compile(r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq))?(?:\[[^\]]*\])?$")
+_PIP = re.compile(r"pip install ((?:[^`\"\n#(]|\n(?!\n))+)")
+_EXTRA = re.compile(r"(?<![/\w])framework-m-core\[\w+\]")  # outside a path: a bare name
+_BARE = re.compile(r"\binstall[ `'\"]{1,3}(framework-m(?:-\w+)?(?:\[[^\]]*\])?)", re.IGNORECASE)
+# Files of others' work in progress that still give a wrong hint: said in the report of
+# the change that brought this test, to be fixed there and taken out of this list.
+_PENDING = {"packages/framework-m-core/src/framework_m_core/console/__init__.py"}
+_PENDING |= {"docs/operating.md", "deploy/kubernetes/console-deployment.yaml"}
+
+
+def _readme_forms() -> tuple[set[str], set[str]]:
+    """The package folders and extras the README installs, read from its Install part."""
+    readme = (REPO / "README.md").read_text()
+    install = readme[readme.index("## Install") : readme.index("## Quick start")]
+    assert "pip install ./packages/framework-m-core ./packages/adapter-redis" in install
+    folders = {"framework-m-core", *re.findall(r"\badapter-\w+", install)}
+    extras = set(re.findall(r"`\[(\w+)\]`", install))
+    assert folders == {"framework-m-core", "adapter-redis", "adapter-nats", "adapter-rabbitmq"}
+    assert extras == {"metrics", "tracing", "console", "testing"}
+    return folders, extras
+
+
+def _wrong_argument(arg: str, folders: set[str], extras: set[str]) -> bool:
+    """Whether ``arg`` of a ``pip install`` names a package of this project otherwise than
+    as the README does: by its name (the index's is another project's), or by a folder
+    or an extra the README does not install."""
+    arg = arg.strip("'\"`,;:")
+    if "{" in arg:  # a placeholder: install_hint() is checked with each value
+        return False
+    if _OURS.match(arg):
+        return True
+    local = re.fullmatch(r"\./packages/([\w-]+)(?:\[([\w,]+)\])?", arg)
+    if local is None:
+        return arg.startswith("./packages/")
+    asked = set((local.group(2) or "").split(",")) - {""}
+    return local.group(1) not in folders or not asked <= extras
+
+
+def _wrong_hints(text: str, folders: set[str], extras: set[str]) -> list[str]:
+    """The install hints of ``text`` that name a package not as the README installs it."""
+    wrong = []
+    for found in _PIP.finditer(text):
+        if re.match(r"` fetches that\s+one", text[found.end() :]):  # the README's warning
+            continue
+        arguments = found.group(1).replace("\\\n", " ").split()
+        if any(_wrong_argument(arg, folders, extras) for arg in arguments):
+            wrong.append(found.group(0).strip())
+    for found in _BARE.finditer(text):
+        if not re.match(r"` fetches that\s+one", text[found.end() :]):
+            wrong.append(found.group(0))
+    for found in _EXTRA.finditer(text):
+        if not text[: found.start()].endswith("pip install "):  # those are checked above
+            wrong.append(found.group(0))
+    return wrong
+
+
+def test_every_install_hint_gives_the_readme_s_command() -> None:
+    folders, extras = _readme_forms()
+    wrong: dict[str, list[str]] = {}
+    for pattern in _HINTED:
+        for path in sorted(REPO.glob(pattern)):
+            if not path.is_file() or "_build" in path.parts:
+                continue
+            found = _wrong_hints(path.read_text(errors="replace"), folders, extras)
+            if found:
+                wrong[str(path.relative_to(REPO))] = found
+    assert set(wrong) <= _PENDING, {k: v for k, v in wrong.items() if k not in _PENDING}
+    hints = {install_hint(scheme) or "" for scheme in ADAPTER_FOLDERS}
+    for hint in hints:
+        assert hint.startswith("pip install ./packages/"), hint
+        assert not _wrong_hints(hint, folders, extras), hint
+    assert len(hints) == len(folders)  # every package the README installs has its scheme

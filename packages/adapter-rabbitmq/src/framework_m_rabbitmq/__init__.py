@@ -6,8 +6,8 @@ except ImportError as exc:  # none, or the package index's framework-m-core: ano
     raise ImportError(
         f"{__name__} needs framework-m's framework-m-core (>=0.1,<0.2), and the "
         "framework_m_core found is another distribution's (the package index's "
-        "framework-m-core belongs to another project): install core built from "
-        "framework-m's repository, as its README says"
+        "framework-m-core belongs to another project): install core from a checkout "
+        "of framework-m's repository, as its README says: pip install ./packages/framework-m-core"
     ) from exc
 
 from .broker import RabbitBroker

@@ -14,18 +14,27 @@ from ..ports.urls import redact_url, scheme_of
 
 GROUP = "framework_m.adapters"
 
-# Where to get the adapter for a scheme that is not installed.
-KNOWN_PACKAGES = {
+# Where the adapter of a scheme that is not installed is: its folder in framework-m's
+# repository (the package index's framework-m names belong to another project).
+ADAPTER_FOLDERS = {
     "memory": "framework-m-core",
-    "nats": "framework-m-nats",
-    "tls": "framework-m-nats",
-    "redis": "framework-m-redis",
-    "rediss": "framework-m-redis",
-    "redis+sentinel": "framework-m-redis",
-    "rediss+sentinel": "framework-m-redis",
-    "amqp": "framework-m-rabbitmq",
-    "amqps": "framework-m-rabbitmq",
+    "nats": "adapter-nats",
+    "tls": "adapter-nats",
+    "redis": "adapter-redis",
+    "rediss": "adapter-redis",
+    "redis+sentinel": "adapter-redis",
+    "rediss+sentinel": "adapter-redis",
+    "amqp": "adapter-rabbitmq",
+    "amqps": "adapter-rabbitmq",
 }
+
+
+def install_hint(scheme: str) -> str | None:
+    """How to install the adapter of ``scheme``, as the README says; None if unknown."""
+    folder = ADAPTER_FOLDERS.get(scheme)
+    if folder is None:
+        return None
+    return f"pip install ./packages/{folder} in a checkout of framework-m's repository"
 
 
 def installed_schemes() -> dict[str, EntryPoint]:
@@ -40,8 +49,7 @@ def open_broker(url: str) -> BrokerProtocol:
     ep = available.get(scheme)
     if ep is None:
         installed = ", ".join(f"{s}://" for s in sorted(available)) or "none"
-        package = KNOWN_PACKAGES.get(scheme)
-        hint = f"; install {package} for it" if package else ""
+        hint = f"; install its adapter: {install}" if (install := install_hint(scheme)) else ""
         raise UnknownBrokerError(
             f"no installed adapter handles {scheme}:// in {redact_url(url)!r} "
             f"(installed: {installed}){hint}"

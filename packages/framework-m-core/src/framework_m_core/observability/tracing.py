@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for enqueues and attempts (``pip install framework-m-core[tracing]``).
+"""OpenTelemetry spans for enqueues and attempts (the ``tracing`` extra:
+``pip install './packages/framework-m-core[tracing]'``).
 
 With ``opentelemetry-api`` installed and an SDK tracer provider set by the
 application, every enqueue (and every tick) is a ``send {job}`` producer span whose
@@ -35,7 +36,10 @@ def set_tracer_provider(provider: Any) -> None:
     """Record framework-m's spans with ``provider`` instead of the global one (None: the
     global again). For applications that keep several providers, and for tests."""
     if trace is None:
-        raise RuntimeError("opentelemetry-api is not installed: framework-m-core[tracing]")
+        raise RuntimeError(
+            "opentelemetry-api is not installed: "
+            "pip install './packages/framework-m-core[tracing]' (core's tracing extra)"
+        )
     global _provider
     _provider = provider
 

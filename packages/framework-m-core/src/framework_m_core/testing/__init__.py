@@ -33,7 +33,7 @@ marked xfail on its own:
 
 :class:`BrokerContract` is their union. Tests state what they need with
 :func:`requires` and are skipped with the reason when the adapter lacks it.
-Requires pytest and anyio (``framework-m-core[testing]``).
+Requires pytest and anyio (``pip install './packages/framework-m-core[testing]'``).
 
 For testing an application's own jobs (no pytest needed): :func:`run_job`,
 :func:`drain` and :func:`ticks_between` (see :mod:`.jobs`).
