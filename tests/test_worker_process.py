@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from framework_m_core import open_broker
 from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes
 
@@ -252,5 +253,45 @@ def test_m_dead_letters_list_shows_the_latest_with_their_reasons(procs: Processe
         assert everything.wait() == 0
         assert "3 dead letter(s)" in everything.output
         assert "ghost" in everything.output
+    finally:
+        asyncio.run(ns.drop())
+
+
+HELD_APP = """
+import asyncio
+from framework_m_core import App
+
+app = App()
+
+@app.job
+async def held(ctx, n):
+    print(f"start {ctx.job_id}", flush=True)
+    await asyncio.sleep(60)
+"""
+
+
+def test_a_stop_names_the_jobs_it_released(procs: Processes, tmp_path: Path) -> None:
+    (tmp_path / "heldapp.py").write_text(HELD_APP)
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+
+    async def enqueue() -> list[str]:
+        async with open_broker(url) as broker:
+            await broker.sync_schema()
+            return [await broker.enqueue("held", n=n) for n in range(7)]
+
+    try:
+        ids = asyncio.run(enqueue())
+        worker = procs.m(
+            "worker", "--app", "heldapp", "--broker", url, "--no-scheduler",
+            "--concurrency", "7", "--shutdown-timeout", "0.2", env=on_path(tmp_path),
+        )  # fmt: skip
+        worker.wait_for(r"^start ", count=7)
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+        [stopped] = worker.matches(r"worker stopped: .* 7 released \((.*) and 2 more\), ")
+        named = stopped.group(1).split(", ")
+        assert len(set(named)) == 5, stopped.group(0)
+        assert set(named) <= {f"held[{job_id}]" for job_id in ids}, stopped.group(0)
     finally:
         asyncio.run(ns.drop())

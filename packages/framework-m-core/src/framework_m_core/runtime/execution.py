@@ -81,6 +81,28 @@ class WorkerStats:
 _WAIT_POLL = (0.02, 0.2)
 
 
+# Released jobs a worker's stop names at most; the rest are counted ("and N more").
+RELEASED_NAMED = 5
+
+
+def _name_and_id(delivery: Delivery) -> str:
+    """``name[id]`` of the job ``delivery`` carries, as the worker's logs name a job."""
+    try:
+        message = decode_message(delivery.body)
+    except MessageDecodeError:
+        return "an undecodable message"
+    return f"{message.job_name}[{message.id}]"
+
+
+def released_jobs(named: list[str], count: int) -> str:
+    """`` (a[1], b[2] and 3 more)``: the released jobs ``named``, of ``count`` in all;
+    "" when none was."""
+    if count <= 0 or not named:
+        return ""
+    more = count - len(named)
+    return f" ({', '.join(named)}{f' and {more} more' if more > 0 else ''})"
+
+
 @dataclass(frozen=True, slots=True)
 class _Failure:
     reason: str
@@ -184,6 +206,8 @@ class Execution:
         self._fences: dict[int, Fence] = {}  # by id() of the deliveries being processed
         broker.watch_losses(self._lost)
         self._here: dict[str, asyncio.Event] = {}  # by job id, set when its delivery ends
+        #: The first :data:`RELEASED_NAMED` jobs released, as ``name[id]``, for the log.
+        self.released: list[str] = []
 
     def _job_name(self, name: str | None) -> str:
         """``name`` if it is a registered job, else ``unknown`` (labels stay bounded)."""
@@ -211,6 +235,8 @@ class Execution:
         try:
             await self.broker.release(delivery)
             self.stats.released += 1
+            if len(self.released) < RELEASED_NAMED:
+                self.released.append(_name_and_id(delivery))
             self.observer.job_finished(self._named_in(delivery), "released", None)
         except Exception as exc:
             log.error("release failed (%s): the broker redelivers after its timeout", exc)

@@ -31,7 +31,7 @@ from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol, TickerProtocol
 from ..ports.records import Delivery
 from .events import first_of, reraise_if_cancelled
-from .execution import Execution, WorkerStats
+from .execution import Execution, WorkerStats, released_jobs
 from .stalls import STALL_WARNING, StallWatchdog
 
 # Jobs one worker runs at once unless told otherwise (the README's Performance section
@@ -306,12 +306,13 @@ class Worker:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             await self.app.shutdown()
             s = self.stats
+            released = released_jobs(self._execution.released, s.released)
             log.info(
-                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released, "
+                "worker stopped: %d succeeded, %d retried, %d dead-lettered, %d released%s, "
                 "%d skipped (overlap), %d cancelled, %d expired, %d already finished, "
                 "%d lost (taken back while frozen)",
-                *(s.succeeded, s.retried, s.dead_lettered, s.released, s.skipped, s.cancelled),
-                *(s.expired, s.already_finished, s.lost),
+                *(s.succeeded, s.retried, s.dead_lettered, s.released, released, s.skipped),
+                *(s.cancelled, s.expired, s.already_finished, s.lost),
             )
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
