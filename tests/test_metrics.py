@@ -46,7 +46,7 @@ def late_in_a_second() -> float:
     return float(int(time.time()))
 
 
-LAST_SLOT = ("frameworkm_tick_last_slot_timestamp_seconds", 'job="record"')
+LAST_SLOT = ("frameworkm_tick_last_slot_timestamp_seconds", 'schedule="record"')
 
 
 def settled(
@@ -66,7 +66,7 @@ def settled(
 
 
 def ticks(sample: dict[tuple[str, str], float], outcome: str) -> float:
-    return sample.get(("frameworkm_ticks_total", f'job="record",outcome="{outcome}"'), 0.0)
+    return sample.get(("frameworkm_ticks_total", f'outcome="{outcome}",schedule="record"'), 0.0)
 
 
 @pytest.mark.parametrize("server", SERVERS, ids=["nats", "redis", "rabbitmq"])

@@ -28,7 +28,7 @@ def promtool(*args: str, cwd: Path = RULES) -> str:
 
 
 def test_the_rules_pass_promtool_check_rules() -> None:
-    assert "SUCCESS: 5 rules found" in promtool("check", "rules", "rules.yml")
+    assert "SUCCESS: 9 rules found" in promtool("check", "rules", "rules.yml")
 
 
 def test_the_rules_pass_their_unit_tests() -> None:
@@ -89,3 +89,40 @@ def test_dashboard_panels_each_have_a_place_of_their_own() -> None:
         assert g["x"] + g["w"] <= 24
         taken |= cells
     assert board["templating"]["list"][0]["type"] == "datasource"
+
+
+def served_labels() -> set[str]:
+    """Every label name a worker's /metrics can carry, from one that saw each event."""
+    m = Metrics(concurrency=1, schedules=1, ticker=True)
+    m.tick("report", "enqueued", 60)
+    m.next_slot("report", 120)
+    m.job_started("report", 0.0, 60)
+    m.job_triggered("report")
+    m.job_finished("report", "succeeded", 0.1)
+    m.waiting("report", 1)
+    m.broker_error("receive")
+    text = m.exposition().decode()
+    found = {n for labels in re.findall(r"^\w+\{(.*)\} ", text, re.M) for n in _names(labels)}
+    return found | {"queue", "state"}  # only with a broker's counts
+
+
+def _names(labels: str) -> list[str]:
+    return re.findall(r'(\w+)="', labels)
+
+
+def test_no_metric_label_is_one_prometheus_sets_on_its_targets() -> None:
+    # honor_labels: false (the default) renames a clashing label to exported_<name>
+    assert served_labels() >= {"schedule", "job_name", "outcome"}
+    assert not served_labels() & {"job", "instance", "__name__"}
+
+
+def test_rules_and_panels_aggregate_only_by_labels_the_workers_serve() -> None:
+    texts = [(RULES / "rules.yml").read_text(), *_dashboard_queries()]
+    grouped = {
+        name.strip()
+        for text in texts
+        for group in re.findall(r"\bby \(([^)]*)\)", text)
+        for name in group.split(",")
+    }
+    assert grouped, "nothing aggregates by a label"
+    assert grouped <= served_labels() | {"le"}, sorted(grouped - served_labels())

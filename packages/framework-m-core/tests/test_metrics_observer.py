@@ -40,13 +40,13 @@ async def test_jobs_are_counted_by_job_and_outcome(memory: MemoryBroker) -> None
         await wait_until(lambda: worker.stats.dead_lettered == 3)
         await wait_until(lambda: worker.stats.succeeded == 3)
     text = metrics.exposition().decode()
-    assert value(text, 'frameworkm_jobs_total{job="ok",outcome="succeeded"}') == 3
-    assert value(text, 'frameworkm_jobs_total{job="broken",outcome="retried"}') == 1
-    assert value(text, 'frameworkm_jobs_total{job="broken",outcome="dead_lettered"}') == 1
-    assert value(text, 'frameworkm_jobs_total{job="unknown",outcome="dead_lettered"}') == 2
-    assert value(text, 'frameworkm_jobs_started_total{job="broken"}') == 2
-    assert value(text, 'frameworkm_job_duration_seconds_count{job="ok"}') == 3
-    assert value(text, 'frameworkm_job_start_delay_seconds_count{job="ok"}') == 3
+    assert value(text, 'frameworkm_jobs_total{job_name="ok",outcome="succeeded"}') == 3
+    assert value(text, 'frameworkm_jobs_total{job_name="broken",outcome="retried"}') == 1
+    assert value(text, 'frameworkm_jobs_total{job_name="broken",outcome="dead_lettered"}') == 1
+    assert value(text, 'frameworkm_jobs_total{job_name="unknown",outcome="dead_lettered"}') == 2
+    assert value(text, 'frameworkm_jobs_started_total{job_name="broken"}') == 2
+    assert value(text, 'frameworkm_job_duration_seconds_count{job_name="ok"}') == 3
+    assert value(text, 'frameworkm_job_start_delay_seconds_count{job_name="ok"}') == 3
     assert value(text, "frameworkm_jobs_running") == 0
     assert value(text, "frameworkm_concurrency") == 4
     assert "nobody_knows_me" not in text  # names from messages never become labels
@@ -62,12 +62,12 @@ async def test_ticks_and_the_last_slot_are_recorded(memory: MemoryBroker) -> Non
     async with running_worker(app, memory, ticker=ticker, observer=metrics) as worker:
         await wait_until(lambda: worker.stats.succeeded >= 2, timeout=10)
     text = metrics.exposition().decode()
-    enqueued = value(text, 'frameworkm_ticks_total{job="tick",outcome="enqueued"}')
+    enqueued = value(text, 'frameworkm_ticks_total{outcome="enqueued",schedule="tick"}')
     assert enqueued == ticker.stats.published >= 2
-    last = value(text, 'frameworkm_tick_last_slot_timestamp_seconds{job="tick"}')
+    last = value(text, 'frameworkm_tick_last_slot_timestamp_seconds{schedule="tick"}')
     assert last == int(last)
     assert time.time() - 5 < last <= time.time()
-    assert value(text, 'frameworkm_job_slot_lag_seconds_count{job="tick"}') >= 2
+    assert value(text, 'frameworkm_job_slot_lag_seconds_count{job_name="tick"}') >= 2
 
 
 async def test_the_next_slot_of_each_schedule_moves_on_as_the_ticker_ticks(
@@ -82,13 +82,13 @@ async def test_the_next_slot_of_each_schedule_moves_on_as_the_ticker_ticks(
     async def hourly(ctx: JobContext) -> None: ...
 
     def next_slot(job: str) -> float:
-        sample = f'frameworkm_tick_next_slot_timestamp_seconds{{job="{job}"}}'
+        sample = f'frameworkm_tick_next_slot_timestamp_seconds{{schedule="{job}"}}'
         return value(metrics.exposition().decode(), sample)
 
     ticker = Ticker(app.jobs.values(), memory, grace=2, observer=metrics)
     task = asyncio.create_task(ticker.run())
     try:
-        await wait_until(lambda: 'seconds{job="fast"}' in metrics.exposition().decode(), timeout=10)
+        await wait_until(lambda: 'seconds{schedule="fast"}' in metrics.exposition().decode(), timeout=10)
         first = next_slot("fast")
         assert time.time() < first <= time.time() + 1
         assert next_slot("hourly") == (int(time.time()) // 3600 + 1) * 3600
@@ -195,8 +195,8 @@ async def test_triggered_runs_are_counted_once_each_whatever_their_attempts(
         await wait_until(lambda: worker.stats.succeeded == 2)
     text = metrics.exposition().decode()
     assert sorted(attempts) == [1, 1, 2, 2]
-    assert value(text, 'frameworkm_jobs_triggered_total{job="report"}') == 1
-    assert value(text, 'frameworkm_jobs_started_total{job="report"}') == 4
+    assert value(text, 'frameworkm_jobs_triggered_total{job_name="report"}') == 1
+    assert value(text, 'frameworkm_jobs_started_total{job_name="report"}') == 4
 
 
 def test_runtime_schedules_beyond_the_first_hundred_share_one_label() -> None:
@@ -206,8 +206,8 @@ def test_runtime_schedules_beyond_the_first_hundred_share_one_label() -> None:
     metrics.tick("@tenant-3", "duplicate", 1_800_000_000)
     metrics.tick("report", "enqueued", 1_800_000_000)  # code schedules keep theirs
     text = metrics.exposition().decode()
-    assert value(text, 'frameworkm_ticks_total{job="@tenant-99",outcome="enqueued"}') == 1
-    assert value(text, 'frameworkm_ticks_total{job="@tenant-3",outcome="duplicate"}') == 1
-    assert value(text, 'frameworkm_ticks_total{job="@other",outcome="enqueued"}') == 50
-    assert value(text, 'frameworkm_ticks_total{job="report",outcome="enqueued"}') == 1
+    assert value(text, 'frameworkm_ticks_total{outcome="enqueued",schedule="@tenant-99"}') == 1
+    assert value(text, 'frameworkm_ticks_total{outcome="duplicate",schedule="@tenant-3"}') == 1
+    assert value(text, 'frameworkm_ticks_total{outcome="enqueued",schedule="@other"}') == 50
+    assert value(text, 'frameworkm_ticks_total{outcome="enqueued",schedule="report"}') == 1
     assert "@tenant-100" not in text

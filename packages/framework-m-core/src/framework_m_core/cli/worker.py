@@ -153,7 +153,10 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
     ticker = None
     if not args.no_scheduler:
         ticker = Ticker(app.jobs.values(), broker, grace=args.grace, clock_skew=args.clock_skew)
-    observer = Metrics(args.concurrency, broker) if args.http and metrics.available() else None
+    observer = None
+    if args.http and metrics.available():
+        schedules = sum(1 for _ in app.scheduled())
+        observer = Metrics(args.concurrency, broker, schedules=schedules, ticker=ticker is not None)
     if ticker is not None:
         ticker.observer = observer or ticker.observer
     worker = Worker(

@@ -2,7 +2,8 @@
 
 Names follow Prometheus conventions and pass ``promtool check metrics``
 (``frameworkm_`` prefix, ``_total`` counters, ``_seconds`` in base units); labels are
-job names and outcomes, never ids.
+schedules, job names and outcomes, never ids, and never a label Prometheus sets on
+every target (``job``, ``instance``), which a scrape would rename to ``exported_job``.
 
 The hot path only adds to plain numbers (the event loop is one thread): the
 metric families are built from them when ``/metrics`` is scraped, so a worker
@@ -73,10 +74,20 @@ class _Histogram:
 class Metrics(Observer):
     """What this replica's ticker and worker did, exposed in the Prometheus format."""
 
-    def __init__(self, concurrency: int, broker: BrokerProtocol | None = None) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        broker: BrokerProtocol | None = None,
+        *,
+        schedules: int = 0,
+        ticker: bool = False,
+    ) -> None:
+        """``schedules``: how many the app has; ``ticker``: whether this replica ticks."""
         if prom is None:
             raise RuntimeError("prometheus-client is not installed: pip install prometheus-client")
         self.concurrency = concurrency
+        self.schedules = schedules
+        self.ticker = ticker
         self.broker = broker
         self.connected = 0
         self.reconnects = 0
@@ -197,7 +208,7 @@ class _Collector:
             "Slots by what became of them on this replica: enqueued (first), caught_up "
             "(a missed slot enqueued late), duplicate (already enqueued), skipped, failed, "
             "unknown (no answer in time: maybe stored), clock_held, paused",
-            labels=["job", "outcome"],
+            labels=["schedule", "outcome"],
         )
         for (job, outcome), value in sorted(m.ticks.items()):
             ticks.add_metric([job, outcome], value)
@@ -205,7 +216,7 @@ class _Collector:
         last = GaugeMetricFamily(
             "frameworkm_tick_last_slot_timestamp_seconds",
             "The latest slot known enqueued (by any replica), as a unix time",
-            labels=["job"],
+            labels=["schedule"],
         )
         for job, slot in sorted(m.last_slot.items()):
             last.add_metric([job], slot)
@@ -214,7 +225,7 @@ class _Collector:
             "frameworkm_tick_next_slot_timestamp_seconds",
             "The next slot this replica's ticker waits for, as a unix time: one past the "
             "present by more than a tick means no ticker moved on",
-            labels=["job"],
+            labels=["schedule"],
         )
         for job, slot in sorted(m.next_slots.items()):
             upcoming.add_metric([job], slot)
@@ -223,19 +234,21 @@ class _Collector:
             "frameworkm_jobs",
             "Deliveries settled, by outcome (skipped: the schedule's previous run was "
             "still running, overlap='skip'; cancelled: by request, before or while it ran)",
-            labels=["job", "outcome"],
+            labels=["job_name", "outcome"],
         )
         for (job, outcome), value in sorted(m.jobs.items()):
             jobs.add_metric([job, outcome], value)
         yield jobs
-        started = CounterMetricFamily("frameworkm_jobs_started", "Handlers started", labels=["job"])
+        started = CounterMetricFamily(
+            "frameworkm_jobs_started", "Handlers started", labels=["job_name"]
+        )
         for job, value in sorted(m.started.items()):
             started.add_metric([job], value)
         yield started
         triggered = CounterMetricFamily(
             "frameworkm_jobs_triggered",
             "Runs an operator triggered (m schedules trigger), at their first attempt",
-            labels=["job"],
+            labels=["job_name"],
         )
         for job, value in sorted(m.triggered.items()):
             triggered.add_metric([job], value)
@@ -245,7 +258,7 @@ class _Collector:
             ("frameworkm_job_start_delay_seconds", "From enqueue to the handler's start", m.delay),
             ("frameworkm_job_slot_lag_seconds", "From a ticked job's slot to its start", m.lag),
         ):
-            family = HistogramMetricFamily(name, doc, labels=["job"])
+            family = HistogramMetricFamily(name, doc, labels=["job_name"])
             for job, hist in sorted(table.items()):
                 family.add_metric([job], hist.buckets(), hist.total)
             yield family
@@ -254,12 +267,20 @@ class _Collector:
             "frameworkm_jobs_waiting",
             "Runs waiting for a concurrency limit's place, their schedule's running run or"
             " their own run in this process",
-            labels=["job"],
+            labels=["job_name"],
         )
         for job, value in sorted(m.waiting_jobs.items()):
             waiting.add_metric([job], value)
         yield waiting
         yield GaugeMetricFamily("frameworkm_concurrency", "Handlers allowed at once", m.concurrency)
+        yield GaugeMetricFamily(
+            "frameworkm_schedules",
+            "Schedules in this replica's app (runtime ones not counted)",
+            m.schedules,
+        )
+        yield GaugeMetricFamily(
+            "frameworkm_ticker_enabled", "1 when this replica runs a ticker", int(m.ticker)
+        )
         yield GaugeMetricFamily(
             "frameworkm_event_loop_lag_seconds",
             "How much later than asked the worker's event loop last woke",
