@@ -73,3 +73,35 @@ def test_a_worker_waiting_for_its_broker_stops_on_sigterm(procs: Processes) -> N
     worker.wait_for(r"broker out of reach at start")
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=10) == 0
+
+
+NATS, REDIS, RABBITMQ = "127.0.0.1:4222", "127.0.0.1:6379", "127.0.0.1:5672"
+
+
+@pytest.mark.parametrize(
+    ("url", "answered"),
+    [
+        (f"redis://{NATS}/0", f"{NATS} answered as a NATS server, not Redis"),
+        (f"redis://{RABBITMQ}/0", f"{RABBITMQ} answered as an AMQP server, not Redis"),
+        (f"nats://{REDIS}", f"{REDIS} answered as a Redis server, not NATS"),
+        (f"nats://{RABBITMQ}", f"{RABBITMQ} answered as an AMQP server, not NATS"),
+        (f"amqp://guest:guest@{REDIS}/", f"{REDIS} answered as a Redis server, not RabbitMQ"),
+        (f"amqp://guest:guest@{NATS}/", f"{NATS} answered as a NATS server, not RabbitMQ"),
+    ],
+    ids=["redis-at-nats", "redis-at-rabbitmq", "nats-at-redis", "nats-at-rabbitmq",
+         "amqp-at-redis", "amqp-at-nats"],
+)  # fmt: skip
+def test_another_broker_on_the_url_s_port_is_named_and_exits_2_at_once(
+    procs: Processes, url: str, answered: str
+) -> None:
+    started = time.monotonic()
+    worker = procs.m("worker", "--app", "examples.heartbeat", "--broker", url)
+    status = procs.m("status", "--broker", url)
+    enqueue = procs.m("enqueue", "heartbeat", "--broker", url)
+    for command in (worker, status, enqueue):
+        assert command.wait(timeout=15) == 2, command.output
+        last = command.lines[-1]
+        assert last.startswith(f"m: error: {answered}: is the URL's port the one "), last
+        assert "out of reach" not in command.output  # not waited for
+    assert status.lines == enqueue.lines == [last]  # one line, and nothing else
+    assert time.monotonic() - started < 8  # the three ran side by side

@@ -79,7 +79,11 @@ def test_the_connect_timeout_is_taken_by_the_broker_not_left_in_the_url() -> Non
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("reply", "said"),
-    [(b"", "sent nothing within 1.5s"), (b"INFO {}\r\n", "answered 'INFO {}'")],
+    [
+        (b"", "accepted the connection but sent nothing within 1.5s"),
+        (b"-ERR unknown command\r\n", "accepted the connection but answered '-ERR unknown"),
+        (b"INFO {}\r\n", "answered as a NATS server, not RabbitMQ"),
+    ],
 )
 async def test_a_url_pointed_at_something_else_fails_within_5s_saying_so(
     reply: bytes, said: str
@@ -96,12 +100,12 @@ async def test_a_url_pointed_at_something_else_fails_within_5s_saying_so(
     port = server.sockets[0].getsockname()[1]
     started = time.monotonic()
     try:
-        with pytest.raises(ConfigurationError, match="not an AMQP server") as refused:
+        with pytest.raises(ConfigurationError, match=r"AMQP server|RabbitMQ") as refused:
             await RabbitBroker.from_url(f"amqp://guest:guest@127.0.0.1:{port}/").connect()
     finally:
         server.close()
     assert time.monotonic() - started < 5
-    assert f"127.0.0.1:{port} accepted the connection but {said}" in str(refused.value)
+    assert f"127.0.0.1:{port} {said}" in str(refused.value)
 
 
 def test_a_cluster_url_names_each_node_in_order_with_the_same_credentials_and_vhost() -> None:

@@ -111,6 +111,9 @@ class Link:
                 raise ConfigurationError(problem)
             return await connecting
         except (*AMQP_ERRORS, OSError) as exc:
+            spoke_amqp = isinstance(exc, aiormq.exceptions.ProbableAuthenticationError)
+            if not spoke_amqp and (problem := await _not_amqp(url, named=True)) is not None:
+                raise ConfigurationError(problem) from None
             raise BrokerError(f"cannot connect to {self.settings.display_url}: {exc}") from None
         finally:
             if not connecting.done():
@@ -281,10 +284,10 @@ def node_of(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or default}"
 
 
-async def _not_amqp(url: str) -> str | None:
+async def _not_amqp(url: str, *, named: bool = False) -> str | None:
     """Why the URL's host and port are no AMQP server, if they are not (amqps:// is not
-    asked: its port speaks TLS first)."""
+    asked: its port speaks TLS first); ``named``: only when another server answered."""
     parts = urlsplit(url)
     if parts.scheme != "amqp" or not parts.hostname:
         return None
-    return await greeting.problem(parts.hostname, parts.port or 5672)
+    return await greeting.problem(parts.hostname, parts.port or 5672, named=named)

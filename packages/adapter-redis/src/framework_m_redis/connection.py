@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -12,12 +13,14 @@ from redis.asyncio.connection import SSLConnection
 from redis.asyncio.connection import parse_url as parse_redis_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from framework_m_core.ports import BrokerError, ConfigurationError
+from framework_m_core.ports import BrokerError, ConfigurationError, heard_at, not_the_server
+from framework_m_core.ports.greeting import REDIS
 
 from . import scripts
 from .schema import text
-from .settings import RedisSettings
+from .settings import DEFAULT_PORT, RedisSettings
 
 log = logging.getLogger("framework_m.redis")
 
@@ -43,8 +46,33 @@ async def open_client(s: RedisSettings) -> Any:
     except (RedisError, OSError) as exc:
         if client is not None:
             await close_client(client)
+        timed_out = isinstance(exc, TimeoutError | RedisTimeoutError)  # no answer to name
+        if not timed_out and (problem := await not_redis(s)) is not None:
+            raise ConfigurationError(problem) from None
         raise BrokerError(f"cannot connect to {s.display_url}: {exc}") from None
     return client
+
+
+GREETING_WAIT = 1.5  # seconds a port that failed a connect has to say what it is
+
+
+async def not_redis(s: RedisSettings) -> str | None:
+    """After a failed connect: the line naming what answered instead of Redis on the URL's
+    port (NATS greets with INFO, RabbitMQ answers PING with its protocol header, and
+    redis-py would report a protocol error or a reset, and a worker try again forever);
+    None when nothing else answered."""
+    if s.sentinels or s.seeds:
+        addresses = list(s.sentinels or s.seeds)
+    else:
+        parts = urlsplit(s.client_url)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            return None
+        addresses = [(parts.hostname, parts.port or DEFAULT_PORT)]
+    for host, port in addresses:
+        problem = not_the_server(host, port, await heard_at(host, port, GREETING_WAIT), REDIS)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _sentinel_client(s: RedisSettings) -> Any:

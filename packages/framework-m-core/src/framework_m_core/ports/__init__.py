@@ -25,7 +25,7 @@ from ..errors import (
 from .base import BaseBroker, BrokerSettings
 from .batching import Calls, PassBatch, answer, failing_all
 from .capabilities import Capability, as_capabilities
-from .greeting import first_bytes
+from .greeting import Heard, first_bytes, heard_at, not_the_server
 from .messages import JobMessage, decode_message, tick_deduplication_id
 from .protocols import (
     BrokerProtocol,
@@ -68,6 +68,7 @@ __all__ = [
     "DeliveryLostError",
     "EnqueueMemo",
     "FrameworkMError",
+    "Heard",
     "InvalidJobError",
     "InvalidRecordError",
     "JobMessage",
@@ -91,7 +92,9 @@ __all__ = [
     "decode_message",
     "failing_all",
     "first_bytes",
+    "heard_at",
     "host_ports",
+    "not_the_server",
     "options_of",
     "query_params",
     "redact_url",
