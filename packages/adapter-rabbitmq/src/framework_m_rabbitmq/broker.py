@@ -98,6 +98,12 @@ class RabbitBroker(BaseBroker[RabbitSettings]):
     def node(self) -> str | None:
         return self.link.node if len(self.settings.connection_urls) > 1 else None
 
+    max_body_size_option = "max_job_size"
+
+    @property
+    def max_body_size(self) -> int:
+        return self.settings.max_job_size
+
     @property
     def visibility_timeout(self) -> float:
         return _CONSUMER_TIMEOUT

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from framework_m_core.ports import ConfigurationError, host_ports, query_params, redact_url
+from framework_m_core.ports import (
+    DEFAULT_MAX_JOB_SIZE,
+    ConfigurationError,
+    host_ports,
+    max_job_size,
+    query_params,
+    redact_url,
+)
 
 from .management import ManagementAPI, Policy
 
@@ -31,6 +38,7 @@ _OPTIONS: dict[str, type] = {
     "delivery_limit": int,
     "management": str,
     "policy_priority": int,
+    "max_job_size": int,
     "timeout": str,
     **{name: str for name in _CONNECTION_OPTIONS},
 }
@@ -38,6 +46,9 @@ _QUEUE = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 # The most ids framework-m's exchange plugin keeps (x-cache-size).
 MAX_CACHE_SIZE = 10_000_000
+# RabbitMQ's max_message_size by default (16 MiB from 4.0, 128 MiB before), less room
+# for the headers of a dead-letter copy: the most a job may be.
+MOST_JOB_SIZE = (16 << 20) - (64 << 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,7 @@ class RabbitSettings:
     prefetch: int = 100
     delivery_limit: int = 20
     policy_priority: int = 10
+    max_job_size: int = DEFAULT_MAX_JOB_SIZE  # bytes an encoded job may have
     connect_timeout: float = 60.0
     management: ManagementAPI | None = field(default=None, repr=False)
 
@@ -160,6 +172,7 @@ def parse_url(url: str) -> RabbitSettings:
         prefetch=prefetch,
         delivery_limit=delivery_limit,
         policy_priority=priority,
+        max_job_size=_max_job_size(opts, shown),
         connect_timeout=float(timeout),
         management=_management(first, opts, passed),
     )
@@ -215,6 +228,12 @@ def _sizes(opts: dict[str, object], shown: str) -> tuple[float, int, int, int, i
             f"cache_size {cache_size} is over the exchange's limit of {MAX_CACHE_SIZE:,} ids"
         )
     return window, cache_size, prefetch, delivery_limit, priority
+
+
+def _max_job_size(opts: dict[str, object], shown: str) -> int:
+    """The most bytes an encoded job may have, checked."""
+    given = opts.get("max_job_size", DEFAULT_MAX_JOB_SIZE)
+    return max_job_size(int(str(given)), MOST_JOB_SIZE, shown)
 
 
 def _connection_options(opts: dict[str, object]) -> tuple[dict[str, str], str]:

@@ -104,6 +104,12 @@ class RedisBroker(BaseBroker[RedisSettings]):
         )
         self._store = RedisStore(settings, self._run, self._in_pass, lambda: self.client)
 
+    max_body_size_option = "max_job_size"
+
+    @property
+    def max_body_size(self) -> int:
+        return self.settings.max_job_size
+
     @property
     def visibility_timeout(self) -> float:
         return self.settings.visibility_timeout

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 from framework_m_core.ports import (
+    DEFAULT_MAX_JOB_SIZE,
     ConfigurationError,
     host_ports,
+    max_job_size,
     options_of,
     query_params,
     redact_url,
@@ -25,6 +27,7 @@ DEFAULT_DEAD_MAX_LEN = 100_000
 DEFAULT_PORT = 6379
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_WAIT_TIMEOUT = 1.0
+MOST_JOB_SIZE = 512 << 20  # Redis's proto-max-bulk-len by default: the most one value holds
 SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
@@ -57,6 +60,7 @@ class RedisSettings:
     visibility_timeout: float = DEFAULT_VISIBILITY
     max_len: int = DEFAULT_MAX_LEN
     dead_letter_max_len: int = DEFAULT_DEAD_MAX_LEN
+    max_job_size: int = DEFAULT_MAX_JOB_SIZE  # bytes an encoded job may have
     cluster: bool = False
     # cluster=1 with several hosts: the nodes asked for the topology, in order (seeds).
     seeds: tuple[tuple[str, int], ...] = ()
@@ -244,6 +248,7 @@ def _validate(s: RedisSettings, shown: str) -> None:
         raise bad("visibility_timeout must be at least 0.1 seconds")
     if s.max_len < 1 or s.dead_letter_max_len < 1:
         raise bad("max_len and dead_letter_max_len must be >= 1")
+    max_job_size(s.max_job_size, MOST_JOB_SIZE, shown)
     if s.max_connections < 2:
         raise bad("max_connections must be >= 2 (a blocked read holds one)")
     _validate_failover(s, bad)

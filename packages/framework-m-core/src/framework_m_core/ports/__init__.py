@@ -22,7 +22,7 @@ from ..errors import (
     SchemaConflictError,
     SchemaMissingError,
 )
-from .base import BaseBroker, BrokerSettings
+from .base import DEFAULT_MAX_JOB_SIZE, BaseBroker, BrokerSettings, max_job_size
 from .batching import Calls, PassBatch, answer, failing_all
 from .capabilities import Capability, as_capabilities
 from .greeting import Heard, first_bytes, heard_at, not_the_server
@@ -50,6 +50,7 @@ from .urls import MASK, host_ports, options_of, query_params, redact_url, scheme
 
 __all__ = [
     "ANY",
+    "DEFAULT_MAX_JOB_SIZE",
     "MASK",
     "BaseBroker",
     "BaseStore",
@@ -94,6 +95,7 @@ __all__ = [
     "first_bytes",
     "heard_at",
     "host_ports",
+    "max_job_size",
     "not_the_server",
     "options_of",
     "query_params",

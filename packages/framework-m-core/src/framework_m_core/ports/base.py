@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from ..control import keys
 from ..control.shared import shared
-from ..errors import BrokerError, InvalidJobError, SchemaConflictError
+from ..errors import BrokerError, ConfigurationError, InvalidJobError, SchemaConflictError
 from ..observability import tracing
 from . import statuses
 from .capabilities import Capability, as_capabilities
@@ -27,6 +27,22 @@ from .schema import SchemaPlan, SchemaRaceError
 __all__ = ["BaseBroker", "BrokerSettings"]
 
 log = logging.getLogger("framework_m.broker")
+
+#: The largest encoded job, in bytes, an adapter without a limit of its broker's stores
+#: unless its URL's ``max_job_size`` says otherwise: a job carries a reference to large
+#: data (a key, a URL), not the data, which every retry and dead letter would copy.
+DEFAULT_MAX_JOB_SIZE = 1 << 20
+
+
+def max_job_size(value: int, most: int, shown: str) -> int:
+    """``value`` of a URL's ``max_job_size`` option, checked against ``most`` (what the
+    broker carries); ConfigurationError naming the range otherwise."""
+    if not 1024 <= value <= most:
+        raise ConfigurationError(
+            f"max_job_size must be between 1,024 and {most:,} bytes, got {value:,} (in {shown!r})"
+        )
+    return value
+
 
 T = TypeVar("T")
 S = TypeVar("S", bound="BrokerSettings")
@@ -164,9 +180,14 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         """The largest encoded job, in bytes, this broker stores; None when unbounded.
 
         Adapters whose broker refuses large messages (and then, like NATS, drops
-        the connection) return what it carries less what they add to a copy.
+        the connection) return what it carries less what they add to a copy; others a
+        limit of their own, such as the ``max_job_size`` of their URL
+        (``DEFAULT_MAX_JOB_SIZE``, 1 MiB, by default), named in ``max_body_size_option``.
         """
         return None
+
+    #: The URL option that sets :attr:`max_body_size`, for the refusal's message.
+    max_body_size_option: str | None = None
 
     async def _send(self, message: JobMessage) -> PublishResult:
         message = self._prepare(message)
@@ -263,9 +284,12 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         body = message.encode()
         limit = self.max_body_size
         if limit is not None and len(body) > limit:
+            option = self.max_body_size_option
             raise InvalidJobError(
                 f"job {message.job_name!r} is {len(body):,} bytes encoded; "
-                f"{self.display_url} stores at most {limit:,}"
+                f"{self.display_url} stores at most {limit:,} bytes"
+                + (f" (its URL option {option})" if option else "")
+                + ": pass large data by reference (a key, a URL), not in kwargs"
             )
         return body
 

@@ -71,6 +71,12 @@ class MemoryBroker(BaseBroker[MemorySettings]):
         queue = server.find(self.settings.name)
         return queue.dedup_window if queue is not None else self.settings.dedup_window
 
+    max_body_size_option = "max_job_size"
+
+    @property
+    def max_body_size(self) -> int:
+        return self.settings.max_job_size
+
     @property
     def visibility_timeout(self) -> float:
         queue = server.find(self.settings.name)

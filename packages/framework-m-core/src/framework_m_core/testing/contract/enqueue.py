@@ -56,6 +56,21 @@ class EnqueueContract(ContractBase):
         assert await broker.receive(10, 0.3) == []
         assert broker.stats.enqueued == 0
 
+    async def test_a_job_over_the_size_limit_is_refused_naming_its_size_and_the_limit(
+        self, broker: BrokerProtocol
+    ) -> None:
+        limit: int | None = getattr(broker, "max_body_size", None)
+        if limit is None:
+            pytest.skip("the adapter stores jobs of any size (max_body_size is None)")
+        empty = len(JobMessage("big", {"blob": ""}).encode())  # give or take the time's digits
+        with pytest.raises(InvalidJobError, match=rf" is [\d,]+ bytes encoded; .*{limit:,} bytes"):
+            await broker.enqueue("big", blob="x" * (limit - empty + 64))
+        assert await broker.receive(10, 0.3) == []
+        assert broker.stats.enqueued == 0
+        fits = await broker.enqueue("big", blob="x" * (limit - empty - 64))
+        [delivery] = await receive_all(broker)
+        assert decode_message(delivery.body).id == fits
+
     async def test_a_duplicate_returns_the_original_id_stores_nothing_and_is_counted(
         self, broker: BrokerProtocol, caplog: pytest.LogCaptureFixture
     ) -> None:
