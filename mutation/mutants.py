@@ -49,6 +49,8 @@ SUITES = {
     "fences": "packages/framework-m-core/tests/test_fences.py",
     # overlap= and concurrency= in one process.
     "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
+    # The names a fleet announces, and steering's checks against them.
+    "fleet": "packages/framework-m-core/tests/test_fleet.py",
     # The console's API: who may read and change, and for which Host.
     "console": "packages/framework-m-core/tests/test_console_api.py",
     # What the NATS store knows of its own writes, so it need not read first.
@@ -2390,5 +2392,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if fence is not None and fence.lost is None and now - fence.renewed > ttl:",
         "            if False:",
         "test_a_frozen_holder_of_a_skip_schedule_is_stopped_and_writes_no_status",
+    ),
+    m(
+        "core-steer-any-schedule-name",
+        "fleet",
+        "steering refuses a schedule name nobody announced",
+        f"{CORE}/control/steering.py",
+        "    if name not in known:",
+        "    if False:",
+        "test_steering_checks_names_against_the_app_or_the_announced",
+    ),
+    m(
+        "core-fleet-never-forgets",
+        "fleet",
+        "names no replica announced for 30 days drop out",
+        f"{CORE}/control/fleet.py",
+        "    out = {n: t for n, t in current.items() if t >= now - FORGET}",
+        "    out = dict(current)",
+        "test_names_unannounced_for_30_days_drop_out",
+    ),
+    m(
+        "core-worker-announces-nothing",
+        "fleet",
+        "a worker announces its app's jobs and schedules as it starts",
+        f"{CORE}/runtime/worker.py",
+        "        await fleet.announce_quietly(self.broker, self.app.jobs, scheduled)",
+        "        return",
+        "test_a_worker_announces_its_app_as_it_starts",
+    ),
+    m(
+        "core-fleet-rewrites-every-start",
+        "fleet",
+        "a name announced within the day is not written again",
+        f"{CORE}/control/fleet.py",
+        "        if current is not None and not stale_jobs and not stale_schedules:",
+        "        if False:",
+        "test_a_name_announced_today_is_not_written_again",
     ),
 )

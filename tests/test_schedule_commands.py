@@ -10,7 +10,8 @@ import time
 from datetime import UTC, datetime
 
 from framework_m_core.adapters.registry import open_broker
-from framework_m_core.control import steering
+from framework_m_core.app import load_app
+from framework_m_core.control import fleet, runtime_schedules, steering
 from framework_m_core.ports import decode_message
 from framework_m_core.testing import namespace, receive_all
 
@@ -24,6 +25,77 @@ def m(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "framework_m_core", *args],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def announce(url: str, app: str = "examples.heartbeat") -> None:
+    """Announce ``app``'s jobs and schedules, as each of its workers does as it starts."""
+    loaded = load_app(app)
+
+    async def run() -> None:
+        async with open_broker(url) as broker:
+            scheduled = [spec.name for spec in loaded.scheduled()]
+            assert await fleet.announce(broker, loaded.jobs, scheduled)
+
+    asyncio.run(run())
+
+
+def refused(done: subprocess.CompletedProcess[str], says: str) -> None:
+    """The command failed with one line saying ``says``, and printed nothing else."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    [line] = done.stderr.strip().splitlines()
+    assert says in line, line
+
+
+def test_steering_refuses_what_is_not_there_and_changes_nothing() -> None:
+    ns = namespace(REDIS)
+    url = ns.url()
+
+    async def untouched() -> None:
+        async with open_broker(url) as broker:
+            for name in ("heartbeat", "nosuchjob", "@nope"):
+                assert await steering.read(broker, name) == steering.ScheduleState()
+            assert await receive_all(broker) == []
+            assert await runtime_schedules.list_schedules(broker) == []
+
+    try:
+        refused(m("schedules", "pause", "heartbeat", "--broker", url), "has no schema")
+        assert m("sync-schema", "--broker", url).returncode == 0
+        refused(m("schedules", "pause", "heartbeat", "--broker", url), "no replica has ever run")
+        refused(m("schedules", "set", "t1", "send_email", "--every", "60", "--broker", url),
+                "no replica has ever run")  # fmt: skip
+        announce(url)
+        for action in ("pause", "resume", "trigger"):
+            refused(m("schedules", action, "nosuchjob", "--broker", url),
+                    "'nosuchjob' is no schedule of any replica announced")  # fmt: skip
+            refused(m("schedules", action, "@nope", "--broker", url),
+                    "there is no runtime schedule 'nope'")  # fmt: skip
+        refused(m("schedules", "pause", "send_email", "--broker", url), "heartbeat")  # unscheduled
+        refused(m("schedules", "pause", "every_secnd", "--app", "examples.heartbeat",
+                  "--broker", url), "no scheduled job of examples.heartbeat")  # fmt: skip
+        refused(m("schedules", "set", "t1", "send_mail", "--every", "60", "--broker", url),
+                "'send_mail' is no job any replica announced")  # fmt: skip
+        asyncio.run(untouched())
+
+        # a runtime schedule's trigger checks its kwargs against the app
+        done = m("schedules", "set", "t1", "send_email", "--every", "3600",
+                 "--kwargs", '{"to": "ada"}', "--broker", url)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        refused(m("schedules", "trigger", "@t1", "--app", "examples.heartbeat", "--broker", url),
+                "subject")  # fmt: skip
+        done = m("schedules", "trigger", "@t1", "--kwargs", '{"subject": "hi"}',
+                 "--app", "examples.heartbeat", "--broker", url)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        listed = m("schedules", "--broker", url)  # no --app: the runtime ones
+        assert listed.returncode == 0, listed.stderr
+        assert "@t1: " in listed.stdout
+        assert "  overlap: unknown without --app" in listed.stdout
+
+        done = m("schedules", "pause", "retired_job", "--force", "--broker", url)
+        assert done.returncode == 0, done.stderr
+        assert "retired_job: paused" in done.stdout
+    finally:
+        asyncio.run(ns.drop())
 
 
 def test_pause_resume_and_trigger_from_the_command_line() -> None:
@@ -43,6 +115,7 @@ def test_pause_resume_and_trigger_from_the_command_line() -> None:
     try:
         done = m("sync-schema", "--broker", url)
         assert done.returncode == 0, done.stderr
+        announce(url)
         done = m("schedules", "pause", "heartbeat", "--reason", "deploy", *app)
         assert done.returncode == 0, done.stderr
         assert "heartbeat: paused;" in done.stdout
@@ -93,6 +166,7 @@ def test_backfill_enqueues_each_slot_of_a_past_range_once_and_the_listing_shows_
 
     try:
         assert m("sync-schema", "--broker", url).returncode == 0
+        announce(url)
         window = ["--from", iso(now - 10), "--to", iso(now - 6)]
         done = m("schedules", "backfill", "every_second", *window, *app)
         assert done.returncode == 0, done.stderr
@@ -137,6 +211,7 @@ def test_runtime_schedules_are_set_listed_steered_and_deleted_from_the_command_l
     app = ["--app", "examples.heartbeat", "--broker", url]
     try:
         assert m("sync-schema", "--broker", url).returncode == 0
+        announce(url)
         done = m("schedules", "set", "tenant-7", "every_second", "--every", "5", *app)
         assert done.returncode == 0, done.stderr
         assert "@tenant-7: every 5s runs every_second" in done.stdout

@@ -20,7 +20,7 @@ from framework_m_core.console.hosts import HostCheck, allowed_names
 from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
-from framework_m_core.control import runtime_schedules, steering
+from framework_m_core.control import fleet, runtime_schedules, steering
 from framework_m_core.control.keys import schedule, state
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports.store import Record
@@ -56,7 +56,10 @@ def _app() -> App:
 async def _client(
     broker: MemoryBroker, change: str | None = TOKEN, read: str | None = None
 ) -> httpx.AsyncClient:
-    asgi = build(Views(broker, _app()), Guard(change, read), hosts=HostCheck(["console.test"]))
+    """A client of the console over ``broker``, where the app's workers announced it."""
+    app = _app()
+    await fleet.announce(broker, app.jobs, [spec.name for spec in app.scheduled()])
+    asgi = build(Views(broker, app), Guard(change, read), hosts=HostCheck(["console.test"]))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url=ORIGIN)
 
 
@@ -171,11 +174,9 @@ async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
         ("/api/schedules/minutely/pause", b'{"until": "tomorrow"}', "ISO 8601"),
         ("/api/schedules/minutely/pause", b'{"until": 1}', "future"),
         ("/api/schedules/minutely/pause", b'{"reason": 5}', "reason"),
-        ("/api/schedules/nope/pause", b"{}", "no scheduled job"),
         ("/api/schedules/minutely/trigger", b'{"kwargs": {"m": 1}}', "do not fit"),
         ("/api/schedules/minutely/trigger", b'{"kwargs": []}', "JSON object"),
         ("/api/runtime-schedules", b'{"id": "t1", "job": "report"}', "exactly one"),
-        ("/api/runtime-schedules", b'{"id": "t1", "job": "nope", "every": 5}', "unknown job"),
         ("/api/runtime-schedules", b'{"id": "bad id", "job": "report", "every": 5}', "id"),
         ("/api/dead-letters/requeue", b'{"keys": []}', "keys"),
         ("/api/jobs/a%20b/cancel", b"{}", "job id"),
@@ -188,8 +189,38 @@ async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
     for query in ("limit=0", "limit=201", "offset=-1", "limit=x", "q=" + "x" * 201):
         answer = await client.get(f"/api/schedules?{query}")
         assert answer.status_code == 400, query
+    not_there = [
+        ("/api/schedules/nope/pause", b"{}", "'nope' is no schedule of the app"),
+        ("/api/schedules/nope/resume", b"{}", "'nope' is no schedule of the app"),
+        ("/api/schedules/nope/trigger", b"{}", "'nope' is no schedule of the app"),
+        ("/api/schedules/@nope/trigger", b"{}", "there is no runtime schedule 'nope'"),
+        ("/api/runtime-schedules", b'{"id": "t1", "job": "nope", "every": 5}', "unknown job"),
+        ("/api/jobs/never-enqueued/cancel", b"{}", "no status of job never-enqueued"),
+    ]
+    for path, body, said in not_there:
+        answer = await client.post(path, content=body, headers=bearer(TOKEN))
+        assert answer.status_code == 404, (path, answer.text)
+        assert said in answer.json()["error"], (path, answer.json())
     missing = await client.delete("/api/runtime-schedules/nothing", headers=bearer(TOKEN))
     assert missing.status_code == 404
+
+
+async def test_a_runtime_schedule_s_trigger_checks_its_kwargs(client: httpx.AsyncClient) -> None:
+    made = await client.post(
+        "/api/runtime-schedules",
+        json={"id": "t2", "job": "broken", "every": 60, "kwargs": {"n": 1}},
+        headers=bearer(TOKEN),
+    )
+    assert made.status_code == 200, made.text
+    wrong = await client.post(
+        "/api/schedules/@t2/trigger", json={"kwargs": {"m": 2}}, headers=bearer(TOKEN)
+    )
+    assert wrong.status_code == 400, wrong.text
+    assert "do not fit job 'broken'" in wrong.json()["error"]
+    right = await client.post(
+        "/api/schedules/@t2/trigger", json={"kwargs": {"n": 2}}, headers=bearer(TOKEN)
+    )
+    assert right.status_code == 200, right.text
 
 
 async def test_schedules_are_searched_and_paged_and_runtime_ones_set_and_deleted(
@@ -417,7 +448,8 @@ async def test_the_openapi_document_bounds_inputs_as_the_server_does(
         if documented:
             assert answer.json()["job_id"] == candidate
     cancel = await client.post(f"/api/jobs/{quote('x/y', safe='')}/cancel", headers=bearer(TOKEN))
-    assert cancel.json() == {"job_id": "x/y", "cancelled": False}
+    assert cancel.status_code == 404  # routed to the cancel of job x/y, which nobody knows
+    assert "no status of job x/y is kept" in cancel.json()["error"]
     schedule_id = paths["/api/runtime-schedules/{id}"]["parameters"][0]["schema"]["pattern"]
     body = paths["/api/runtime-schedules"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"]["properties"]["id"]["pattern"] == schedule_id

@@ -88,7 +88,8 @@ async def test_the_next_slot_of_each_schedule_moves_on_as_the_ticker_ticks(
     ticker = Ticker(app.jobs.values(), memory, grace=2, observer=metrics)
     task = asyncio.create_task(ticker.run())
     try:
-        await wait_until(lambda: 'seconds{schedule="fast"}' in metrics.exposition().decode(), timeout=10)
+        shown = 'seconds{schedule="fast"}'
+        await wait_until(lambda: shown in metrics.exposition().decode(), timeout=10)
         first = next_slot("fast")
         assert time.time() < first <= time.time() + 1
         assert next_slot("hourly") == (int(time.time()) // 3600 + 1) * 3600

@@ -27,6 +27,11 @@ class UnknownBrokerError(ConfigurationError):
     """No installed adapter provides the broker URL's scheme."""
 
 
+class NotFoundError(FrameworkMError, LookupError):
+    """What a command names is not there: a job or schedule nobody knows, or a queue
+    without its schema or without a replica that ever ran on it."""
+
+
 class InvalidJobError(FrameworkMError):
     """An enqueue was refused before anything was sent (bad name or non-JSON kwargs)."""
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..adapters.registry import connected
-from ..app import load_app
+from ..app import App, load_app
 from ..control import keys, runtime_schedules, steering
 from ..control.shared import shared
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NotFoundError
 from ..jobs import JobSpec
 from ..ports.capabilities import Capability
 from ..ports.messages import tick_deduplication_id
@@ -95,13 +97,23 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
             help="check JOB (and kwargs) against this App (env M_APP); backfill of a code "
             "schedule reads it there",
         )
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="change it even where JOB is no schedule the app or any replica knows, or "
+            "the queue has no schema or never had a replica",
+        )
     return [s, sp, sr, st, sb, ss, sd]
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None):
         return asyncio.run(_steer(args))
-    app = load_app(args.app or "")
+    if not args.app and not args.broker:
+        raise ConfigurationError(
+            "m schedules needs --app (the code's schedules) or --broker (the runtime ones), or both"
+        )
+    app = load_app(args.app) if args.app else App()
     configure_logging(args)
     now = time.time()
     specs = list(app.scheduled())
@@ -122,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     for schedule in found:
         print(f"{schedule.name}: {runtime_schedules.describe(schedule)} (set at runtime)")
         job = app.jobs.get(schedule.job)
-        print(f"  overlap: {job.overlap if job else 'unknown: the app has no such job'}")
+        unknown = "unknown: the app has no such job" if args.app else "unknown without --app"
+        print(f"  overlap: {job.overlap if job else unknown}")
         assert view is not None
         for line in view[0][schedule.name]:
             print(f"  {line}")
@@ -141,18 +154,28 @@ def _print_slots(name: str, schedule: Schedule, now: float, count: int) -> None:
 
 
 async def _steer(args: argparse.Namespace) -> int:
-    """``m schedules pause|resume|trigger JOB``."""
+    """``m schedules pause|resume|trigger|backfill JOB``, after checking that JOB is a
+    schedule there (unless ``--force``)."""
     configure_logging(args)
     if args.action in ("set", "delete"):
         return await _runtime_change(args)
     kwargs = kwargs_of(args.kwargs) if args.action == "trigger" else {}
-    schedule = _code_schedule(args, kwargs)
+    app = load_app(args.app) if args.app else None
+    schedule = _code_schedule(args, app, kwargs)
     broker = shared_broker(args.broker, f"m schedules {args.action}")
     if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(
             f"{broker.display_url} keeps no shared state: schedules cannot be steered there"
         )
     async with connected(broker):
+        if not args.force:
+            names = None if app is None else {spec.name for spec in app.scheduled()}
+            with _forcible():
+                await steering.check_schedule(broker, args.job, names)
+        if app is not None and args.action == "trigger" and args.job.startswith("@"):
+            found = await runtime_schedules.get_schedule(broker, args.job[1:])
+            if found is not None:  # its run takes the schedule's kwargs updated by these
+                check_job(app, args.app, found.job, {**found.kwargs, **kwargs})
         if args.action == "pause":
             state = await steering.pause(broker, args.job, until=args.until, reason=args.reason)
             until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
@@ -175,19 +198,29 @@ async def _steer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _code_schedule(args: argparse.Namespace, kwargs: dict[str, Any]) -> Schedule | None:
-    """The code schedule JOB names, checked against ``--app`` when given (None for a
+@contextlib.contextmanager
+def _forcible() -> Iterator[None]:
+    """A refusal of the checks before a change says how to make it anyway."""
+    try:
+        yield
+    except NotFoundError as exc:
+        raise NotFoundError(f"{exc} (--force to do it anyway)") from None
+
+
+def _code_schedule(
+    args: argparse.Namespace, app: App | None, kwargs: dict[str, Any]
+) -> Schedule | None:
+    """The code schedule JOB names, checked against ``app`` when given (None for a
     runtime schedule, ``@ID``, which the broker holds)."""
     steering.check_name(args.job)
     if args.job.startswith("@"):
         return None
-    if not args.app:
+    if app is None:
         if args.action == "backfill":
             raise ConfigurationError(
                 "m schedules backfill needs --app: the schedule is in its code"
             )
         return None
-    app = load_app(args.app)
     if args.job not in {spec.name for spec in app.scheduled()}:
         known = ", ".join(sorted(spec.name for spec in app.scheduled())) or "none"
         raise ConfigurationError(f"{args.job!r} is no scheduled job of {args.app} ({known})")
@@ -218,6 +251,12 @@ async def _runtime_change(args: argparse.Namespace) -> int:
             f"{broker.display_url} keeps no shared state: it cannot hold runtime schedules"
         )
     async with connected(broker):
+        if args.action == "set" and not args.force:
+            with _forcible():
+                if args.app:
+                    await steering.check_queue(broker)
+                else:
+                    await steering.check_job(broker, args.job)
         if args.action == "set":
             await runtime_schedules.set_schedule(broker, schedule)
             print(

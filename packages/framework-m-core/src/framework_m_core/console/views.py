@@ -19,9 +19,10 @@ from typing import Any
 from ..app import App
 from ..control import jobs, keys, replicas, runtime_schedules, steering
 from ..control.shared import shared
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NotFoundError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
+from ..ports.statuses import JobState
 from ..scheduling.schedules import Cron, Schedule
 from ..tracking.deadletters import Described, described, fresh
 
@@ -153,33 +154,36 @@ class Views:
         if not self.stateful:
             raise ConfigurationError(f"{self.broker.display_url} keeps no shared state: {what}")
 
-    def _check_schedule(self, name: str) -> None:
-        """A code schedule of the app (when it is known), or a runtime one (@id)."""
-        steering.check_name(name)
-        if self.app is None or name.startswith("@"):
-            return
-        if name not in {spec.name for spec in self.app.scheduled()}:
-            raise ConfigurationError(f"{name!r} is no scheduled job of the app")
+    async def _check_schedule(self, name: str) -> runtime_schedules.RuntimeSchedule | None:
+        """A schedule of the app (when it is known, else one a replica announced) or a
+        runtime one (@id, returned) the broker holds; else NotFoundError (404)."""
+        names = None if self.app is None else {spec.name for spec in self.app.scheduled()}
+        return await steering.check_schedule(self.broker, steering.check_name(name), names)
 
     async def pause(self, name: str, until: float | None, reason: str | None) -> dict[str, Any]:
         self._need_state("schedules cannot be paused there")
-        self._check_schedule(name)
+        await self._check_schedule(name)
         state = await steering.pause(self.broker, name, until=until, reason=reason)
         return {"name": name, **_state(state, time.time())}
 
     async def resume(self, name: str) -> dict[str, Any]:
         self._need_state("schedules cannot be resumed there")
-        self._check_schedule(name)
+        await self._check_schedule(name)
         state = await steering.resume(self.broker, name)
         return {"name": name, **_state(state, time.time())}
 
     async def trigger(self, name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         self._need_state("schedules cannot be triggered there")
-        self._check_schedule(name)
-        if self.app is not None and not name.startswith("@"):
-            problem = self.app.jobs[name].kwargs_problem(dict(kwargs))
-            if problem is not None:
-                raise ConfigurationError(f"kwargs do not fit job {name!r}: {problem}")
+        runtime = await self._check_schedule(name)
+        if self.app is not None:  # a runtime schedule's run takes its kwargs updated by these
+            job, args = (
+                (name, kwargs) if runtime is None else (runtime.job, {**runtime.kwargs, **kwargs})
+            )
+            spec = self.app.jobs.get(job)
+            if spec is None:
+                raise NotFoundError(f"unknown job {job!r}: the app has no such job")
+            if (problem := spec.kwargs_problem(dict(args))) is not None:
+                raise ConfigurationError(f"kwargs do not fit job {job!r}: {problem}")
         job_id = await steering.trigger(self.broker, name, kwargs)
         return {"name": name, "job_id": job_id}
 
@@ -193,10 +197,12 @@ class Views:
             every_seconds=_optional_number(body, "every"),
             kwargs=_object(body, "kwargs"),
         )
-        if self.app is not None:
+        if self.app is None:
+            await steering.check_job(self.broker, schedule.job)
+        else:
             spec = self.app.jobs.get(schedule.job)
             if spec is None:
-                raise ConfigurationError(f"unknown job {schedule.job!r}")
+                raise NotFoundError(f"unknown job {schedule.job!r}: the app has no such job")
             if (problem := spec.kwargs_problem(dict(schedule.kwargs))) is not None:
                 raise ConfigurationError(f"kwargs do not fit job {schedule.job!r}: {problem}")
         await runtime_schedules.set_schedule(self.broker, schedule)
@@ -273,7 +279,14 @@ class Views:
         return {"job_id": job_id, **out}
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
-        cancelled = await jobs.cancel_job(self.broker, jobs.validate_job_id(job_id))
+        """Cancel a job; NotFoundError (404) when no status of it is kept."""
+        status = await jobs.job_status(self.broker, jobs.validate_job_id(job_id))
+        if status.state is JobState.UNKNOWN:
+            raise NotFoundError(
+                f"no status of job {job_id} is kept: never enqueued here, enqueued with "
+                "keep_result=0, or expired"
+            )
+        cancelled = await jobs.cancel_job(self.broker, job_id)
         return {"job_id": job_id, "cancelled": cancelled}
 
 

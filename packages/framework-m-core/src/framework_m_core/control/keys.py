@@ -15,6 +15,7 @@ name                               kind        what
 ``runtime:catalog``                state       the runtime schedules' change count
 ``runtime:{n}``                    state       runtime schedules, one bucket of 1024 by id
 ``replicas:{n}``                   state       the replica roll, one bucket of 16 by replica
+``fleet:announced``                state       the jobs and schedules the replicas announced
 ``overlap:{job}``                  lease       the running run of a schedule
 ``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
 ``concurrency:{job}``              lease       the places of a job's limit; with a key,
@@ -49,6 +50,7 @@ PREFIXES = {
 REPLICA_BUCKETS = 16
 STEERING = "schedules:steering"
 RUNTIME_CATALOG = "runtime:catalog"
+ANNOUNCED = "fleet:announced"
 
 
 # -- names: memos ------------------------------------------------------------------------

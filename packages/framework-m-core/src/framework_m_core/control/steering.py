@@ -18,12 +18,12 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import BrokerError, ConfigurationError
+from ..errors import BrokerError, ConfigurationError, NotFoundError
 from ..ports.messages import (
     JobMessage,
     tick_deduplication_id,
@@ -33,7 +33,7 @@ from ..ports.messages import (
 from ..ports.protocols import BrokerProtocol
 from ..runtime.events import retrieved
 from ..scheduling.schedules import Schedule
-from . import keys, runtime_schedules
+from . import fleet, keys, runtime_schedules
 from .runtime_schedules import contention_pause
 from .shared import shared
 
@@ -200,6 +200,67 @@ def check_name(name: object) -> str:
         runtime_schedules.validate_id(name[1:])
         return name
     return validate_job_name(name)
+
+
+async def check_queue(broker: BrokerProtocol) -> fleet.Announced:
+    """What the fleet on ``broker`` announced; NotFoundError when its queue has no
+    schema or no replica ever ran there (a wrong ``--broker`` would else take a change
+    that nobody ever reads)."""
+    url = broker.display_url
+    missing = [c for c in (await broker.plan_schema()).changes if c.action == "create"]
+    if missing:
+        raise NotFoundError(
+            f"{url} has no schema ({missing[0].target} is missing): no worker ever ran "
+            "there; check the broker URL"
+        )
+    found = await fleet.announced(broker)
+    if found is None:
+        raise NotFoundError(f"no replica has ever run on {url}: check the broker URL")
+    return found
+
+
+async def check_schedule(
+    broker: BrokerProtocol, name: str, schedules: Collection[str] | None = None
+) -> runtime_schedules.RuntimeSchedule | None:
+    """Refuse (NotFoundError) to steer ``name`` where it is not a schedule: a runtime
+    schedule (``@{id}``, returned) the broker does not hold, or a code schedule not in
+    ``schedules`` (the app's, when known) or else not announced by any replica; and a
+    queue :func:`check_queue` refuses."""
+    check_name(name)
+    announced = await check_queue(broker)
+    if name.startswith("@"):
+        found = await runtime_schedules.get_schedule(broker, name[1:])
+        if found is None:
+            raise NotFoundError(
+                f"there is no runtime schedule {name[1:]!r} on {broker.display_url}"
+            )
+        return found
+    known = announced.schedules if schedules is None else schedules
+    if name not in known:
+        where = (
+            "the app" if schedules is not None else f"any replica announced on {broker.display_url}"
+        )
+        raise NotFoundError(
+            f"{name!r} is no schedule of {where} (known: {_some(known)}); check the name"
+        )
+    return None
+
+
+async def check_job(broker: BrokerProtocol, name: str) -> None:
+    """Refuse (NotFoundError) ``name`` when no replica on ``broker`` announced such a job
+    (for a runtime schedule set without the app), or the queue is refused."""
+    announced = await check_queue(broker)
+    if name not in announced.jobs:
+        raise NotFoundError(
+            f"{name!r} is no job any replica announced on {broker.display_url} "
+            f"(known: {_some(announced.jobs)}); check the name"
+        )
+
+
+def _some(names: Collection[str], most: int = 10) -> str:
+    listed = sorted(names)
+    more = f" and {len(listed) - most} more" if len(listed) > most else ""
+    return (", ".join(listed[:most]) or "none") + more
 
 
 def check_reason(reason: object) -> str | None:

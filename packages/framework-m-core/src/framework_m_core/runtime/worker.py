@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..app import App
-from ..control import replicas
+from ..control import fleet, replicas
 from ..errors import (
     BrokerError,
     ConfigurationError,
@@ -288,6 +288,7 @@ class Worker:
                     helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
                 if self.heartbeat is not None:
                     helpers.append(tree.create_task(self.heartbeat.run(), name="heartbeat"))
+                    helpers.append(tree.create_task(self._announce(), name="announce"))
                 if self.watchdog is not None:
                     helpers.append(tree.create_task(self.watchdog.run(), name="watchdog"))
                 try:
@@ -323,6 +324,11 @@ class Worker:
             return sorted(task.get_name() for task in list(self._inflight))
         except RuntimeError:  # the loop ran again and changed the set meanwhile
             return []
+
+    async def _announce(self) -> None:
+        """Tell the fleet this app's jobs and schedules (what steering checks names by)."""
+        scheduled = [spec.name for spec in self.app.scheduled()]
+        await fleet.announce_quietly(self.broker, self.app.jobs, scheduled)
 
     def _described(self) -> tuple[bool, int]:
         """For the replica roll: ticking or not, and handlers running."""
