@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -71,17 +72,36 @@ async def serve(
         )
         server = uvicorn.Server(config)
         _exit_quietly_on_signals(server)
+        listening = _listen(host, port)  # refused here, before saying where it listens
         log.info(
             "console on http://%s:%d for %s: changes %s, reads %s",
             host if ":" not in host else f"[{host}]",
-            port,
+            listening.getsockname()[1],
             broker.display_url,
             "need M_CONSOLE_TOKEN" if guard.changes_allowed else "off (no M_CONSOLE_TOKEN)",
             "need a token" if guard.reads_guarded else "open",
         )
-        await server.serve()
+        with listening:
+            await server.serve(sockets=[listening])
         if server.started is False:
             raise ConfigurationError(f"the console could not listen on {host}:{port}")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``; ConfigurationError saying why when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(
+            f"the console cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _exit_quietly_on_signals(server: Any) -> None:
