@@ -251,7 +251,7 @@ async def test_queue_stats_before_sync_and_with_a_due_retry_change_nothing(
 ) -> None:
     async with RedisBroker.from_url(namespace.url()) as broker:
         await broker.requeue(b"x")  # no consumer group yet: nothing can be held
-        assert await broker.queue_stats() == QueueStats(1, 0, 0, 0, 0)
+        assert await broker.queue_stats() == QueueStats(1, 0, 0, 0, 0, delayed=0, retries=0)
         await broker.sync_schema()
         [delivery] = await broker.receive(1, 2)
         await broker.retry(delivery, 0)  # due at once; no receive has moved it back

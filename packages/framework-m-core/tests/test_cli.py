@@ -235,7 +235,7 @@ def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[
         assert main(["status", "--broker", url, "--broker", url]) == 0
         shown = capsys.readouterr().out
         assert shown.count("schema          in sync") == 2
-        assert "retry-scheduled 1" in shown
+        assert "scheduled       1 (0 delayed, 1 retry)" in shown
         assert main(["status", "--broker", url, "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["schema_in_sync"] is True

@@ -328,11 +328,12 @@ class NatsBroker(BaseBroker[NatsSettings]):
         return await deadletters.remove(self.js, self.settings.dead_letter_stream, letters)
 
     async def queue_stats(self) -> QueueStats:
-        """Counts of the durable consumer and the dead-letter stream, in two JetStream
+        """Counts of the durable consumers and the dead-letter stream, in three JetStream
         requests (:mod:`.stats`): ``ready`` num_pending; ``reserved`` num_ack_pending, with
         retries waiting out their delay and deliveries released or past ack_wait until
-        redelivered; ``scheduled`` None (counted in ``reserved``); ``dead_letters`` the
-        dead-letter stream's messages; ``consumers`` None (pull consumers count no clients).
+        redelivered (``retries`` None); ``scheduled`` and ``delayed`` the delayed jobs
+        waiting to be moved; ``dead_letters`` the dead-letter stream's messages;
+        ``consumers`` None (pull consumers count no clients).
         """
         await self._link()
         return await stats.read(self.js, self.settings)

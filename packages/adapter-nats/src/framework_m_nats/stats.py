@@ -1,7 +1,8 @@
-"""``queue_stats()`` on NATS: the durable consumer's counts and the dead-letter stream's size.
+"""``queue_stats()`` on NATS: the durable consumers' counts and the dead-letter stream's size.
 
-Two JetStream API requests (consumer info, then stream info of the dead-letter
-stream), both reads: nothing on the server changes.
+Three JetStream API requests (consumer info of the jobs' consumer and of the delayed
+jobs' one, then stream info of the dead-letter stream), all reads: nothing on the
+server changes.
 
 What JetStream can and cannot tell:
 
@@ -11,7 +12,10 @@ What JetStream can and cannot tell:
 * ``num_ack_pending`` counts every delivery not yet acked or termed: the ones a
   worker holds, retries waiting out a ``nak(delay=...)``, and deliveries
   released (``nak()``) or past their ``ack_wait`` until they are delivered again.
-  JetStream gives no separate count of any of these, so ``scheduled`` is None.
+  JetStream gives no separate count of any of these, so ``retries`` is None.
+* ``scheduled`` and ``delayed`` count the jobs enqueued for later: the delayed jobs'
+  consumer's pending messages and the ones it holds back (a ``nak(delay=...)`` until
+  due). A job past its due time waits there too until a consuming worker moves it.
 * A pull consumer keeps no count of the clients fetching from it
   (``num_waiting`` is pull requests waiting, not consumers), so ``consumers``
   is None.
@@ -33,16 +37,19 @@ async def read(js: JetStreamContext, s: NatsSettings) -> QueueStats:
     with server_errors("reading queue stats"):
         try:
             consumer = await js.consumer_info(s.stream, s.consumer)
+            later = await js.consumer_info(s.stream, s.delayed_consumer)
             dead = await js.stream_info(s.dead_letter_stream)
         except NotFoundError as exc:
             raise BrokerError(
                 f"reading queue stats failed: {exc.description or 'not found'}: "
                 "run schema sync (m sync-schema)"
             ) from None
+    delayed = (later.num_pending or 0) + (later.num_ack_pending or 0)
     return QueueStats(
         ready=consumer.num_pending or 0,
         reserved=consumer.num_ack_pending or 0,
-        scheduled=None,
+        scheduled=delayed,
         dead_letters=dead.state.messages or 0,
         consumers=None,
+        delayed=delayed,
     )

@@ -10,6 +10,11 @@ them all) are declared one after another on one side channel: a call is the
 channel's open and close and one round trip per queue (16). A queue that is
 missing closes that channel only, and the call says to run ``m sync-schema``.
 
+The retry buckets hold the retries waiting out their delay and the delayed jobs a
+consumer handed on to wait there (:mod:`framework_m_rabbitmq.delays`), alike:
+``scheduled`` counts both, and ``delayed`` and ``retries`` are None. A delayed job no
+consumer received yet is in the jobs queue, among ``ready``.
+
 AMQP has no count of unacknowledged messages, so ``reserved`` is None. The
 management API has one, but samples it every few seconds
 (``collect_statistics_interval``): it went on showing settled deliveries as

@@ -280,7 +280,9 @@ class RedisBroker(BaseBroker[RedisSettings]):
         deadline = time.monotonic() + timeout
         try:
             while True:
-                await self._run("PROMOTE", [s.delayed, s.stream], [_now_ms(), _PROMOTE_BATCH])
+                await self._run(
+                    "PROMOTE", [s.delayed, s.stream, s.later], [_now_ms(), _PROMOTE_BATCH]
+                )
                 out = await self._reclaim(max_messages)
                 if len(out) < max_messages:
                     block = 1 if out else await self._block_ms(deadline - time.monotonic())
@@ -418,8 +420,10 @@ class RedisBroker(BaseBroker[RedisSettings]):
     async def queue_stats(self) -> QueueStats:
         """One read-only script, one round trip (``stats.py``). ``ready``: stream entries
         no consumer holds (XLEN - XPENDING, exact: settles XDEL) plus retries already due;
-        ``reserved``: the group's pending entries; ``scheduled``: retries not yet due in
-        the delayed set; ``dead_letters``: XLEN of the dead stream; ``consumers``: those
+        ``reserved``: the group's pending entries; ``scheduled``: retries and delayed jobs
+        not yet due in the delayed set, ``delayed`` of them jobs enqueued for later (their
+        due times are kept apart), the rest ``retries``; ``dead_letters``: XLEN of the
+        dead stream; ``consumers``: those
         seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
         return await stats.read(self._run, self.settings)
 

@@ -159,7 +159,8 @@ _COMMANDS = (
     "XGROUP CREATE {stream} g 0 MKSTREAM", "XGROUP DELCONSUMER {stream} g c",
     "XINFO GROUPS {stream}", "XINFO CONSUMERS {stream} g", "XADD {dead} * b x",
     "XREVRANGE {dead} + -", "ZADD {delayed} 1 m", "ZRANGEBYSCORE {delayed} 0 1",
-    "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
+    "ZRANGE {delayed} 0 0", "ZREM {delayed} m", "ZADD {later} 1 m",
+    "ZREMRANGEBYSCORE {later} 0 1", "SET {dedup} 1 NX PX 1", "DEL {dedup}",
     "HGET {meta} layout", "HSETNX {meta} layout 1", "TIME", "PEXPIRE {dedup} 1", "WAIT 0 0",
     "HMGET {record} v d", "HSET {record} v 1 d x", "PERSIST {record}", "DEL {record}",
     "EXISTS {record}", "PEXPIRE {record} 1",
@@ -175,6 +176,7 @@ async def check_permissions(client: Any, s: RedisSettings) -> None:
     """Fail at start, naming what to grant, when the ACL user may not run scripts or a
     command the adapter needs; a worker would otherwise retry forever."""
     keys = {"stream": s.stream, "dead": s.dead, "delayed": s.delayed, "meta": s.meta}
+    keys["later"] = s.later
     keys["record"], keys["versions"], keys["changes"] = s.record_key("check"), s.versions, s.changes
     commands = [c.format(dedup=s.dedup_key("check"), **keys) for c in _COMMANDS]
     try:

@@ -46,7 +46,7 @@ def enqueue_call(
     dedup = message.deduplication_id
     deadline = "" if message.not_after is None else int(message.not_after * 1000)
     due = "" if message.due_ms is None else message.due_ms
-    keys = [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed]
+    keys = [s.stream, s.dedup_key(dedup) if dedup is not None else s.stream, s.delayed, s.later]
     # "2": a duplicate touches its dedup key, so that a WAIT after it covers the original
     deduplicated = ("2" if s.replicas_to_wait_for else "1") if dedup else "0"
     args = [message.id, body, int(s.dedup_window * 1000), s.max_len,

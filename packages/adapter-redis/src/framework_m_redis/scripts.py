@@ -1,7 +1,8 @@
 """Lua scripts: each one step that Redis runs atomically. Every key is in one hash slot."""
 
 # KEYS: stream, dedup key (the stream again when there is no dedup id), delayed set,
-#       the store's version counter, then the store records to create with the job (its
+#       the delayed jobs' due times (job ids: what m status tells from retries), the
+#       store's version counter, then the store records to create with the job (its
 #       status; a tick's slot), as STORE_WRITE creates them
 # ARGV: job id, body, window ms, max stream length, has dedup id ("1"/"0"; "2": yes, and
 #       a duplicate writes its key's expiry again, a write a WAIT after it then covers),
@@ -32,13 +33,14 @@ if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[4]) then
 end
 if ARGV[7] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[7], '0\\n' .. ARGV[2])
+  redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
 else
   redis.call('XADD', KEYS[1], '*', 'b', ARGV[2], 'a', '0')
 end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], 'v', redis.call('INCR', KEYS[4]), 'd', ARGV[2 * i - 1])
-    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+    redis.call('HSET', KEYS[i], 'v', redis.call('INCR', KEYS[5]), 'd', ARGV[2 * i - 3])
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i - 2])
     redis.call('PUBLISH', ARGV[8] .. KEYS[i], '')
   end
 end
@@ -125,8 +127,9 @@ return 1
 """
 )
 
-# KEYS: delayed set, stream. ARGV: now ms, most to move.
-# Moves due retries back to the stream; any replica may run it, each member moves once.
+# KEYS: delayed set, stream, the delayed jobs' due times. ARGV: now ms, most to move.
+# Moves due retries and delayed jobs back to the stream; any replica may run it, each
+# member moves once. Due times past are dropped: STATS counts the ones ahead only.
 PROMOTE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 for _, member in ipairs(due) do
@@ -135,22 +138,24 @@ for _, member in ipairs(due) do
   redis.call('XADD', KEYS[2], '*', 'b', string.sub(member, cut + 1), 'a', attempts)
   redis.call('ZREM', KEYS[1], member)
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
 return #due
 """
 
-# Reads only (see stats.py). KEYS: stream, delayed set, dead stream.
-# ARGV: group, now ms, consumer window ms, the version from which XINFO CONSUMERS' idle
-# counts every read attempt (below it consumers is false: nil).
-# Returns {ready, reserved, scheduled, dead letters, consumers}.
+# Reads only (see stats.py). KEYS: stream, delayed set, dead stream, delayed jobs' due
+# times. ARGV: group, now ms, consumer window ms, the version from which XINFO
+# CONSUMERS' idle counts every read attempt (below it consumers is false: nil).
+# Returns {ready, reserved, scheduled, dead letters, consumers, delayed}.
 STATS = """
 local due = redis.call('ZCOUNT', KEYS[2], '-inf', ARGV[2])
 local scheduled = redis.call('ZCARD', KEYS[2]) - due
+local delayed = math.min(scheduled, redis.call('ZCOUNT', KEYS[4], '(' .. ARGV[2], '+inf'))
 local entries = redis.call('XLEN', KEYS[1])
 local dead = redis.call('XLEN', KEYS[3])
 local summary = redis.pcall('XPENDING', KEYS[1], ARGV[1])
 if summary.err then
   if not string.find(summary.err, 'NOGROUP', 1, true) then return redis.error_reply(summary.err) end
-  return {entries + due, 0, scheduled, dead, 0}
+  return {entries + due, 0, scheduled, dead, 0, delayed}
 end
 local reserved = summary[1]
 local consumers = false
@@ -162,7 +167,7 @@ if (redis.REDIS_VERSION_NUM or 0) >= tonumber(ARGV[4]) then
     end
   end
 end
-return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers}
+return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers, delayed}
 """
 
 # The store: one hash per record, fields v (the version) and d (the value), expiring by

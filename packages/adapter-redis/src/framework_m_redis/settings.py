@@ -93,6 +93,12 @@ class RedisSettings:
         return self.key("delayed")
 
     @property
+    def later(self) -> str:
+        """The due times of the jobs enqueued for later (by job id), beside the delayed
+        set that holds them with the retries: what tells the two apart in a count."""
+        return self.key("later")
+
+    @property
     def dead(self) -> str:
         return self.key("dead")
 

@@ -9,7 +9,10 @@ What each count is read from, atomically (a script sees no settle half done):
   due but not yet moved back by a ``receive`` count here too: they wait for a
   consumer, not for their delay (as memory:// counts them).
 * ``reserved``: the group's pending entries (``XPENDING`` summary).
-* ``scheduled``: the delayed set's retries not yet due (``ZCARD - ZCOUNT`` due).
+* ``scheduled``: the delayed set's retries and delayed jobs not yet due (``ZCARD -
+  ZCOUNT`` due); ``delayed`` of them the jobs enqueued for later, whose due times the
+  enqueue also keeps by job id in a sorted set of their own (``ZCOUNT`` ahead of now),
+  and ``retries`` the rest.
 * ``dead_letters``: ``XLEN`` of the dead-letter stream.
 * ``consumers``: see :data:`SEEN_SINCE`.
 
@@ -63,8 +66,8 @@ async def read(
     """
     window_ms = int(2 * s.visibility_timeout * 1000)
     now_ms = int(time.time() * 1000)  # the clock PROMOTE compares due times with
-    ready, reserved, scheduled, dead, consumers = await run(
-        "STATS", [s.stream, s.delayed, s.dead], [s.group, now_ms, window_ms, seen_since]
+    ready, reserved, scheduled, dead, consumers, delayed = await run(
+        "STATS", [s.stream, s.delayed, s.dead, s.later], [s.group, now_ms, window_ms, seen_since]
     )
     return QueueStats(
         ready=int(ready),
@@ -72,4 +75,6 @@ async def read(
         scheduled=int(scheduled),
         dead_letters=int(dead),
         consumers=None if consumers is None else int(consumers),
+        delayed=int(delayed),
+        retries=int(scheduled) - int(delayed),
     )

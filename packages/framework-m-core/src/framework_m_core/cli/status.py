@@ -102,6 +102,28 @@ async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
     return out
 
 
+def _retries_reserved(r: dict[str, Any]) -> bool:
+    """Whether the broker counts the retries waiting out their delay as reserved
+    (:class:`~framework_m_core.ports.records.QueueStats`)."""
+    return r["retries"] is None and (r["scheduled"] is None or r["delayed"] is not None)
+
+
+def _scheduled(r: dict[str, Any]) -> str:
+    """What waits for a due time, delayed jobs told from retries where the broker can."""
+    scheduled, delayed, retries = r["scheduled"], r["delayed"], r["retries"]
+    if scheduled is None:
+        return _UNKNOWN
+    if delayed is not None and retries is not None:
+        return f"{scheduled:,} ({delayed:,} delayed, {retries:,} {_plural(retries, 'retry')})"
+    if delayed is not None:
+        return f"{scheduled:,} (delayed jobs)"
+    return f"{scheduled:,} (delayed jobs and retries)"
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word.removesuffix("y") + "ies"
+
+
 def _print_status(r: dict[str, Any]) -> None:
     def count(key: str) -> str:
         return _UNKNOWN if r[key] is None else f"{r[key]:,}"
@@ -116,8 +138,8 @@ def _print_status(r: dict[str, Any]) -> None:
         ("queue", r["queue"]),
         *([("node", r["node"])] if r["node"] else []),
         ("ready", count("ready")),
-        ("reserved", count("reserved") + ("" if r["scheduled"] is not None else " (with retries)")),
-        ("retry-scheduled", count("scheduled")),
+        ("reserved", count("reserved") + (" (with retries)" if _retries_reserved(r) else "")),
+        ("scheduled", _scheduled(r)),
         ("dead letters", count("dead_letters")),
         ("consumers", count("consumers")),
         ("dedup window", f"{r['dedup_window']:g}s"),

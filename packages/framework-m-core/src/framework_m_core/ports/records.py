@@ -69,9 +69,15 @@ class QueueStats:
 
     ``ready`` messages wait for a consumer (on brokers that deliver ahead, those a
     consumer prefetched are not among them); ``reserved`` ones were delivered and not
-    settled; ``scheduled`` ones wait out a retry's delay (None: the broker keeps them
-    as reserved, and ``reserved`` counts them); ``consumers`` are the consumers the
-    broker knows attached.
+    settled; ``scheduled`` ones wait for a due time, held apart from both: jobs
+    enqueued for later and, where the broker holds them so, retries waiting out their
+    delay; ``consumers`` are the consumers the broker knows attached.
+
+    Of ``scheduled``, ``delayed`` are the jobs enqueued for later and ``retries`` the
+    retries, each None where the broker cannot tell them apart. Where ``retries`` is
+    None, a broker that counts ``delayed`` (or no ``scheduled`` at all) keeps retries as
+    reserved, and ``reserved`` counts them; one that counts neither (RabbitMQ) has them
+    in ``scheduled`` with the delayed jobs.
     """
 
     ready: int | None = None
@@ -79,6 +85,13 @@ class QueueStats:
     scheduled: int | None = None
     dead_letters: int | None = None
     consumers: int | None = None
+    delayed: int | None = None
+    retries: int | None = None
+
+    @property
+    def retries_in_reserved(self) -> bool:
+        """Whether ``reserved`` counts the retries waiting out their delay."""
+        return self.retries is None and (self.scheduled is None or self.delayed is not None)
 
 
 @dataclass(slots=True)

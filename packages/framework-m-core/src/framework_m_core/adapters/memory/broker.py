@@ -236,12 +236,15 @@ class MemoryBroker(BaseBroker[MemorySettings]):
     async def queue_stats(self) -> QueueStats:
         q = self._q
         q.promote(time.monotonic())
+        delayed = sum(1 for _, _, entry in q.delayed if entry.deliveries == 0)  # no attempt yet
         return QueueStats(
             ready=len(q.ready),
             reserved=len(q.reserved),
             scheduled=len(q.delayed),
             dead_letters=len(q.dead),
             consumers=len(q.consumers),
+            delayed=delayed,
+            retries=len(q.delayed) - delayed,
         )
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:

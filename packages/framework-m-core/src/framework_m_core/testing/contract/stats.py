@@ -74,14 +74,42 @@ class StatsContract(ContractBase):
                 await broker.retry(held[1], 300)
                 await broker.dead_letter(held[2], "poison")
                 held.clear()
-            stats = await _holds(watcher, ready=0, dead_letters=1, scheduled=(1, None))
-            if stats.scheduled is None:  # the broker holds retries as reserved
-                await _holds(watcher, reserved=(1, None))
+            stats = await _holds(watcher, ready=0, dead_letters=1, retries=(1, None))
+            if stats.retries_in_reserved:
+                await _holds(watcher, reserved=(1, None), scheduled=(0, None))
             else:
-                await _holds(watcher, reserved=(0, None))
+                await _holds(watcher, reserved=(0, None), scheduled=1)
             await broker.close()  # a consumer may take a job ahead (prefetch): none here
             await watcher.enqueue("job", i=3)
             await _holds(watcher, ready=1, dead_letters=1)
+
+    @requires(Capability.QUEUE_STATS, Capability.DELAYED_ENQUEUE)
+    async def test_a_delayed_job_counts_as_scheduled_and_never_as_a_retry(
+        self, broker: BrokerProtocol, broker_factory: BrokerFactory
+    ) -> None:
+        async with connected(broker_factory) as watcher:
+            await broker.enqueue_in(300, "later", n=1)
+            stats = await _holds(watcher, retries=(0, None), delayed=(1, None), dead_letters=0)
+            if stats.delayed is None:  # cannot tell it from a retry: counted, never as one
+                assert stats.retries is None, stats
+                await _holds(watcher, ready=(0, 1), scheduled=(0, 1))
+            else:
+                await _holds(watcher, ready=0, scheduled=1, reserved=(0, None))
+            await broker.enqueue("now", n=2)
+            held: list[Delivery] = []
+            async with _kept(broker, held):
+                while not held:
+                    held += await broker.receive(1, PROMPT)
+                await broker.retry(held.pop(), 300)
+            stats = await _holds(watcher, retries=(1, None), delayed=(1, None), ready=(0, 1))
+            if stats.retries is not None and stats.delayed is not None:
+                await _holds(watcher, scheduled=2, ready=0)
+            elif stats.delayed is not None:  # the retry is reserved, the delayed job scheduled
+                assert stats.retries_in_reserved, stats
+                await _holds(watcher, scheduled=1, reserved=(1, None), ready=0)
+            else:  # both in one count, or the delayed job still ready for a consumer
+                assert stats.retries is None, stats
+                await _holds(watcher, scheduled=(1, 2))
 
     async def test_queue_stats_without_the_capability_are_all_unknown_or_counts(
         self, broker: BrokerProtocol
