@@ -66,7 +66,6 @@ _BARE = re.compile(r"\binstall[ `'\"]{1,3}(framework-m(?:-\w+)?(?:\[[^\]]*\])?)"
 # Files of others' work in progress that still give a wrong hint: said in the report of
 # the change that brought this test, to be fixed there and taken out of this list.
 _PENDING = {"packages/framework-m-core/src/framework_m_core/console/__init__.py"}
-_PENDING |= {"docs/operating.md", "deploy/kubernetes/console-deployment.yaml"}
 
 
 def _readme_forms() -> tuple[set[str], set[str]]:
