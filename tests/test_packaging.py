@@ -63,9 +63,6 @@ _OURS = re.compile(r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq))?(?:\[[^
 _PIP = re.compile(r"pip install ((?:[^`\"\n#(]|\n(?!\n))+)")
 _EXTRA = re.compile(r"(?<![/\w])framework-m-core\[\w+\]")  # outside a path: a bare name
 _BARE = re.compile(r"\binstall[ `'\"]{1,3}(framework-m(?:-\w+)?(?:\[[^\]]*\])?)", re.IGNORECASE)
-# Files of others' work in progress that still give a wrong hint: said in the report of
-# the change that brought this test, to be fixed there and taken out of this list.
-_PENDING = {"packages/framework-m-core/src/framework_m_core/console/__init__.py"}
 
 
 def _readme_forms() -> tuple[set[str], set[str]]:
@@ -124,7 +121,7 @@ def test_every_install_hint_gives_the_readme_s_command() -> None:
             found = _wrong_hints(path.read_text(errors="replace"), folders, extras)
             if found:
                 wrong[str(path.relative_to(REPO))] = found
-    assert set(wrong) <= _PENDING, {k: v for k, v in wrong.items() if k not in _PENDING}
+    assert not wrong, wrong
     hints = {install_hint(scheme) or "" for scheme in ADAPTER_FOLDERS}
     for hint in hints:
         assert hint.startswith("pip install ./packages/"), hint

@@ -1,6 +1,6 @@
 """``m console``: a page and a JSON API over one broker's fleet, in a process of its own.
 
-Needs the ``console`` extra (``pip install 'framework-m-core[console]'``: Starlette and
+Needs the ``console`` extra (``pip install './packages/framework-m-core[console]'``: Starlette and
 uvicorn). :func:`serve` runs it until SIGINT or SIGTERM.
 """
 
@@ -52,7 +52,7 @@ async def serve(
     """
     if not available():
         raise ConfigurationError(
-            "m console needs its extra: pip install 'framework-m-core[console]' "
+            "m console needs its extra: pip install './packages/framework-m-core[console]' "
             "(Starlette and uvicorn)"
         )
     import uvicorn
