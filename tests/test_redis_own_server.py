@@ -32,7 +32,10 @@ def test_an_evicting_redis_is_reported(procs: Processes, tmp_path: Path) -> None
     ("denied", "says"),
     [
         ("-@scripting", "may not run Lua scripts .*needs the ACL category \\+@scripting"),
-        ("-@sortedset", "may not run ZADD, ZRANGE, ZRANGEBYSCORE, ZREM on the keys fm:"),
+        (
+            "-@sortedset",
+            "may not run ZADD, ZRANGE, ZRANGEBYSCORE, ZREM, ZREMRANGEBYSCORE on the keys fm:",
+        ),
         ("-xautoclaim", "may not run XAUTOCLAIM on the keys .*grant @stream"),
     ],
 )
