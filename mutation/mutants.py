@@ -2429,4 +2429,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:",
         "test_a_name_announced_today_is_not_written_again",
     ),
+    m(
+        "core-statuses-sent-one-by-one",
+        "statuses",
+        "the statuses of runs ending in one pass of the event loop go in one send",
+        f"{CORE}/runtime/statuses.py",
+        "            await self._sending.submit(\n"
+        "                (keys.status(status.job_id), encode_status(status, result_json), ttl)\n"
+        "            )",
+        "            await shared(self.broker).send_memos(\n"
+        "                [(keys.status(status.job_id), encode_status(status, result_json), ttl)]\n"
+        "            )",
+        "test_the_statuses_of_runs_ending_in_one_pass_go_in_one_send",
+    ),
 )

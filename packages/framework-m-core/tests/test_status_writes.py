@@ -32,6 +32,7 @@ class _RecordingStore(PassingStore):
     def __init__(self, inner: StoreProtocol) -> None:
         super().__init__(inner)
         self.puts: list[tuple[str, JobState]] = []
+        self.sent: list[int] = []  # statuses in each send
 
     async def write(self, writes: Sequence[Write]) -> list[int | None]:
         states = await self._states(writes)
@@ -41,6 +42,7 @@ class _RecordingStore(PassingStore):
 
     async def send(self, writes: Sequence[Write]) -> None:
         states = await self._states(writes)
+        self.sent.append(len(states))
         await super().send(writes)
         self._note(writes, states, [1] * len(writes))
 
@@ -114,6 +116,18 @@ async def test_a_quick_run_writes_its_end_only_and_a_long_one_says_running_first
         JobState.RUNNING,
         JobState.SUCCEEDED,
     ]
+
+
+async def test_the_statuses_of_runs_ending_in_one_pass_go_in_one_send(queue_name: str) -> None:
+    broker = await synced(_Recording(MemorySettings(queue_name, 120.0, 5.0)))
+    app = _app(asyncio.Event())
+    for _ in range(20):
+        await broker.enqueue("quick")
+    async with running_worker(app, broker, heartbeat=0, concurrency=20) as worker:
+        await wait_until(lambda: worker.stats.succeeded == 20, timeout=10)
+    assert sum(broker.recorder.sent) == 20
+    assert max(broker.recorder.sent) > 1, broker.recorder.sent  # runs of a pass share one
+    assert len(broker.recorder.sent) < 20
 
 
 async def test_runs_going_on_say_running_each_started_apart(queue_name: str) -> None:

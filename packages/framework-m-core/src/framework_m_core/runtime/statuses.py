@@ -21,6 +21,7 @@ from ..control import keys
 from ..control.shared import shared
 from ..jobs import DEFAULT_KEEP, JobSpec
 from ..observability.observer import Observer
+from ..ports.batching import Calls, PassBatch, answer
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage
 from ..ports.protocols import BrokerProtocol
@@ -50,6 +51,8 @@ class StatusWriter:
         self.observer = observer
         self.on = Capability.STORE in broker.capabilities
         self._warned_at = -_QUIET
+        # the statuses of one pass of the event loop go in one send
+        self._sending: PassBatch[tuple[str, bytes, float], None] = PassBatch(self._send)
 
     def keep(self, spec: JobSpec | None, message: JobMessage) -> tuple[float, bool]:
         """Seconds to keep ``message``'s finished status (0: none), and whether with
@@ -122,8 +125,8 @@ class StatusWriter:
 
     async def _put(self, status: JobStatus, ttl: float, result_json: str | None = None) -> None:
         try:
-            await shared(self.broker).send_memos(
-                [(keys.status(status.job_id), encode_status(status, result_json), ttl)]
+            await self._sending.submit(
+                (keys.status(status.job_id), encode_status(status, result_json), ttl)
             )
         except Exception as exc:
             self.observer.broker_error("memo")
@@ -132,6 +135,11 @@ class StatusWriter:
             if level == logging.WARNING:
                 self._warned_at = now
             log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
+
+    async def _send(self, calls: Calls[tuple[str, bytes, float], None]) -> None:
+        await shared(self.broker).send_memos([memo for memo, _ in calls])
+        for _, sent in calls:
+            answer(sent, None)
 
 
 class Running:
