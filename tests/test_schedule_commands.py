@@ -9,6 +9,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.app import load_app
 from framework_m_core.control import fleet, runtime_schedules, steering
@@ -45,6 +47,17 @@ def refused(done: subprocess.CompletedProcess[str], says: str) -> None:
     assert done.stdout == ""
     [line] = done.stderr.strip().splitlines()
     assert says in line, line
+
+
+@pytest.mark.parametrize(
+    "server", [REDIS, "nats://127.0.0.1:4222", "amqp://guest:guest@127.0.0.1:5672/"]
+)
+def test_steering_a_queue_nobody_ran_on_is_one_line_on_every_broker(server: str) -> None:
+    ns = namespace(server)
+    try:  # without its management API RabbitMQ's plan has a warning: not printed here
+        refused(m("schedules", "pause", "heartbeat", "--broker", ns.url()), "has no schema")
+    finally:
+        asyncio.run(ns.drop())
 
 
 def test_steering_refuses_what_is_not_there_and_changes_nothing() -> None:

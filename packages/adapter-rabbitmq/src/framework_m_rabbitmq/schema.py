@@ -49,7 +49,6 @@ class RabbitSchema:
     def __init__(self, link: Link) -> None:
         self.link = link
         self.s = link.settings
-        self._policy_warned = False
 
     def _declarations(self) -> list[tuple[str, Declare, str]]:
         s = self.s
@@ -155,7 +154,8 @@ class RabbitSchema:
                 f"cannot check the arguments of {', '.join(unchecked)}: "
                 f"{self._no_permission(refusal)}"
             )
-        return SchemaPlan(tuple(changes + await self._plan_policy()), tuple(warnings))
+        policy, said = await self._plan_policy()
+        return SchemaPlan(tuple(changes + policy), tuple(warnings + said))
 
     def _no_permission(self, refused: Exception) -> str:
         """A refusal for lack of the configure permission: nothing needs deleting."""
@@ -166,50 +166,39 @@ class RabbitSchema:
             "that has it; nothing needs deleting"
         )
 
-    async def _plan_policy(self) -> list[SchemaChange]:
+    async def _plan_policy(self) -> tuple[list[SchemaChange], list[str]]:
+        """The changes the delivery-limit policy needs, and what an operator must know of
+        it (the plan's warnings: whoever shows the plan shows them, a worker logs them)."""
         s, api = self.s, self.s.management
         if api is None:
-            return []
+            return [], []
         target = f"policy {s.policy_name}"
         try:
             current = await api.get_policy(s.policy_name)
             if current is None:
                 detail = f"delivery-limit {s.delivery_limit} on {s.jobs}"
-                return [SchemaChange("create", target, detail, "policy")]
+                return [SchemaChange("create", target, detail, "policy")], []
             if diffs := s.policy.differences(current):
-                return [SchemaChange("update", target, ", ".join(diffs), "policy")]
+                return [SchemaChange("update", target, ", ".join(diffs), "policy")], []
             in_effect = await api.queue_policy(s.jobs)
         except BrokerError as exc:
-            self._warn_unmanaged(str(exc))
-            return []
+            return [], [self._unmanaged(str(exc))]
         if in_effect not in (None, s.policy_name):
-            log.warning(
-                "amqp: policy %s, not %s, is in effect on %s (RabbitMQ applies the one with "
-                "the highest priority): the delivery limit is whatever %s says; raise "
-                "policy_priority or fold delivery-limit into it",
-                in_effect,
-                s.policy_name,
-                s.jobs,
-                in_effect,
-            )
-        return []
+            return [], [
+                f"policy {in_effect}, not {s.policy_name}, is in effect on {s.jobs} (RabbitMQ "
+                f"applies the one with the highest priority): the delivery limit is whatever "
+                f"{in_effect} says; raise policy_priority or fold delivery-limit into it"
+            ]
+        return [], []
 
-    def _warn_unmanaged(self, reason: str) -> None:
-        if self._policy_warned:
-            return
-        self._policy_warned = True
+    def _unmanaged(self, reason: str) -> str:
         s, p = self.s, self.s.policy
-        log.warning(
-            "amqp: %s; the delivery-limit backstop of %s is not managed. Set it yourself: "
-            "rabbitmqctl set_policy -p %s --apply-to queues --priority %d %s '%s' '%s' "
-            "(or pass ?management=URL, or ?management=off to silence this)",
-            reason,
-            s.jobs,
-            s.management.vhost if s.management else "/",
-            p.priority,
-            s.policy_name,
-            p.pattern,
-            json.dumps(p.definition),
+        return (
+            f"amqp: {reason}; the delivery-limit backstop of {s.jobs} is not managed. Set it "
+            f"yourself: rabbitmqctl set_policy -p {s.management.vhost if s.management else '/'} "
+            f"--apply-to queues --priority {p.priority} {s.policy_name} '{p.pattern}' "
+            f"'{json.dumps(p.definition)}' (or pass ?management=URL, or ?management=off to "
+            "silence this)"
         )
 
     async def apply(self, plan: SchemaPlan) -> None:

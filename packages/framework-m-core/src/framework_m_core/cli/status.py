@@ -73,6 +73,7 @@ async def status(args: argparse.Namespace) -> int:
                     "visibility_timeout": broker.visibility_timeout,
                     "schema_in_sync": plan.in_sync,
                     "schema_changes": [str(change) for change in plan.changes],
+                    "schema_warnings": list(plan.warnings),
                     **({} if app is None else {"running": await _running(app, broker)}),
                 }
             )
@@ -153,6 +154,8 @@ def _print_status(r: dict[str, Any]) -> None:
         print(f"{label:<{width}}{text}")
     for change in changes:
         print(f"  {change}")
+    for warning in r["schema_warnings"]:
+        print(f"  warning: {warning}")
     if all(r[k] is None for k in ("ready", "reserved", "scheduled", "dead_letters")):
         print(f"({_UNKNOWN}: this broker's adapter does not report queue counts)")
     print()
