@@ -25,7 +25,7 @@ from ..errors import (
 from .base import DEFAULT_MAX_JOB_SIZE, BaseBroker, BrokerSettings, max_job_size
 from .batching import Calls, PassBatch, answer, failing_all
 from .capabilities import Capability, as_capabilities
-from .greeting import Heard, first_bytes, heard_at, not_the_server
+from .greeting import Heard, heard_at, not_the_server
 from .messages import JobMessage, decode_message, tick_deduplication_id
 from .protocols import (
     BrokerProtocol,
@@ -92,7 +92,6 @@ __all__ = [
     "as_capabilities",
     "decode_message",
     "failing_all",
-    "first_bytes",
     "heard_at",
     "host_ports",
     "max_job_size",

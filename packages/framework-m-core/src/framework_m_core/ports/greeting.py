@@ -7,33 +7,6 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-
-async def first_bytes(
-    host: str, port: int, wait: float, *, send: bytes = b"", line: bool = False
-) -> bytes | None:
-    """Connect to ``host:port``, write ``send``, and return what the server answers within
-    ``wait`` seconds: its first line with ``line``, else up to 64 bytes; b"" when it says
-    nothing in time. None when the port cannot be reached at all (the client says so)."""
-    try:
-        async with asyncio.timeout(wait):
-            reader, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return None
-    try:
-        if send:
-            writer.write(send)
-        async with asyncio.timeout(wait):
-            return await (reader.readline() if line else reader.read(64))
-    except TimeoutError:
-        return b""
-    except OSError:
-        return None
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-
-
 # A server that speaks first (NATS) has this long to do so; then the port is sent PING
 # and an empty line: Redis answers the PING (+PONG, or -NOAUTH and the like before
 # AUTH), and an AMQP server, having read the 8 bytes of a protocol header that is not
