@@ -34,6 +34,8 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # Deadlines: each run's time limit, one timer for all runs.
+    "deadlines": "packages/framework-m-core/tests/test_deadlines.py",
     # Schedule handles: one schedule steered and described through one object.
     "schedule-handles": "packages/framework-m-core/tests/test_schedule_handles.py",
     # A limit's place kept between a worker's runs of one key.
@@ -1364,8 +1366,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "statuses",
         "every run going on past RUNNING_AFTER says running, not only the first",
         f"{CORE}/runtime/statuses.py",
-        "                    del self._runs[id(run)]\n",
-        "                    del self._runs[id(run)]\n                    self._runs.clear()\n",
+        "            del self._runs[id(run)]\n",
+        "            del self._runs[id(run)]\n            self._runs.clear()\n",
         "test_runs_going_on_say_running_each_started_apart",
     ),
     m(
@@ -1376,6 +1378,43 @@ MUTANTS: tuple[Mutant, ...] = (
         "                JobState.FAILED,\n",
         "                JobState.SUCCEEDED,\n",
         "test_a_failed_job_raises_its_error_and_says_failed",
+    ),
+    # -- deadlines (core, run on memory://) --------------------------------------------------
+    m(
+        "core-deadline-timer-set-once",
+        "deadlines",
+        "a run's deadline earlier than the timer's moves the timer",
+        f"{CORE}/runtime/deadlines.py",
+        "        if limit.at < self._timer_at:\n",
+        "        if self._timer is None:\n",
+        "test_a_short_timeout_started_after_a_long_one_fires_first",
+    ),
+    m(
+        "core-deadline-all-at-once",
+        "deadlines",
+        "a run is cancelled at its own deadline, not at another's",
+        f"{CORE}/runtime/deadlines.py",
+        "                if limit.at > now:\n",
+        "                if False:\n",
+        "test_runs_of_one_job_each_time_out_at_their_own_deadline",
+    ),
+    m(
+        "core-deadline-cancel-kept",
+        "deadlines",
+        "a deadline's cancel is taken back from the task when the run ends",
+        f"{CORE}/runtime/deadlines.py",
+        "        return limit.expired and limit.task.uncancel() <= limit.cancelling\n",
+        "        return limit.expired\n",
+        "test_a_handler_that_swallows_its_timeout_leaves_the_task_uncancelled",
+    ),
+    m(
+        "core-deadline-any-cancel",
+        "deadlines",
+        "a cancel from elsewhere is not taken for a timeout",
+        f"{CORE}/runtime/deadlines.py",
+        "        return limit.expired and limit.task.uncancel() <= limit.cancelling\n",
+        "        return True\n",
+        "test_a_cancel_from_elsewhere_is_not_taken_for_a_timeout",
     ),
     # -- the heartbeat sweep (core, run on memory://) ---------------------------------------
     m(

@@ -41,6 +41,7 @@ from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
 from .cancels import Cancellation, CancelWatch
+from .deadlines import Deadlines
 from .fences import Fence
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
@@ -198,6 +199,7 @@ class Execution:
         self.on_waiting: Callable[[int], None] = lambda delta: None
         self.statuses = StatusWriter(broker, self.observer)
         self.running_statuses = RunningStatuses(self.statuses)
+        self.deadlines = Deadlines()
         self.cancels = CancelWatch(broker, self.observer)
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
@@ -729,7 +731,6 @@ class Execution:
             self.observer.job_triggered(spec.name)
             log.info("%s: triggered run %s starts", spec.name, message.id)
         self.observer.running(1)
-        deadline: asyncio.Timeout | None = None
         logger = _job_log(message, delivery)
         try:
             ctx = JobContext(
@@ -749,14 +750,20 @@ class Execution:
                 state=self.app.state,
                 cancel_flag=lambda: _stopped(cancellation, fence) is not None,
             )
-            async with asyncio.timeout(spec.timeout) as deadline:
+            limit = None if spec.timeout is None else self.deadlines.start(spec.timeout)
+            try:
                 returned = await self._call(spec, ctx, message, cancellation, fence)
+            except asyncio.CancelledError:
+                if limit is not None and self.deadlines.stop(limit):
+                    return _Failure(f"timed out after {spec.timeout:g}s"), None
+                raise
+            finally:
+                if limit is not None:
+                    self.deadlines.stop(limit)
             if returned is _CANCELLED or returned is _LOST:
                 return returned, None
             result_json = encode_result(returned) if self.statuses.keep(spec, message)[1] else None
         except TimeoutError as exc:
-            if deadline is not None and deadline.expired():
-                return _Failure(f"timed out after {spec.timeout:g}s"), None
             return _Failure("TimeoutError raised by the handler", exc), None
         except ResultError as exc:
             return _Failure(f"ResultError: {exc}"), None

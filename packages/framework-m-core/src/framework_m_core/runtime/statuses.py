@@ -143,7 +143,7 @@ class StatusWriter:
 
 
 class Running:
-    """A run whose running status is due at ``due`` (``time.monotonic()``), and its
+    """A run whose running status is due at ``due`` (the event loop's time), and its
     write once begun."""
 
     __slots__ = ("attempt", "due", "fence", "message", "spec", "writing")
@@ -158,14 +158,14 @@ class Running:
 
 class RunningStatuses:
     """The running statuses of one worker's runs, each written once its run has gone on
-    for :data:`RUNNING_AFTER` seconds. One task writes them all, only while runs go on:
+    for :data:`RUNNING_AFTER` seconds. One timer writes them all, only while runs go on:
     every run is due the same time after its start, so appending keeps them in due
-    order, and a run that ends sooner costs two dict operations."""
+    order, and a run that ends sooner costs two dict operations (no task, no timer)."""
 
     def __init__(self, writer: StatusWriter) -> None:
         self._writer = writer
         self._runs: dict[int, Running] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def start(
         self, spec: JobSpec, message: JobMessage, attempt: int, fence: Fence | None = None
@@ -174,10 +174,11 @@ class RunningStatuses:
         not fresh when its status is due writes none (it may be another's by then)."""
         if self._writer.keep(spec, message)[0] <= 0:
             return None
-        run = Running(spec, message, attempt, time.monotonic() + RUNNING_AFTER, fence)
+        loop = asyncio.get_running_loop()
+        run = Running(spec, message, attempt, loop.time() + RUNNING_AFTER, fence)
         self._runs[id(run)] = run
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._sweep())
+        if self._timer is None:
+            self._timer = loop.call_at(run.due, self._write_due)
         return run
 
     async def done(self, run: Running | None) -> None:
@@ -185,33 +186,23 @@ class RunningStatuses:
         if run is None:
             return
         self._runs.pop(id(run), None)
-        if not self._runs and self._task is not None:
-            self._task.cancel()  # it only sleeps or starts writes: nothing is cut short
-            self._task = None
         if run.writing is not None:
             await asyncio.shield(run.writing)
 
-    async def _sweep(self) -> None:
-        me = asyncio.current_task()
-        try:
-            while self._runs:
-                wait = next(iter(self._runs.values())).due - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                    continue
-                now = time.monotonic()
-                for run in list(self._runs.values()):
-                    if run.due > now:
-                        break
-                    del self._runs[id(run)]
-                    if run.fence is not None and not run.fence.fresh():
-                        continue
-                    run.writing = asyncio.ensure_future(
-                        self._writer.running(run.spec, run.message, run.attempt)
-                    )
-        finally:
-            if self._task is me:
-                self._task = None
+    def _write_due(self) -> None:
+        """Begin the writes of the runs now due; again at the next one's time while
+        runs go on (the timer left running when the runs it was set for ended sooner)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for run in list(self._runs.values()):
+            if run.due > now:
+                break
+            del self._runs[id(run)]
+            if run.fence is not None and not run.fence.fresh():
+                continue
+            run.writing = loop.create_task(self._writer.running(run.spec, run.message, run.attempt))
+        first = next(iter(self._runs.values()), None)
+        self._timer = None if first is None else loop.call_at(first.due, self._write_due)
 
 
 def _status(
