@@ -31,6 +31,7 @@ MAX_ERROR = 2_000
 PENDING_KEEP = 86_400.0
 # One encoder: json.dumps with options builds a new one each call.
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+_quote = json.encoder.encode_basestring_ascii
 
 
 class JobState(StrEnum):
@@ -127,15 +128,26 @@ def encode_result(value: Any) -> str:
 
 def encode_status(status: JobStatus, result_json: str | None = None) -> bytes:
     """The memo of ``status``; ``result_json`` (from :func:`encode_result`) its result."""
-    record: dict[str, Any] = {"v": STATUS_VERSION, **status.as_dict()}
-    del record["job_id"]
-    record.pop("result", None)
-    if record["error"] is not None:
-        record["error"] = record["error"][:MAX_ERROR]
-    text = _ENCODER.encode(record)
-    if result_json is not None:
-        text = f'{text[:-1]},"result":{result_json}}}'
-    return text.encode()
+    # Written for every job a worker runs: formatted directly, only the free-form texts
+    # through the escaper (the same JSON the encoder would write).
+    job = "null" if status.job_name is None else _quote(status.job_name)
+    error = "null" if status.error is None else _quote(status.error[:MAX_ERROR])
+    slot = "null" if status.slot is None else str(int(status.slot))
+    result = "" if result_json is None else f',"result":{result_json}'
+    return (
+        f'{{"v":{STATUS_VERSION},"state":"{status.state.value}","job":{job},'
+        f'"attempts":{int(status.attempts)},"enqueued_at":{_time(status.enqueued_at)},'
+        f'"due_at":{_time(status.due_at)},"started_at":{_time(status.started_at)},'
+        f'"finished_at":{_time(status.finished_at)},"slot":{slot},"error":{error}{result}}}'
+    ).encode()
+
+
+def _time(value: float | None) -> str:
+    if value is None:
+        return "null"
+    if not math.isfinite(value):
+        raise ValueError(f"a status time must be finite, got {value!r}")
+    return repr(float(value))
 
 
 def decode_status(job_id: str, value: bytes) -> JobStatus:
