@@ -34,6 +34,8 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # Schedule histories: each settled run of a schedule, bounded.
+    "history": "packages/framework-m-core/tests/test_schedule_history.py",
     # Deadlines: each run's time limit, one timer for all runs.
     "deadlines": "packages/framework-m-core/tests/test_deadlines.py",
     # Schedule handles: one schedule steered and described through one object.
@@ -1378,6 +1380,34 @@ MUTANTS: tuple[Mutant, ...] = (
         "                JobState.FAILED,\n",
         "                JobState.SUCCEEDED,\n",
         "test_a_failed_job_raises_its_error_and_says_failed",
+    ),
+    # -- schedule histories (core, run on memory://) -----------------------------------------
+    m(
+        "core-history-of-every-job",
+        "history",
+        "only runs of a schedule go into a history",
+        f"{CORE}/runtime/histories.py",
+        "        schedule = schedule_of(message.deduplication_id) if self.on else None\n",
+        "        schedule = schedule_of(message.deduplication_id) or message.job_name\n",
+        "test_each_settled_slot_is_kept_with_its_replica_and_outcome",
+    ),
+    m(
+        "core-history-skips-unkept",
+        "history",
+        "a slot skipped by overlap is in its schedule's history",
+        f"{CORE}/runtime/execution.py",
+        '            if outcome != "already_finished":\n',
+        '            if outcome == "expired":\n',
+        "test_each_settled_slot_is_kept_with_its_replica_and_outcome",
+    ),
+    m(
+        "core-history-unbounded",
+        "history",
+        "a history keeps at most MOST runs, none older than MAX_AGE",
+        f"{CORE}/control/history.py",
+        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)[:MOST]\n",
+        "    return sorted(runs, key=lambda r: r.finished_at, reverse=True)\n",
+        "test_a_history_keeps_the_latest_runs_and_none_past_its_age",
     ),
     # -- deadlines (core, run on memory://) --------------------------------------------------
     m(

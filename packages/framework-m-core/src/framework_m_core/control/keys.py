@@ -16,6 +16,7 @@ name                               kind        what
 ``runtime:{n}``                    state       runtime schedules, one bucket of 1024 by id
 ``replicas:{n}``                   state       the replica roll, one bucket of 16 by replica
 ``fleet:announced``                state       the jobs and schedules the replicas announced
+``history:{schedule}``             state       a schedule's last runs
 ``overlap:{job}``                  lease       the running run of a schedule
 ``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
 ``concurrency:{job}``              lease       the places of a job's limit; with a key,
@@ -86,6 +87,11 @@ def _fitted(prefix: str, name: str) -> str:
 def schedule(job_name: str) -> str:
     """The state record of a schedule (pause, latest slot, last trigger)."""
     return f"schedule:{job_name}"
+
+
+def history(schedule: str) -> str:
+    """The state record of a schedule's last runs (``@{id}`` for a runtime schedule)."""
+    return _fitted("history:", schedule)
 
 
 def runtime_bucket(n: int) -> str:

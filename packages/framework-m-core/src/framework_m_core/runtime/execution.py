@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..app import App
 from ..control import keys, leases
+from ..control.replicas import new_replica_id
 from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
@@ -44,6 +45,7 @@ from .cancels import Cancellation, CancelWatch
 from .deadlines import Deadlines
 from .fences import Fence
 from .heartbeats import Heartbeats
+from .histories import RunHistory
 from .places import KeptPlaces
 from .run_leases import RunLeases
 from .statuses import RunningStatuses, StatusWriter
@@ -200,6 +202,8 @@ class Execution:
         self.statuses = StatusWriter(broker, self.observer)
         self.running_statuses = RunningStatuses(self.statuses)
         self.deadlines = Deadlines()
+        #: The settled runs of schedules, kept in their histories.
+        self.history = RunHistory(broker, new_replica_id())
         self.cancels = CancelWatch(broker, self.observer)
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
@@ -582,6 +586,7 @@ class Execution:
                 started_at=started_at,
             )
             if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+                self.history.ended(message, delivery, "succeeded", started_at)
                 self.stats.succeeded += 1
                 self.observer.job_finished(spec.name, "succeeded", duration)
         elif delivery.attempt >= spec.max_attempts:
@@ -595,6 +600,7 @@ class Execution:
             delay = spec.retry_delay(delivery.attempt)
             await self.statuses.retrying(spec, message, delivery.attempt, failure.reason, delay)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
+                self.history.ended(message, delivery, "retried", started_at, failure.reason)
                 self.stats.retried += 1
                 self.observer.job_finished(spec.name, "retried", duration)
                 _job_log(message, delivery).warning(
@@ -626,6 +632,7 @@ class Execution:
             started_at=started_at,
         )
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self.history.ended(message, delivery, "cancelled", started_at, "cancelled by request")
             self.stats.cancelled += 1
             self.observer.job_finished(spec.name, "cancelled", duration)
             _job_log(message, delivery).info(
@@ -681,6 +688,8 @@ class Execution:
         after the job's ``name[id]``."""
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            if outcome != "already_finished":
+                self.history.ended(message, delivery, outcome, error=text % args)
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
             self.observer.job_finished(self._job_name(message.job_name), outcome, None)
             _job_log(message, delivery).log(level, "%s " + text, label, *args)
@@ -852,6 +861,8 @@ class Execution:
         if await self._settle(
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
+            if message is not None:
+                self.history.ended(message, delivery, "dead_lettered", started_at, reason)
             self.stats.dead_lettered += 1
             name = self._job_name(message.job_name if message else None)
             self.observer.job_finished(name, "dead_lettered", duration)
