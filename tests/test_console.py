@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import signal
 import time
@@ -132,7 +133,7 @@ def page() -> Iterator[tuple[Page, list[str]]]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            tab = browser.new_page()
+            tab = browser.new_page(viewport={"width": 1280, "height": 800})
             errors: list[str] = []
             tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             tab.on("pageerror", lambda e: errors.append(str(e)))
@@ -152,6 +153,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
     status.touch()
     env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_STEER_LOG": str(steer)}
     env["FM_STATUS_LOG"] = str(status)
+    env["FM_OVERLAP_LOG"] = str(tmp_path / "overlap.log")
     try:
         workers = procs.workers(url, 2, env=env)
         port = free_port()
@@ -165,6 +167,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
         _a_pause_needs_the_token_and_holds_every_slot(console, workers, steer)
         _the_page_shows_pauses_and_resumes(page, console, workers, steer)
         _the_page_requeues_a_dead_letter(page, console, url, status, tmp_path / "marker")
+        _the_page_shows_a_schedule_s_history(page, console, workers)
         assert TOKEN not in process.output
         stop_all(workers)
         process.signal(signal.SIGTERM)
@@ -284,4 +287,50 @@ def _the_page_requeues_a_dead_letter(
     tab.locator("#message", has_text="Requeued 1 dead letter(s)").wait_for()
     poll("the requeued job ran", lambda: f"fails_until {job_id}" in status.read_text())
     assert console.get(f"/api/dead-letters?q={job_id}")["total"] == 0
+    assert errors == [], errors
+
+
+def _the_page_shows_a_schedule_s_history(
+    page: tuple[Page, list[str]], console: Console, workers: list[Process]
+) -> None:
+    """``overlapping`` runs 2.5 s every second with overlap="skip": its history holds
+    runs and skips, each with the replica that settled it, and a skip is not shown as a
+    failure."""
+    tab, errors = page
+    roll = {r["id"] for r in console.get("/api/replicas")["items"]}
+
+    def both() -> list[dict[str, Any]] | None:
+        found = console.get("/api/schedules/overlapping/history")["items"]
+        return found if {"succeeded", "skipped"} <= {r["outcome"] for r in found} else None
+
+    runs = poll("a run and a skip of overlapping in its history", both)
+    assert {r["replica"] for r in runs} <= roll
+    assert all(r["duration"] >= 2.5 for r in runs if r["outcome"] == "succeeded")
+    assert all(r["duration"] is None for r in runs if r["outcome"] == "skipped")
+    tab.click("nav button[data-tab=schedules]")
+    tab.fill("#schedules-q", "")
+    row = tab.locator("#schedules tbody tr[data-name='overlapping']")
+    row.locator("button.link").click()
+    history = tab.locator("#history")
+    history.locator("h2", has_text="Last runs of overlapping").wait_for()
+    skipped = history.locator("td.outcome.skipped").first
+    skipped.wait_for()
+    assert skipped.inner_text() == "skipped: previous run still going"
+    succeeded = history.locator("td.outcome.succeeded").first
+    succeeded.wait_for()
+    shown = set(history.locator("tbody tr td:nth-child(3)").all_inner_texts())
+    assert shown <= roll
+    assert shown
+    bad = tab.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--bad')")
+    assert bad.strip()
+    colour = skipped.evaluate("e => getComputedStyle(e).color")
+    failed = tab.evaluate(
+        "() => { const e = document.createElement('span'); e.className = 'failed';"
+        " document.body.append(e); const c = getComputedStyle(e).color; e.remove(); return c; }"
+    )
+    assert colour != failed, "a skip by overlap is shown in the colour of a failure"
+    shots = os.environ.get("FM_SCREENSHOTS")
+    if shots:  # hatch run screenshots: the pictures of docs/console.md
+        Path(shots).mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(Path(shots) / "schedules.png"), full_page=True)
     assert errors == [], errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.app import load_app
-from framework_m_core.control import fleet, runtime_schedules, steering
+from framework_m_core.control import fleet, history, runtime_schedules, steering
 from framework_m_core.ports import decode_message
 from framework_m_core.testing import namespace, receive_all
 
@@ -279,5 +280,47 @@ def test_runtime_schedules_are_set_listed_steered_and_deleted_from_the_command_l
         listing = m("schedules", "--count", "1", *app)
         assert "@tenant-7" not in listing.stdout
         assert "@tenant-8" in listing.stdout
+    finally:
+        asyncio.run(ns.drop())
+
+
+def test_history_lists_a_schedule_s_last_runs_and_refuses_a_typo() -> None:
+    ns = namespace(REDIS)
+    url = ns.url()
+
+    async def record() -> None:
+        now = time.time()
+        async with open_broker(url) as broker:
+            for n, outcome in enumerate(("succeeded", "skipped", "dead_lettered")):
+                started = None if outcome == "skipped" else now - 1.5
+                error = {"skipped": "still running", "dead_lettered": "ValueError: x"}
+                run = history.ScheduleRun(
+                    3600 * (n + 1), f"job{n}", "web-1:42:ab12cd", 1, outcome, started,
+                    now + n, error.get(outcome),
+                )  # fmt: skip
+                assert await history.record_run(broker, "heartbeat", run)
+
+    try:
+        assert m("sync-schema", "--broker", url).returncode == 0
+        announce(url)
+        asyncio.run(record())
+        shown = m("schedules", "history", "heartbeat", "--broker", url, "--limit", "2")
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert lines[0] == "heartbeat: the last 2 run(s), newest first"
+        assert "dead_lettered" in lines[1]
+        assert "ValueError: x" in lines[1]
+        assert "skipped" in lines[2]
+        assert "web-1:42:ab12cd" in lines[2]
+        assert len(lines) == 3
+        as_json = json.loads(
+            m("schedules", "history", "heartbeat", "--broker", url, "--json").stdout
+        )
+        assert [r["outcome"] for r in as_json["runs"]] == ["dead_lettered", "skipped", "succeeded"]
+        assert as_json["runs"][2]["duration"] == pytest.approx(1.5, abs=0.01)
+        quiet = m("schedules", "history", "nightly_report", "--broker", url)
+        assert quiet.returncode == 0, quiet.stderr
+        assert quiet.stdout.startswith("nightly_report: no run recorded")
+        refused(m("schedules", "history", "heartbeet", "--broker", url), "heartbeet")
     finally:
         asyncio.run(ns.drop())

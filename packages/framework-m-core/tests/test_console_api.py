@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote
 
 import httpx
+import jsonschema
 import pytest
 from starlette.routing import Route
 
@@ -21,6 +22,7 @@ from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
 from framework_m_core.control import fleet, runtime_schedules, steering
+from framework_m_core.control.history import ScheduleRun, record_run
 from framework_m_core.control.keys import schedule, state
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports.store import Record
@@ -463,3 +465,36 @@ async def test_the_openapi_document_bounds_inputs_as_the_server_does(
     assert keys["schema"]["properties"]["keys"]["minItems"] == 1
     empty = await client.post("/api/dead-letters/purge", json={"keys": []}, headers=bearer(TOKEN))
     assert empty.status_code == 400
+
+
+async def test_a_schedule_s_history_and_last_run_are_served_as_the_document_says(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    now = time.time()
+    for slot, outcome in ((60, "succeeded"), (120, "skipped")):
+        started = None if outcome == "skipped" else now - 2
+        run = ScheduleRun(slot, f"job-{slot}", "host:1:ab12cd", 1, outcome, started, now + slot)
+        assert await record_run(memory, "minutely", run)
+    found = (await client.get("/api/schedules/minutely/history")).json()
+    assert found["name"] == "minutely"
+    assert [(r["slot"], r["outcome"], r["replica"]) for r in found["items"]] == [
+        (120, "skipped", "host:1:ab12cd"),
+        (60, "succeeded", "host:1:ab12cd"),
+    ]
+    assert found["items"][0]["duration"] is None
+    assert found["items"][1]["duration"] == pytest.approx(62, abs=0.01)
+    listed = (await client.get("/api/schedules?q=minutely")).json()["items"][0]
+    assert listed["last_run"]["outcome"] == "skipped"
+    assert (await client.get("/api/schedules?q=morning")).json()["items"][0]["last_run"] is None
+    quiet = (await client.get("/api/schedules/morning/history")).json()
+    assert quiet == {"name": "morning", "items": []}
+    missing = await client.get("/api/schedules/mornin/history")
+    assert missing.status_code == 404, missing.text
+    doc = document()
+    spec = doc["paths"]["/api/schedules/{name}/history"]["get"]["responses"]["200"]
+    schema = {**spec["content"]["application/json"]["schema"], "components": doc["components"]}
+    jsonschema.validate(found, schema)
+    listing = {"$ref": "#/components/schemas/Schedule", "components": doc["components"]}
+    jsonschema.validate(listed, listing)
+    with pytest.raises(jsonschema.ValidationError):  # a field the type lacks is caught
+        jsonschema.validate({**found, "items": [{**found["items"][0], "slot": "x"}]}, schema)

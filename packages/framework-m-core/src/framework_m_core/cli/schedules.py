@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from ..adapters.registry import connected
 from ..app import App, load_app
-from ..control import keys, runtime_schedules, steering
+from ..control import history, keys, runtime_schedules, steering
 from ..control.shared import shared
 from ..errors import ConfigurationError, NotFoundError
 from ..jobs import JobSpec
@@ -49,7 +50,9 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
         help="also show each schedule's pause and latest slot, and which run now and where "
         "(a shared broker; env M_BROKER_URL)",
     )
-    steer = s.add_subparsers(dest="action", metavar="{pause,resume,trigger,backfill,set,delete}")
+    steer = s.add_subparsers(
+        dest="action", metavar="{pause,resume,trigger,backfill,set,delete,history}"
+    )
     sp = steer.add_parser("pause", help="enqueue no slot of JOB, on every replica, until resumed")
     sp.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
     sp.add_argument(
@@ -103,12 +106,33 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
             help="change it even where JOB is no schedule the app or any replica knows, or "
             "the queue has no schema or never had a replica",
         )
-    return [s, sp, sr, st, sb, ss, sd]
+    sh = steer.add_parser(
+        "history", help="the last runs of JOB: slot, replica, outcome, how long (newest first)"
+    )
+    sh.add_argument("job", help="the scheduled job, or @ID of a runtime schedule")
+    sh.add_argument("--limit", type=positive_int, default=20, help="runs to show at most (20)")
+    sh.add_argument("--json", action="store_true", help="one JSON document of the runs")
+    sh.add_argument(
+        "--broker",
+        default=os.environ.get("M_BROKER_URL"),
+        help="URL of the shared broker (env M_BROKER_URL)",
+    )
+    return [s, sp, sr, st, sb, ss, sd, sh]
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "action", None):
+    action = getattr(args, "action", None)
+    if action in ("set", "delete", "history"):
+        configure_logging(args)
+        return asyncio.run(_history(args) if action == "history" else _runtime_change(args))
+    if action:
         return asyncio.run(_steer(args))
+    return _list(args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    """``m schedules``: each schedule, its policies and next slots (and with --broker
+    what the broker knows of it)."""
     if not args.app and not args.broker:
         raise ConfigurationError(
             "m schedules needs --app (the code's schedules) or --broker (the runtime ones), or both"
@@ -157,8 +181,6 @@ async def _steer(args: argparse.Namespace) -> int:
     """``m schedules pause|resume|trigger|backfill JOB``, after checking that JOB is a
     schedule there (unless ``--force``)."""
     configure_logging(args)
-    if args.action in ("set", "delete"):
-        return await _runtime_change(args)
     kwargs = kwargs_of(args.kwargs) if args.action == "trigger" else {}
     app = load_app(args.app) if args.app else None
     schedule = _code_schedule(args, app, kwargs)
@@ -267,6 +289,36 @@ async def _runtime_change(args: argparse.Namespace) -> int:
             print(f"@{args.id}: deleted; nothing runs from it once every replica read it")
         else:
             raise ConfigurationError(f"there is no runtime schedule {args.id!r}")
+    return 0
+
+
+async def _history(args: argparse.Namespace) -> int:
+    """``m schedules history JOB``: its last runs, newest first."""
+    steering.check_name(args.job)
+    broker = shared_broker(args.broker, "m schedules history")
+    if Capability.STORE not in broker.capabilities:
+        raise ConfigurationError(
+            f"{broker.display_url} keeps no shared state: it keeps no schedule history"
+        )
+    async with connected(broker):
+        runs = (await history.schedule_history(broker, args.job))[: args.limit]
+        if not runs:  # a typo is named as one, not shown as a quiet schedule
+            await steering.check_schedule(broker, args.job, None)
+    if args.json:
+        print(json.dumps({"schedule": args.job, "runs": [r.as_dict() for r in runs]}, indent=2))
+        return 0
+    if not runs:
+        print(f"{args.job}: no run recorded (kept for {history.MAX_AGE / 86_400:g} days)")
+        return 0
+    print(f"{args.job}: the last {len(runs)} run(s), newest first")
+    for run in runs:
+        slot = "triggered" if run.slot is None else iso(run.slot)
+        took = "-" if run.duration is None else f"{run.duration:.3f}s"
+        why = "" if run.error is None else f"  {run.error}"
+        print(
+            f"  {slot:<25} {run.outcome:<13} attempt {run.attempt}  {took:>9}  "
+            f"{run.replica}  job {run.job_id}{why}"
+        )
     return 0
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..about import __version__
+from ..control.history import ScheduleRun
 from ..ports.messages import MAX_ID_LENGTH
+from .schemas import schema_of
 from .views import MAX_LIMIT
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -168,6 +170,23 @@ def document() -> dict[str, Any]:
                 ),
                 "parameters": _NAME,
             },
+            "/api/schedules/{name}/history": {
+                **_read(
+                    "The schedule's last runs, newest first (slot, replica, outcome, duration)",
+                    {
+                        "type": "object",
+                        "required": ["name", "items"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "items": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/ScheduleRun"},
+                            },
+                        },
+                    },
+                ),
+                "parameters": _NAME,
+            },
             "/api/runtime-schedules": _change(
                 "Set a runtime schedule (create or replace)",
                 _OBJECT,
@@ -258,9 +277,15 @@ def document() -> dict[str, Any]:
                         "paused": {"type": ["boolean", "null"]},
                         "overlap": {"type": ["string", "null"]},
                         "running": {"type": ["array", "null"], "items": {"type": "string"}},
-                        "last_outcome": {"type": ["object", "null"]},
+                        "last_run": {
+                            "anyOf": [
+                                {"$ref": "#/components/schemas/ScheduleRun"},
+                                {"type": "null"},
+                            ]
+                        },
                     },
                 },
+                "ScheduleRun": schema_of(ScheduleRun, duration=float | None),
                 "Replica": {
                     "type": "object",
                     "properties": {

@@ -135,6 +135,7 @@ class Api:
             Route("/api/session", self.sign_out, methods=["DELETE"]),
             Route("/api/overview", r(self.overview), methods=["GET"]),
             Route("/api/schedules", r(self.schedules), methods=["GET"]),
+            Route("/api/schedules/{name}/history", r(self.history), methods=["GET"]),
             Route("/api/schedules/{name}/pause", c(self.pause), methods=["POST"]),
             Route("/api/schedules/{name}/resume", c(self.resume), methods=["POST"]),
             Route("/api/schedules/{name}/trigger", c(self.trigger), methods=["POST"]),
@@ -208,6 +209,9 @@ class Api:
 
     async def schedules(self, request: Request) -> Any:
         return await self.views.schedules(page_of(request.query_params))
+
+    async def history(self, request: Request) -> Any:
+        return await self.views.history(request.path_params["name"])
 
     async def pause(self, request: Request) -> Any:
         body = await _body(request)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..control import jobs, keys, replicas, runtime_schedules, steering
+from ..control import history, jobs, keys, replicas, runtime_schedules, steering
 from ..control.shared import shared
 from ..errors import ConfigurationError, NotFoundError
 from ..ports.capabilities import Capability
@@ -137,18 +137,24 @@ class Views:
             "known_job": spec is not None or self.app is None,
             **_state(state, now),
             "running": running,
-            "last_outcome": await self._last_outcome(entry.name, state),
+            "last_run": await self._last_run(entry.name),
         }
 
-    async def _last_outcome(self, name: str, state: steering.ScheduleState | None) -> Any:
-        """The status of the job of the latest slot recorded, where statuses are kept."""
-        if not self.memos or state is None or state.latest_slot is None:
+    async def _last_run(self, name: str) -> dict[str, Any] | None:
+        """The latest run in the schedule's history, where histories are kept."""
+        if not self.stateful:
             return None
-        job_id = await jobs.job_of_slot(self.broker, name, state.latest_slot)
-        if job_id is None:
-            return None
-        status = await jobs.job_status(self.broker, job_id)
-        return {"job_id": job_id, "slot": state.latest_slot, "state": status.state.value}
+        runs = await history.schedule_history(self.broker, name)
+        return runs[0].as_dict() if runs else None
+
+    async def history(self, name: str) -> dict[str, Any]:
+        """The schedule's last runs, newest first; NotFoundError (404) for a name that
+        is no schedule, where it has none."""
+        self._need_state("it keeps no schedule history")
+        runs = await history.schedule_history(self.broker, steering.check_name(name))
+        if not runs:
+            await self._check_schedule(name)
+        return {"name": name, "items": [run.as_dict() for run in runs]}
 
     def _need_state(self, what: str) -> None:
         if not self.stateful:

@@ -540,6 +540,7 @@ class Execution:
             "skipped: slot %s came while the previous run was still running (%s); overlap='skip'",
             message.scheduled_at,
             running,
+            noted=f"the previous run was still running ({running})",
         )
 
     async def _release(self, key: str, holder: str) -> None:
@@ -655,6 +656,7 @@ class Execution:
             else "first delivered (the broker cannot say when it stored it)",
             late,
             message.scheduled_at,
+            noted=f"{why} ({late:.1f}s late)",
         )
 
     async def _finished_before(
@@ -682,14 +684,16 @@ class Execution:
         level: int,
         text: str,
         *args: object,
+        noted: str | None = None,
     ) -> None:
         """Ack ``delivery`` without running it; once acked, count it as ``outcome``
         (a counter of :class:`WorkerStats` too) and log ``text % args`` at ``level``,
-        after the job's ``name[id]``."""
+        after the job's ``name[id]``; a skip or an expiry goes into its schedule's
+        history with ``noted``."""
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             if outcome != "already_finished":
-                self.history.ended(message, delivery, outcome, error=text % args)
+                self.history.ended(message, delivery, outcome, error=noted)
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
             self.observer.job_finished(self._job_name(message.job_name), outcome, None)
             _job_log(message, delivery).log(level, "%s " + text, label, *args)

@@ -11,6 +11,7 @@ const state = {
   limit: 50,
   totals: {},
   job: null,
+  history: null, // the schedule whose history is open: it stays open across refreshes
   selected: new Set(), // dead-letter keys checked: they stay checked across refreshes
 };
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -86,7 +87,8 @@ async function loadSchedules() {
   for (const s of data.items) {
     const row = document.createElement("tr");
     row.dataset.name = s.name;
-    cell(row, s.name, "name");
+    const name = cell(row, "", "name");
+    name.appendChild(button(s.name, () => { state.history = s.name; refresh(); }, "link"));
     cell(row, s.schedule);
     cell(row, when(s.next_slot), "num");
     cell(row, when(s.last_slot), "num");
@@ -97,8 +99,8 @@ async function loadSchedules() {
     cell(row, stateText, paused ? "paused state" : "active-state state");
     cell(row, s.overlap);
     cell(row, s.running === null ? null : s.running.length ? s.running.join(", ") : "no");
-    const outcome = s.last_outcome;
-    cell(row, outcome ? outcome.state : null, outcome ? outcome.state : "");
+    const last = s.last_run;
+    cell(row, last ? outcome(last) : null, last ? `outcome ${last.outcome}` : "");
     const actions = document.createElement("td");
     actions.className = "change";
     actions.appendChild(
@@ -119,6 +121,47 @@ async function loadSchedules() {
     row.appendChild(actions);
     body.appendChild(row);
   }
+}
+
+// What an outcome means: a skip by overlap or a cancel is neutral, a failure bad.
+const OUTCOMES = {
+  succeeded: "succeeded",
+  retried: "failed, retried",
+  dead_lettered: "failed, dead-lettered",
+  skipped: "skipped: previous run still going",
+  expired: "missed: stored past its grace",
+  cancelled: "cancelled",
+};
+
+function outcome(run) {
+  return OUTCOMES[run.outcome] || run.outcome;
+}
+
+function seconds(value) {
+  return value === null || value === undefined ? null : `${value.toFixed(3)} s`;
+}
+
+async function loadHistory() {
+  const box = $("#history");
+  box.hidden = !state.history;
+  if (!state.history) return;
+  const data = await api("GET", `/api/schedules/${encodeURIComponent(state.history)}/history`);
+  $("#history h2").textContent = `Last runs of ${data.name}`;
+  const body = $("#history tbody");
+  body.replaceChildren();
+  for (const run of data.items) {
+    const row = document.createElement("tr");
+    cell(row, run.slot === null ? "triggered" : when(run.slot), "num");
+    cell(row, outcome(run), `outcome ${run.outcome}`);
+    cell(row, run.replica);
+    cell(row, run.attempt, "num");
+    cell(row, when(run.started_at), "num");
+    cell(row, seconds(run.duration), "num");
+    cell(row, run.error);
+    cell(row, run.job_id);
+    body.appendChild(row);
+  }
+  $("#history .none").hidden = data.items.length > 0;
 }
 
 function pause(name) {
@@ -306,8 +349,13 @@ async function loadOverview() {
   $("#broker").textContent = overview.broker;
 }
 
+async function loadSchedulesAndHistory() {
+  await loadSchedules();
+  await loadHistory();
+}
+
 const loaders = {
-  schedules: loadSchedules,
+  schedules: loadSchedulesAndHistory,
   replicas: loadReplicas,
   queues: loadQueues,
   "dead-letters": loadDeadLetters,
@@ -349,6 +397,7 @@ async function start() {
     }
   }
   $("#runtime-form").addEventListener("submit", runtimeForm);
+  $("#close-history").addEventListener("click", () => { state.history = null; $("#history").hidden = true; });
   $("#requeue").addEventListener("click", () => settleLetters("requeue"));
   $("#purge").addEventListener("click", () => settleLetters("purge"));
   $("#all-letters").addEventListener("change", (e) => {

@@ -1,0 +1,49 @@
+"""JSON Schemas of the console's answers, made from the dataclasses that make them.
+
+An answer built as ``dataclasses.asdict(value)`` (and the extra fields its ``as_dict``
+adds) is described by :func:`schema_of` its class: a field added to the class is in the
+document too, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Union
+
+_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def schema_of(cls: type[Any], **extra: Any) -> dict[str, Any]:
+    """The schema of ``asdict(value)`` for dataclass ``cls``, with ``extra`` fields
+    (name -> type) its answer adds; every field is required (it may be null)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    fields.update(extra)
+    return {
+        "type": "object",
+        "required": sorted(fields),
+        "properties": {name: _schema(kind) for name, kind in fields.items()},
+    }
+
+
+def _schema(kind: Any) -> dict[str, Any]:
+    origin = typing.get_origin(kind)
+    if kind in _SCALARS:
+        return {"type": _SCALARS[kind]}
+    if kind is type(None):
+        return {"type": "null"}
+    if origin is Literal:
+        return {"enum": list(typing.get_args(kind))}
+    if origin in (Union, types.UnionType):
+        parts = [_schema(arg) for arg in typing.get_args(kind)]
+        if all(set(p) == {"type"} for p in parts):
+            return {"type": [p["type"] for p in parts]}
+        return {"anyOf": parts}
+    if origin in (list, tuple, typing.Sequence) or kind in (list, tuple):
+        args = typing.get_args(kind)
+        return {"type": "array", **({"items": _schema(args[0])} if args else {})}
+    if origin in (dict, typing.Mapping) or kind is dict:
+        return {"type": "object"}
+    raise TypeError(f"no JSON Schema for {kind!r}")
