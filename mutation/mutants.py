@@ -34,6 +34,8 @@ SUITES = {
     "statuses": "packages/framework-m-core/tests/test_status_writes.py",
     # The heartbeat sweep: every long run, and its leases, kept reserved.
     "heartbeats": "packages/framework-m-core/tests/test_heartbeats.py",
+    # Jobs by state: the runs going on and the latest settled, bounded.
+    "activity": "packages/framework-m-core/tests/test_activity.py",
     # Schedule histories: each settled run of a schedule, bounded.
     "history": "packages/framework-m-core/tests/test_schedule_history.py",
     # Deadlines: each run's time limit, one timer for all runs.
@@ -1380,6 +1382,44 @@ MUTANTS: tuple[Mutant, ...] = (
         "                JobState.FAILED,\n",
         "                JobState.SUCCEEDED,\n",
         "test_a_failed_job_raises_its_error_and_says_failed",
+    ),
+    # -- jobs by state (core, run on memory://) ----------------------------------------------
+    m(
+        "core-activity-failures-mixed-in",
+        "activity",
+        "failed attempts are kept apart from the other settled deliveries",
+        f"{CORE}/control/activity.py",
+        "    failed = [r for r in done if r.outcome in FAILED]\n"
+        "    ended = [r for r in done if r.outcome not in FAILED]\n",
+        "    failed: list[FinishedJob] = []\n    ended = list(done)\n",
+        "test_a_run_is_listed_while_it_goes_on_then_as_finished",
+    ),
+    m(
+        "core-activity-ended-runs-listed",
+        "activity",
+        "a run that ended is no longer listed as running",
+        f"{CORE}/runtime/activity.py",
+        "        if self._runs.pop(token, None) is not None:\n",
+        "        if self._runs.get(token) is not None:\n",
+        "test_a_run_is_listed_while_it_goes_on_then_as_finished",
+    ),
+    m(
+        "core-activity-never-renewed",
+        "activity",
+        "a run going on stays listed past its record's ttl",
+        f"{CORE}/runtime/activity.py",
+        "        elif self._runs:  # renewed while runs go on: a dead replica's runs drop out\n",
+        "        elif False:\n",
+        "test_a_long_run_stays_listed_past_its_record_s_ttl",
+    ),
+    m(
+        "core-activity-unbounded",
+        "activity",
+        "a finished record keeps at most MOST_FINISHED entries",
+        f"{CORE}/control/activity.py",
+        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)[:MOST_FINISHED]\n",
+        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)\n",
+        "test_the_finished_records_keep_the_latest_and_fit_a_state_record",
     ),
     # -- schedule histories (core, run on memory://) -----------------------------------------
     m(

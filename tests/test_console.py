@@ -154,6 +154,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
     env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_STEER_LOG": str(steer)}
     env["FM_STATUS_LOG"] = str(status)
     env["FM_OVERLAP_LOG"] = str(tmp_path / "overlap.log")
+    env["FM_SLOW_LOG"] = str(tmp_path / "slow.log")
     try:
         workers = procs.workers(url, 2, env=env)
         port = free_port()
@@ -168,6 +169,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
         _the_page_shows_pauses_and_resumes(page, console, workers, steer)
         _the_page_requeues_a_dead_letter(page, console, url, status, tmp_path / "marker")
         _the_page_shows_a_schedule_s_history(page, console, workers)
+        _the_page_lists_jobs_by_state(page, console, url)
         assert TOKEN not in process.output
         stop_all(workers)
         process.signal(signal.SIGTERM)
@@ -333,4 +335,48 @@ def _the_page_shows_a_schedule_s_history(
     if shots:  # hatch run screenshots: the pictures of docs/console.md
         Path(shots).mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(Path(shots) / "schedules.png"), full_page=True)
+    assert errors == [], errors
+
+
+def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console, url: str) -> None:
+    """Two long runs are listed as running with their replicas, a job that fails as
+    failed and dead; a job's id opens its status."""
+    tab, errors = page
+    roll = {r["id"] for r in console.get("/api/replicas")["items"]}
+
+    async def enqueue() -> tuple[list[str], str]:
+        async with connected(open_broker(url)) as broker:
+            slow = [await broker.enqueue("slow", seconds=8.0) for _ in range(2)]
+            return slow, await broker.enqueue("always_fails")
+
+    slow, failing = in_a_thread(enqueue)
+    running = poll(
+        "both slow jobs listed as running",
+        lambda: (
+            len(found := console.get("/api/jobs?state=running&job=slow")["items"]) == 2 and found
+        ),
+    )
+    assert {r["job_id"] for r in running} == set(slow)
+    assert {r["replica"] for r in running} <= roll
+    poll(
+        "the failing job listed as dead",
+        lambda: console.get(f"/api/jobs?state=dead&q={failing}")["total"] == 1,
+    )
+    tab.click("nav button[data-tab=jobs]")
+    for job_id in slow:
+        tab.locator(f"#job-list tbody tr[data-job-id='{job_id}']").wait_for()
+    shown = tab.locator("#job-list tbody tr", has_text=slow[0])
+    assert shown.locator("td").last.inner_text() in roll  # the replica column
+    shots = os.environ.get("FM_SCREENSHOTS")
+    if shots:
+        tab.screenshot(path=str(Path(shots) / "jobs.png"), full_page=True)
+    tab.click("#jobs .states button[data-state=failed]")
+    row = tab.locator(f"#job-list tbody tr[data-job-id='{failing}']")
+    row.wait_for()
+    assert "failed, dead-lettered" in row.inner_text()
+    assert "RuntimeError: failing on purpose" in row.inner_text()
+    tab.click("#jobs .states button[data-state=dead]")
+    row.wait_for()
+    row.locator("button.link").click()
+    tab.locator("#jobs dl.job dd.failed").wait_for()
     assert errors == [], errors

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -436,5 +437,46 @@ def test_status_with_the_app_shows_which_runs_go_on_and_where(
         assert row.split() == ["running", "every_second", holder]
         [ready] = [line for line in shown if line.startswith("ready ")]
         assert row.index(holder) == ready.index("0")  # the values line up past every label
+    finally:
+        asyncio.run(ns.drop())
+
+
+def test_jobs_list_shows_each_state_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from framework_m_core.cli.main import main
+    from framework_m_core.control import activity
+    from framework_m_core.testing import namespace
+
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+    now = time.time()
+
+    async def record() -> None:
+        async with connected(open_broker(url)) as broker:
+            done = [
+                activity.FinishedJob("ok1", "report", "web-1:7:aaaaaa", 1, "succeeded",
+                                     now - 2, now),
+                activity.FinishedJob("bad1", "report", "web-1:7:aaaaaa", 2, "dead_lettered",
+                                     now - 1, now + 1, "RuntimeError: nope"),
+            ]  # fmt: skip
+            assert await activity.add_finished(broker, "web-1:7:aaaaaa", done)
+
+    try:
+        asyncio.run(record())
+        assert main(["jobs", "list", "--state", "finished", "--broker", url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "finished jobs: 1 of 1"
+        assert lines[1].split()[1:4] == ["succeeded", "report", "ok1"]
+        assert "took 2.000s" in lines[1]
+        assert main(["jobs", "list", "--state", "failed", "--broker", url, "--json"]) == 0
+        [failed] = json.loads(capsys.readouterr().out)["items"]
+        assert (failed["job_id"], failed["error"]) == ("bad1", "RuntimeError: nope")
+        assert main(["jobs", "list", "--state", "running", "--job", "x", "--broker", url]) == 0
+        assert capsys.readouterr().out == "no running jobs of x\n"
+        with pytest.raises(SystemExit) as refused:
+            main(["jobs", "list", "--state", "sleeping", "--broker", url])
+        assert refused.value.code == 2
+        assert "invalid choice: 'sleeping'" in capsys.readouterr().err
     finally:
         asyncio.run(ns.drop())

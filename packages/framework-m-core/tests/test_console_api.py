@@ -22,6 +22,7 @@ from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
 from framework_m_core.control import fleet, runtime_schedules, steering
+from framework_m_core.control.activity import FinishedJob, add_finished
 from framework_m_core.control.history import ScheduleRun, record_run
 from framework_m_core.control.keys import schedule, state
 from framework_m_core.errors import ConfigurationError
@@ -498,3 +499,33 @@ async def test_a_schedule_s_history_and_last_run_are_served_as_the_document_says
     jsonschema.validate(listed, listing)
     with pytest.raises(jsonschema.ValidationError):  # a field the type lacks is caught
         jsonschema.validate({**found, "items": [{**found["items"][0], "slot": "x"}]}, schema)
+
+
+async def test_jobs_are_listed_by_state_searched_paged_and_as_documented(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    now = time.time()
+    done = [
+        FinishedJob(f"id{n}", "report" if n % 2 else "broken", "r:1:aaaaaa", 1,
+                    "succeeded" if n % 2 else "dead_lettered", now - 1, now + n,
+                    None if n % 2 else "RuntimeError: broken")
+        for n in range(10)
+    ]  # fmt: skip
+    assert await add_finished(memory, "r:1:aaaaaa", done)
+    finished = (await client.get("/api/jobs?state=finished&limit=2")).json()
+    assert (finished["total"], [i["job_id"] for i in finished["items"]]) == (5, ["id9", "id7"])
+    failed = (await client.get("/api/jobs?state=failed&job=broken&offset=4")).json()
+    assert (failed["total"], [i["job_id"] for i in failed["items"]]) == (5, ["id0"])
+    found = (await client.get("/api/jobs?state=finished&q=ID3")).json()
+    assert [i["job_id"] for i in found["items"]] == ["id3"]
+    running = (await client.get("/api/jobs?state=running")).json()
+    assert (running["total"], running["items"]) == (0, [])
+    bad = await client.get("/api/jobs?state=sleeping")
+    assert bad.status_code == 400
+    assert "state must be one of running, finished, failed, dead" in bad.json()["error"]
+    assert (await client.get("/api/jobs")).status_code == 400
+    doc = document()
+    spec = doc["paths"]["/api/jobs"]["get"]["responses"]["200"]
+    schema = {**spec["content"]["application/json"]["schema"], "components": doc["components"]}
+    jsonschema.validate(finished, schema)
+    jsonschema.validate(failed, schema)

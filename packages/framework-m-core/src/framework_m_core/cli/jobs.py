@@ -1,5 +1,5 @@
 """``m jobs status|result|cancel``: what became of a job, by its id (or a tick, by its
-slot), and stopping it."""
+slot), and stopping it; ``m jobs list``: the jobs in a state."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from ..control import jobs
 from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, UnknownJobError
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState, JobStatus
-from .options import Subparsers, broker_arg, configure_logging, seconds, shared_broker
+from ..tracking import lists
+from .options import (
+    Subparsers,
+    broker_arg,
+    configure_logging,
+    positive_int,
+    seconds,
+    shared_broker,
+)
 
 #: Exit codes of ``m jobs``: 1 the job failed, was cancelled or is unknown; 4 not
 #: finished within ``--wait``.
@@ -40,6 +48,17 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
             help="the job ticked for this slot of the schedule ID (a job's name or @id)",
         )  # fmt: skip
     j_actions[0].add_argument("--json", action="store_true", help="print JSON")
+    listing = j_sub.add_parser("list", help="the jobs running, finished, failed or dead")
+    broker_arg(listing, shared=True)
+    listing.add_argument(
+        "--state", required=True, choices=lists.STATES,
+        help="running (with replica and how long), finished (the latest settled), failed "
+        "(the latest failed attempts) or dead (dead letters)",
+    )  # fmt: skip
+    listing.add_argument("--job", default=None, help="only jobs of this name")
+    listing.add_argument("--limit", type=positive_int, default=50, help="jobs to show at most (50)")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
+    j_actions.append(listing)
     j_actions[1].add_argument(
         "--wait", type=_wait, default=0.0, metavar="SECONDS",
         help="wait this long for the job to finish (default 0: ask once)",
@@ -50,7 +69,7 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
 def run(args: argparse.Namespace) -> int:
     configure_logging(args)
     broker = shared_broker(args.broker, f"m jobs {args.action}")
-    act = {"status": status, "result": result, "cancel": cancel}[args.action]
+    act = {"status": status, "result": result, "cancel": cancel, "list": listed}[args.action]
     return asyncio.run(act(args, broker))
 
 
@@ -112,6 +131,43 @@ async def cancel(args: argparse.Namespace, broker: BrokerProtocol) -> int:
         found = await jobs.job_status(broker, job_id)
     print(f"m: job {job_id} is not cancelled: it is {found.state}", file=sys.stderr)
     return EXIT_NOT_DONE
+
+
+async def listed(args: argparse.Namespace, broker: BrokerProtocol) -> int:
+    async with connected(broker):
+        items, total = await lists.jobs_in_state(broker, args.state, args.job)
+    shown = items[: args.limit]
+    if args.json:
+        print(json.dumps({"state": args.state, "total": total, "items": shown}, indent=2))
+        return 0
+    of = f" of {args.job}" if args.job else ""
+    if not shown:
+        print(f"no {args.state} jobs{of}")
+        return 0
+    print(f"{args.state} jobs{of}: {len(shown)} of {total}")
+    for item in shown:
+        print("  " + _line(args.state, item))
+    return 0
+
+
+def _line(state: str, item: dict[str, Any]) -> str:
+    if state == "running":
+        return (
+            f"{item['job_id']}  {item['job']}  attempt {item['attempt']}  "
+            f"running {item['running_for']:.1f}s  since {_when(item['started_at'])}  "
+            f"on {item['replica']}"
+        )
+    if state == "dead":
+        return (
+            f"{_when(item['dead_lettered_at'])}  {item['job']}  {item['job_id']}  "
+            f"{item['attempts']} attempt(s)  {item['reason'].splitlines()[0]}"
+        )
+    took = "" if item["duration"] is None else f"  took {item['duration']:.3f}s"
+    why = "" if item["error"] is None else f"  {item['error']}"
+    return (
+        f"{_when(item['finished_at'])}  {item['outcome']}  {item['job']}  {item['job_id']}  "
+        f"attempt {item['attempt']}{took}  on {item['replica']}{why}"
+    )
 
 
 async def _job_id(args: argparse.Namespace, broker: BrokerProtocol) -> str | None:

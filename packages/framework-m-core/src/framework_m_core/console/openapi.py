@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..about import __version__
+from ..control.activity import FinishedJob, RunningJob
 from ..control.history import ScheduleRun
 from ..ports.messages import MAX_ID_LENGTH
+from ..tracking.lists import STATES
 from .schemas import schema_of
 from .views import MAX_LIMIT
 
@@ -231,6 +233,42 @@ def document() -> dict[str, Any]:
                 "Put dead letters back on the queue, then remove them", _OBJECT, _KEYS
             ),
             "/api/dead-letters/purge": _change("Remove dead letters", _OBJECT, _KEYS),
+            "/api/jobs": _read(
+                "Jobs by state: running (with replica and how long, oldest first), the "
+                "latest finished and failed attempts, dead letters (newest first)",
+                {
+                    "type": "object",
+                    "required": ["state", "total", "offset", "items"],
+                    "properties": {
+                        "state": {"enum": list(STATES)},
+                        "total": {"type": "integer"},
+                        "offset": {"type": "integer"},
+                        "items": {
+                            "type": "array",
+                            "items": {
+                                "anyOf": [
+                                    {"$ref": "#/components/schemas/RunningJob"},
+                                    {"$ref": "#/components/schemas/FinishedJob"},
+                                    {"$ref": "#/components/schemas/DeadJob"},
+                                ]
+                            },
+                        },
+                    },
+                },
+                parameters=[
+                    {
+                        **_param("state", "query", "which jobs", {"enum": list(STATES)}),
+                        "required": True,
+                    },
+                    _param(
+                        "job",
+                        "query",
+                        "only jobs of this name",
+                        {"type": "string", "maxLength": 200},
+                    ),
+                    *_PAGE,
+                ],
+            ),
             "/api/jobs/{id}": {
                 **_read("A job's status and result", {"$ref": "#/components/schemas/JobStatus"}),
                 "parameters": [_param("id", "path", "the job id enqueue returned", _JOB_ID)],
@@ -286,6 +324,20 @@ def document() -> dict[str, Any]:
                     },
                 },
                 "ScheduleRun": schema_of(ScheduleRun, duration=float | None),
+                "RunningJob": schema_of(RunningJob, running_for=float),
+                "FinishedJob": schema_of(FinishedJob, duration=float | None),
+                "DeadJob": {
+                    "type": "object",
+                    "required": ["job_id", "job", "attempts", "dead_lettered_at", "reason", "key"],
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "job": {"type": "string"},
+                        "attempts": {"type": "integer"},
+                        "dead_lettered_at": {"type": "number"},
+                        "reason": {"type": "string"},
+                        "key": {"type": "string"},
+                    },
+                },
                 "Replica": {
                     "type": "object",
                     "properties": {

@@ -146,6 +146,7 @@ class Api:
             Route("/api/dead-letters", r(self.dead_letters), methods=["GET"]),
             Route("/api/dead-letters/requeue", c(self.requeue), methods=["POST"]),
             Route("/api/dead-letters/purge", c(self.purge), methods=["POST"]),
+            Route("/api/jobs", r(self.jobs), methods=["GET"]),
             # a job id may hold "/": the cancel route is tried first for a POST
             Route("/api/jobs/{id:path}/cancel", c(self.cancel), methods=["POST"]),
             Route("/api/jobs/{id:path}", r(self.job), methods=["GET"]),
@@ -252,6 +253,13 @@ class Api:
 
     async def purge(self, request: Request) -> Any:
         return await self.views.settle_dead(_keys(await _body(request)), requeue=False)
+
+    async def jobs(self, request: Request) -> Any:
+        params = request.query_params
+        job = params.get("job")
+        if job is not None and len(job) > 200:
+            raise ConfigurationError("job must be at most 200 characters")
+        return await self.views.jobs(params.get("state", ""), job, page_of(params))
 
     async def job(self, request: Request) -> Any:
         return await self.views.job(request.path_params["id"])

@@ -24,6 +24,7 @@ from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState
 from ..scheduling.schedules import Cron, Schedule
+from ..tracking import lists
 from ..tracking.deadletters import Described, described, fresh
 
 MAX_LIMIT = 200  # items of a page at most
@@ -277,6 +278,17 @@ class Views:
         return {"done": sorted(done), "not_found": sorted(wanted - done)}
 
     # -- jobs ----------------------------------------------------------------------------
+
+    async def jobs(self, state: str, job: str | None, page: Page) -> dict[str, Any]:
+        """The jobs in ``state`` (of ``job`` only, when given), searched by job name and
+        id, and paged; ``total`` counts them all."""
+        chosen = lists.validate_state(state)
+        items, total = await lists.jobs_in_state(self.broker, chosen, job or None)
+        if page.q:
+            items = [i for i in items if page.q in f"{i['job']} {i['job_id']}".lower()]
+            total = len(items)
+        shown = items[page.offset : page.offset + page.limit]
+        return {"state": chosen, "total": total, "offset": page.offset, "items": shown}
 
     async def job(self, job_id: str) -> dict[str, Any]:
         status = await jobs.job_status(self.broker, jobs.validate_job_id(job_id))

@@ -13,6 +13,7 @@ value is at most :data:`MAX_MEMO_VALUE` bytes, kept at most :data:`MAX_MEMO_TTL`
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TypeGuard
 
@@ -126,3 +127,32 @@ def _bytes(kind: str, value: object, most: int, error: _Error) -> bytes:
 
 def _seconds(value: object) -> TypeGuard[float]:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+# -- what the control plane's own records hold, checked as they are read ----------------
+
+
+def is_count(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a whole number >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_unix_time(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is a finite number of seconds >= 0 (not a bool)."""
+    return _seconds(value) and value >= 0
+
+
+def is_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a non-empty string of at most :data:`MAX_TEXT` characters."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_TEXT
+
+
+def fitted_list(head: dict[str, object], name: str, entries: list[dict[str, object]]) -> bytes:
+    """``head`` with ``entries`` (newest first) under ``name`` as compact JSON, the
+    oldest dropped until it fits a state record (:data:`MAX_STATE_VALUE` bytes)."""
+    while True:
+        value = json.dumps({**head, name: entries}, separators=(",", ":")).encode()
+        if len(value) <= MAX_STATE_VALUE or not entries:
+            return value
+        keep = min(len(entries) - 1, len(entries) * MAX_STATE_VALUE // len(value))
+        entries = entries[:keep]

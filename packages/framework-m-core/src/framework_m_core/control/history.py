@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, cast, get_args
 
 from ..ports.protocols import BrokerProtocol
 from . import keys
+from .checks import fitted_list, is_count, is_name, is_unix_time
 from .runtime_schedules import contention_pause
 from .shared import shared
 
@@ -76,9 +76,7 @@ async def record_run(broker: BrokerProtocol, schedule: str, run: ScheduleRun) ->
         current = await store.read_state(key)
         runs = [] if current is None else _decode(current.value, key)
         runs = _kept([run, *runs], run.finished_at)
-        value = json.dumps(
-            {"v": VERSION, "runs": [_entry(r) for r in runs]}, separators=(",", ":")
-        ).encode()
+        value = fitted_list({"v": VERSION}, "runs", [_entry(r) for r in runs])
         version = None if current is None else current.version
         if await store.write_state(key, value, version=version) is not None:
             return True
@@ -97,7 +95,7 @@ def _kept(runs: list[ScheduleRun], now: float) -> list[ScheduleRun]:
     return sorted(fresh, key=lambda r: r.finished_at, reverse=True)[:MOST]
 
 
-def _entry(run: ScheduleRun) -> dict[str, Any]:
+def _entry(run: ScheduleRun) -> dict[str, object]:
     out = asdict(run)
     if run.error is not None:
         out["error"] = run.error[:MAX_ERROR]
@@ -131,36 +129,23 @@ def _run(entry: object) -> ScheduleRun | None:
     attempt, outcome = entry.get("attempt"), entry.get("outcome")
     started, finished, error = entry.get("started_at"), entry.get("finished_at"), entry.get("error")
     if not (
-        (slot is None or _whole(slot))
-        and isinstance(job_id, str)
-        and isinstance(replica, str)
-        and _whole(attempt)
+        (slot is None or is_count(slot))
+        and is_name(job_id)
+        and is_name(replica)
+        and is_count(attempt)
         and outcome in OUTCOMES
-        and (started is None or _time(started))
-        and _time(finished)
+        and (started is None or is_unix_time(started))
+        and is_unix_time(finished)
         and (error is None or isinstance(error, str))
     ):
         return None
     return ScheduleRun(
         slot=slot,
-        job_id=job_id[:200],
-        replica=replica[:200],
-        attempt=cast(int, attempt),
+        job_id=job_id,
+        replica=replica,
+        attempt=attempt,
         outcome=cast(Outcome, outcome),
         started_at=None if started is None else float(started),
-        finished_at=float(cast(float, finished)),
+        finished_at=float(finished),
         error=None if error is None else error[:MAX_ERROR],
-    )
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _time(value: object) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
     )

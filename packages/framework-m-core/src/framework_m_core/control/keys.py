@@ -17,6 +17,9 @@ name                               kind        what
 ``replicas:{n}``                   state       the replica roll, one bucket of 16 by replica
 ``fleet:announced``                state       the jobs and schedules the replicas announced
 ``history:{schedule}``             state       a schedule's last runs
+``finished:{n}``                   state       settled deliveries, one bucket of 16 by replica
+``failed:{n}``                     state       failed attempts, one bucket of 16 by replica
+``runs:{replica}``                 memo        the runs of a replica going on
 ``overlap:{job}``                  lease       the running run of a schedule
 ``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
 ``concurrency:{job}``              lease       the places of a job's limit; with a key,
@@ -67,6 +70,11 @@ def cancel_mark(job_id: str) -> str:
     return _fitted("cancel:", job_id)
 
 
+def runs(replica_id: str) -> str:
+    """The memo of the runs of ``replica_id`` going on."""
+    return _fitted("runs:", replica_id)
+
+
 def slot(deduplication_id: str) -> str:
     """The memo naming the job a tick (by its deduplication id) was enqueued as."""
     return _fitted("slot:", deduplication_id)
@@ -92,6 +100,26 @@ def schedule(job_name: str) -> str:
 def history(schedule: str) -> str:
     """The state record of a schedule's last runs (``@{id}`` for a runtime schedule)."""
     return _fitted("history:", schedule)
+
+
+def finished_bucket(replica_id: str) -> str:
+    """The state record of the finished bucket ``replica_id`` writes to."""
+    return finished_buckets()[zlib.crc32(replica_id.encode()) % REPLICA_BUCKETS]
+
+
+def finished_buckets() -> list[str]:
+    """Every state record of settled deliveries."""
+    return [f"finished:{n}" for n in range(REPLICA_BUCKETS)]
+
+
+def failed_bucket(replica_id: str) -> str:
+    """The state record of the failed bucket ``replica_id`` writes to."""
+    return failed_buckets()[zlib.crc32(replica_id.encode()) % REPLICA_BUCKETS]
+
+
+def failed_buckets() -> list[str]:
+    """Every state record of failed attempts."""
+    return [f"failed:{n}" for n in range(REPLICA_BUCKETS)]
 
 
 def runtime_bucket(n: int) -> str:

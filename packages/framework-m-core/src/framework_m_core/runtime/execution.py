@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..app import App
 from ..control import keys, leases
+from ..control.history import Outcome
 from ..control.replicas import new_replica_id
 from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
@@ -41,6 +42,7 @@ from ..ports.messages import (
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
 from ..ports.statuses import JobState, JobStatus, ResultError, encode_result
+from .activity import Activity
 from .cancels import Cancellation, CancelWatch
 from .deadlines import Deadlines
 from .fences import Fence
@@ -202,8 +204,11 @@ class Execution:
         self.statuses = StatusWriter(broker, self.observer)
         self.running_statuses = RunningStatuses(self.statuses)
         self.deadlines = Deadlines()
+        replica = new_replica_id()
         #: The settled runs of schedules, kept in their histories.
-        self.history = RunHistory(broker, new_replica_id())
+        self.history = RunHistory(broker, replica)
+        #: The runs going on and the latest settled, for lists by state.
+        self.activity = Activity(broker, replica)
         self.cancels = CancelWatch(broker, self.observer)
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
@@ -562,10 +567,12 @@ class Execution:
         started, started_at = time.perf_counter(), time.time()
         fence = self._fences.get(id(delivery))
         noting = self.running_statuses.start(spec, message, delivery.attempt, fence)
+        self.activity.started(id(delivery), message, delivery.attempt)
         try:
             held = () if run is None else run.held
             failure, result_json = await self._run_handler(spec, message, delivery, held)
         finally:
+            self.activity.stopped(id(delivery))
             if run is not None:
                 run.leave(keep=fence is None or fence.fresh())
             await self.running_statuses.done(noting)  # a running status begun lands first
@@ -587,7 +594,7 @@ class Execution:
                 started_at=started_at,
             )
             if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-                self.history.ended(message, delivery, "succeeded", started_at)
+                self._ended(message, delivery, "succeeded", started_at)
                 self.stats.succeeded += 1
                 self.observer.job_finished(spec.name, "succeeded", duration)
         elif delivery.attempt >= spec.max_attempts:
@@ -601,7 +608,7 @@ class Execution:
             delay = spec.retry_delay(delivery.attempt)
             await self.statuses.retrying(spec, message, delivery.attempt, failure.reason, delay)
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
-                self.history.ended(message, delivery, "retried", started_at, failure.reason)
+                self._ended(message, delivery, "retried", started_at, failure.reason)
                 self.stats.retried += 1
                 self.observer.job_finished(spec.name, "retried", duration)
                 _job_log(message, delivery).warning(
@@ -613,6 +620,19 @@ class Execution:
                     delay,
                     _traceback(failure.error),
                 )
+
+    def _ended(
+        self,
+        message: JobMessage,
+        delivery: Delivery,
+        outcome: Outcome,
+        started_at: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        """A delivery of ``message`` was settled as ``outcome``: kept in the lists by
+        state, and in its schedule's history when it is a schedule's run."""
+        self.activity.settled(message, delivery.attempt, outcome, started_at, error)
+        self.history.ended(message, delivery, outcome, started_at, error)
 
     async def _cancel(
         self,
@@ -633,7 +653,7 @@ class Execution:
             started_at=started_at,
         )
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
-            self.history.ended(message, delivery, "cancelled", started_at, "cancelled by request")
+            self._ended(message, delivery, "cancelled", started_at, "cancelled by request")
             self.stats.cancelled += 1
             self.observer.job_finished(spec.name, "cancelled", duration)
             _job_log(message, delivery).info(
@@ -693,7 +713,7 @@ class Execution:
         label = f"{message.job_name}[{message.id}]"
         if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
             if outcome != "already_finished":
-                self.history.ended(message, delivery, outcome, error=noted)
+                self._ended(message, delivery, outcome, error=noted)
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
             self.observer.job_finished(self._job_name(message.job_name), outcome, None)
             _job_log(message, delivery).log(level, "%s " + text, label, *args)
@@ -866,7 +886,7 @@ class Execution:
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
         ):
             if message is not None:
-                self.history.ended(message, delivery, "dead_lettered", started_at, reason)
+                self._ended(message, delivery, "dead_lettered", started_at, reason)
             self.stats.dead_lettered += 1
             name = self._job_name(message.job_name if message else None)
             self.observer.job_finished(name, "dead_lettered", duration)

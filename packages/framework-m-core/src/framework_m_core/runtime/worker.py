@@ -137,6 +137,7 @@ class Worker:
         )
         if self.heartbeat is not None:  # its runs in histories under its name in the roll
             self._execution.history.replica = self.heartbeat.id
+            self._execution.activity.replica = self.heartbeat.id
         self.watchdog = (
             StallWatchdog(stall_warning, self._observer, self._running_jobs)
             if stall_warning > 0
@@ -304,6 +305,7 @@ class Worker:
                         helper.cancel()
             await self._execution.places.release_all()
             await self._execution.history.settled(timeout=2.0)
+            await self._execution.activity.settle(timeout=2.0)
             await self._leave_roll()
         finally:
             if self._threads is not None:  # a blocking handler past the deadline runs on

@@ -7,7 +7,8 @@ const state = {
   csrf: null,
   role: null,
   changesAllowed: false,
-  pages: { schedules: 0, "dead-letters": 0 },
+  pages: { schedules: 0, "dead-letters": 0, jobs: 0 },
+  jobState: "running", // the list the jobs tab shows
   limit: 50,
   totals: {},
   job: null,
@@ -306,6 +307,63 @@ function settleLetters(action) {
 
 // -- jobs ------------------------------------------------------------------------------
 
+// What each list shows: its columns, and how a job's row fills them.
+const JOB_LISTS = {
+  running: [
+    ["Job", (j) => j.job], ["Id", null], ["Attempt", (j) => j.attempt],
+    ["Started", (j) => when(j.started_at)], ["Running for", (j) => seconds(j.running_for)],
+    ["Replica", (j) => j.replica],
+  ],
+  finished: [
+    ["Finished", (j) => when(j.finished_at)], ["Job", (j) => j.job], ["Id", null],
+    ["Outcome", (j) => outcome(j)], ["Attempt", (j) => j.attempt],
+    ["Took", (j) => seconds(j.duration)], ["Replica", (j) => j.replica],
+  ],
+  failed: [
+    ["Failed", (j) => when(j.finished_at)], ["Job", (j) => j.job], ["Id", null],
+    ["Outcome", (j) => outcome(j)], ["Attempt", (j) => j.attempt],
+    ["Replica", (j) => j.replica], ["Error", (j) => j.error],
+  ],
+  dead: [
+    ["Dead since", (j) => when(j.dead_lettered_at)], ["Job", (j) => j.job], ["Id", null],
+    ["Attempts", (j) => j.attempts], ["Reason", (j) => j.reason],
+  ],
+};
+
+async function loadJobList() {
+  const data = await api("GET", `/api/jobs${query("jobs")}&state=${state.jobState}`);
+  pager("jobs", data.total);
+  const columns = JOB_LISTS[state.jobState];
+  const head = $("#job-list thead tr");
+  head.replaceChildren();
+  for (const [title] of columns) {
+    const th = document.createElement("th");
+    th.textContent = title;
+    head.appendChild(th);
+  }
+  const body = $("#job-list tbody");
+  body.replaceChildren();
+  for (const j of data.items) {
+    const row = document.createElement("tr");
+    row.dataset.jobId = j.job_id;
+    for (const [title, value] of columns) {
+      if (value === null) {
+        const td = cell(row, "", "job-id");
+        td.appendChild(button(j.job_id, () => { state.job = j.job_id; $("#job-id").value = j.job_id; refresh(); }, "link"));
+      } else {
+        cell(row, value(j), title === "Outcome" ? `outcome ${j.outcome}` : "");
+      }
+    }
+    body.appendChild(row);
+  }
+  for (const b of document.querySelectorAll("#jobs .states button")) b.classList.toggle("active", b.dataset.state === state.jobState);
+}
+
+async function loadJobs() {
+  await loadJobList();
+  await loadJob();
+}
+
 async function loadJob() {
   if (!state.job) return;
   const data = await api("GET", `/api/jobs/${encodeURIComponent(state.job)}`);
@@ -359,7 +417,7 @@ const loaders = {
   replicas: loadReplicas,
   queues: loadQueues,
   "dead-letters": loadDeadLetters,
-  jobs: loadJob,
+  jobs: loadJobs,
 };
 
 async function refresh() {
@@ -374,6 +432,7 @@ async function refresh() {
 
 function show(tab) {
   state.tab = tab;
+  say(state.changesAllowed ? "" : "Read only: this console was started without M_CONSOLE_TOKEN.");
   for (const b of document.querySelectorAll("nav button")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const s of document.querySelectorAll("main section")) s.hidden = s.id !== tab;
   refresh();
@@ -381,7 +440,7 @@ function show(tab) {
 
 async function start() {
   for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => show(b.dataset.tab));
-  for (const section of ["schedules", "dead-letters"]) {
+  for (const section of ["schedules", "dead-letters", "jobs"]) {
     let typing;
     $(`#${section}-q`).addEventListener("input", () => {
       clearTimeout(typing);
@@ -407,6 +466,9 @@ async function start() {
       else state.selected.delete(box.value);
     }
   });
+  for (const b of document.querySelectorAll("#jobs .states button")) {
+    b.addEventListener("click", () => { state.jobState = b.dataset.state; state.pages.jobs = 0; refresh(); });
+  }
   $("#job-form").addEventListener("submit", (e) => {
     e.preventDefault();
     state.job = $("#job-id").value.trim();
