@@ -1391,7 +1391,7 @@ MUTANTS: tuple[Mutant, ...] = (
         f"{CORE}/control/activity.py",
         "    failed = [r for r in done if r.outcome in FAILED]\n"
         "    ended = [r for r in done if r.outcome not in FAILED]\n",
-        "    failed: list[FinishedJob] = []\n    ended = list(done)\n",
+        "    failed: list[SettledRun] = []\n    ended = list(done)\n",
         "test_a_run_is_listed_while_it_goes_on_then_as_finished",
     ),
     m(
@@ -1417,8 +1417,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "activity",
         "a finished record keeps at most MOST_FINISHED entries",
         f"{CORE}/control/activity.py",
-        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)[:MOST_FINISHED]\n",
-        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)\n",
+        "most=MOST_FINISHED, max_age=MAX_AGE)",
+        "most=10**6, max_age=MAX_AGE)",
         "test_the_finished_records_keep_the_latest_and_fit_a_state_record",
     ),
     # -- schedule histories (core, run on memory://) -----------------------------------------
@@ -1426,9 +1426,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "core-history-of-every-job",
         "history",
         "only runs of a schedule go into a history",
-        f"{CORE}/runtime/histories.py",
-        "        schedule = schedule_of(message.deduplication_id) if self.on else None\n",
-        "        schedule = schedule_of(message.deduplication_id) or message.job_name\n",
+        f"{CORE}/runtime/activity.py",
+        "            if dedup is not None and (schedule := schedule_of(dedup)) is not None:\n",
+        "            if (schedule := schedule_of(dedup) or message.job_name) is not None:\n",
         "test_each_settled_slot_is_kept_with_its_replica_and_outcome",
     ),
     m(
@@ -1443,10 +1443,19 @@ MUTANTS: tuple[Mutant, ...] = (
     m(
         "core-history-unbounded",
         "history",
-        "a history keeps at most MOST runs, none older than MAX_AGE",
-        f"{CORE}/control/history.py",
-        "    return sorted(fresh, key=lambda r: r.finished_at, reverse=True)[:MOST]\n",
-        "    return sorted(runs, key=lambda r: r.finished_at, reverse=True)\n",
+        "a history keeps at most MOST runs",
+        f"{CORE}/control/settled.py",
+        "    return fresh if most is None else fresh[:most]\n",
+        "    return fresh\n",
+        "test_a_history_keeps_the_latest_runs_and_none_past_its_age",
+    ),
+    m(
+        "core-history-ageless",
+        "history",
+        "a history keeps no run older than MAX_AGE",
+        f"{CORE}/control/settled.py",
+        "(r for r in runs if r.finished_at >= since)",
+        "(r for r in runs)",
         "test_a_history_keeps_the_latest_runs_and_none_past_its_age",
     ),
     # -- deadlines (core, run on memory://) --------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.app import load_app
 from framework_m_core.control import fleet, history, runtime_schedules, steering
+from framework_m_core.control.settled import SettledRun
 from framework_m_core.ports import decode_message
 from framework_m_core.testing import namespace, receive_all
 
@@ -294,11 +295,11 @@ def test_history_lists_a_schedule_s_last_runs_and_refuses_a_typo() -> None:
             for n, outcome in enumerate(("succeeded", "skipped", "dead_lettered")):
                 started = None if outcome == "skipped" else now - 1.5
                 error = {"skipped": "still running", "dead_lettered": "ValueError: x"}
-                run = history.ScheduleRun(
-                    3600 * (n + 1), f"job{n}", "web-1:42:ab12cd", 1, outcome, started,
-                    now + n, error.get(outcome),
+                run = SettledRun(
+                    f"job{n}", "heartbeat", "web-1:42:ab12cd", 1, outcome, started, now + n,
+                    error.get(outcome), 3600 * (n + 1),
                 )  # fmt: skip
-                assert await history.record_run(broker, "heartbeat", run)
+                assert await history.record_runs(broker, "heartbeat", [run])
 
     try:
         assert m("sync-schema", "--broker", url).returncode == 0

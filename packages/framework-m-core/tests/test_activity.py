@@ -12,9 +12,10 @@ import pytest
 
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
-from framework_m_core.control import activity, keys
-from framework_m_core.control.activity import FinishedJob, add_finished, finished_jobs
+from framework_m_core.control import activity, keys, settled
+from framework_m_core.control.activity import add_finished, finished_jobs
 from framework_m_core.control.checks import MAX_STATE_VALUE
+from framework_m_core.control.settled import SettledRun
 from framework_m_core.control.shared import shared
 from framework_m_core.testing import running_worker, wait_until
 from framework_m_core.tracking.lists import jobs_in_state
@@ -122,9 +123,9 @@ async def _one_replica(broker: object) -> list[object]:
     return [_Replica()]
 
 
-def _done(n: int, error: str | None = None) -> FinishedJob:
+def _done(n: int, error: str | None = None) -> SettledRun:
     now = time.time()
-    return FinishedJob(f"id{n}", "job", "r:1:aaaaaa", 1, "succeeded", now - 1, now + n, error)
+    return SettledRun(f"id{n}", "job", "r:1:aaaaaa", 1, "succeeded", now - 1, now + n, error)
 
 
 async def test_the_finished_records_keep_the_latest_and_fit_a_state_record(
@@ -141,7 +142,7 @@ async def test_the_finished_records_keep_the_latest_and_fit_a_state_record(
     assert len(record.value) <= MAX_STATE_VALUE
     kept = await finished_jobs(memory, failed=False)
     assert kept[0].job_id == f"id{199 + activity.MOST_FINISHED}"  # the newest stay
-    assert all(len(k.error or "") <= activity.MAX_ERROR for k in kept)
+    assert all(len(k.error or "") <= settled.MAX_ERROR for k in kept)
 
 
 async def test_a_record_not_written_here_is_read_as_far_as_it_is_valid(

@@ -446,6 +446,7 @@ def test_jobs_list_shows_each_state_and_refuses_an_unknown_one(
 ) -> None:
     from framework_m_core.cli.main import main
     from framework_m_core.control import activity
+    from framework_m_core.control.settled import SettledRun
     from framework_m_core.testing import namespace
 
     ns = namespace("redis://127.0.0.1:6379/0")
@@ -455,10 +456,9 @@ def test_jobs_list_shows_each_state_and_refuses_an_unknown_one(
     async def record() -> None:
         async with connected(open_broker(url)) as broker:
             done = [
-                activity.FinishedJob("ok1", "report", "web-1:7:aaaaaa", 1, "succeeded",
-                                     now - 2, now),
-                activity.FinishedJob("bad1", "report", "web-1:7:aaaaaa", 2, "dead_lettered",
-                                     now - 1, now + 1, "RuntimeError: nope"),
+                SettledRun("ok1", "report", "web-1:7:aaaaaa", 1, "succeeded", now - 2, now),
+                SettledRun("bad1", "report", "web-1:7:aaaaaa", 2, "dead_lettered",
+                           now - 1, now + 1, "RuntimeError: nope"),
             ]  # fmt: skip
             assert await activity.add_finished(broker, "web-1:7:aaaaaa", done)
 

@@ -22,9 +22,10 @@ from framework_m_core.console.openapi import document
 from framework_m_core.console.server import Api, build
 from framework_m_core.console.views import Views
 from framework_m_core.control import fleet, runtime_schedules, steering
-from framework_m_core.control.activity import FinishedJob, add_finished
-from framework_m_core.control.history import ScheduleRun, record_run
+from framework_m_core.control.activity import add_finished
+from framework_m_core.control.history import record_runs
 from framework_m_core.control.keys import schedule, state
+from framework_m_core.control.settled import SettledRun
 from framework_m_core.errors import ConfigurationError
 from framework_m_core.ports.store import Record
 from framework_m_core.testing import running_worker, synced, wait_until
@@ -474,8 +475,10 @@ async def test_a_schedule_s_history_and_last_run_are_served_as_the_document_says
     now = time.time()
     for slot, outcome in ((60, "succeeded"), (120, "skipped")):
         started = None if outcome == "skipped" else now - 2
-        run = ScheduleRun(slot, f"job-{slot}", "host:1:ab12cd", 1, outcome, started, now + slot)
-        assert await record_run(memory, "minutely", run)
+        run = SettledRun(
+            f"job-{slot}", "minutely", "host:1:ab12cd", 1, outcome, started, now + slot, None, slot
+        )
+        assert await record_runs(memory, "minutely", [run])
     found = (await client.get("/api/schedules/minutely/history")).json()
     assert found["name"] == "minutely"
     assert [(r["slot"], r["outcome"], r["replica"]) for r in found["items"]] == [
@@ -506,7 +509,7 @@ async def test_jobs_are_listed_by_state_searched_paged_and_as_documented(
 ) -> None:
     now = time.time()
     done = [
-        FinishedJob(f"id{n}", "report" if n % 2 else "broken", "r:1:aaaaaa", 1,
+        SettledRun(f"id{n}", "report" if n % 2 else "broken", "r:1:aaaaaa", 1,
                     "succeeded" if n % 2 else "dead_lettered", now - 1, now + n,
                     None if n % 2 else "RuntimeError: broken")
         for n in range(10)

@@ -12,7 +12,8 @@ import pytest
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.control import history, keys
-from framework_m_core.control.history import ScheduleRun, record_run, schedule_history
+from framework_m_core.control.history import record_runs, schedule_history
+from framework_m_core.control.settled import SettledRun
 from framework_m_core.control.shared import shared
 from framework_m_core.ports import JobMessage
 from framework_m_core.testing import running_worker, wait_until
@@ -75,15 +76,20 @@ async def test_each_settled_slot_is_kept_with_its_replica_and_outcome(
     assert await schedule_history(memory, "plain") == []
 
 
-def _run(finished_at: float, slot: int = 60) -> ScheduleRun:
-    return ScheduleRun(slot, "id", "host:1:ab", 1, "succeeded", finished_at - 1, finished_at)
+def _run(finished_at: float, slot: int = 60) -> SettledRun:
+    return SettledRun(
+        "id", "s", "host:1:ab", 1, "succeeded", finished_at - 1, finished_at, None, slot
+    )
 
 
 async def test_a_history_keeps_the_latest_runs_and_none_past_its_age(memory: MemoryBroker) -> None:
     now = time.time()
-    assert await record_run(memory, "s", _run(now - history.MAX_AGE - 10, slot=1))
+    assert await record_runs(memory, "s", [_run(now - history.MAX_AGE - 10, slot=1)])
     for n in range(history.MOST + 5):
-        assert await record_run(memory, "s", _run(now - 1000 + n, slot=100 + n))
+        assert await record_runs(memory, "s", [_run(now - 1000 + n, slot=100 + n)])
+    assert await record_runs(memory, "t", [_run(now - history.MAX_AGE - 10, slot=1)])
+    assert await record_runs(memory, "t", [_run(now, slot=2)])
+    assert [r.slot for r in await schedule_history(memory, "t")] == [2]
     runs = await schedule_history(memory, "s")
     assert len(runs) == history.MOST
     assert [r.slot for r in runs] == [100 + n for n in range(history.MOST + 4, 4, -1)]
@@ -96,6 +102,7 @@ async def test_a_record_not_written_here_is_read_as_far_as_it_is_valid(
     good = {
         "slot": 60,
         "job_id": "a",
+        "job": "s",
         "replica": "r",
         "attempt": 1,
         "outcome": "succeeded",
@@ -107,7 +114,7 @@ async def test_a_record_not_written_here_is_read_as_far_as_it_is_valid(
     value = json.dumps({"v": 1, "runs": [good, *bad]}).encode()
     await shared(memory).write_state(keys.history("s"), value, version=None)
     assert [r.job_id for r in await schedule_history(memory, "s")] == ["a"]
-    assert "4 malformed run(s) left out" in caplog.text
+    assert "4 malformed entries left out" in caplog.text
     await shared(memory).write_state(keys.history("t"), b"[1, 2]", version=None)
     assert await schedule_history(memory, "t") == []
-    assert "is not a schedule history" in caplog.text
+    assert "is not what a worker writes" in caplog.text

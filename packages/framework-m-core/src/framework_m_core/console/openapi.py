@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..about import __version__
-from ..control.activity import FinishedJob, RunningJob
-from ..control.history import ScheduleRun
+from ..control.activity import RunningJob
+from ..control.settled import SettledRun
 from ..ports.messages import MAX_ID_LENGTH
 from ..tracking.lists import STATES
 from .schemas import schema_of
@@ -182,7 +182,7 @@ def document() -> dict[str, Any]:
                             "name": {"type": "string"},
                             "items": {
                                 "type": "array",
-                                "items": {"$ref": "#/components/schemas/ScheduleRun"},
+                                "items": {"$ref": "#/components/schemas/SettledRun"},
                             },
                         },
                     },
@@ -248,7 +248,7 @@ def document() -> dict[str, Any]:
                             "items": {
                                 "anyOf": [
                                     {"$ref": "#/components/schemas/RunningJob"},
-                                    {"$ref": "#/components/schemas/FinishedJob"},
+                                    {"$ref": "#/components/schemas/SettledRun"},
                                     {"$ref": "#/components/schemas/DeadJob"},
                                 ]
                             },
@@ -317,15 +317,14 @@ def document() -> dict[str, Any]:
                         "running": {"type": ["array", "null"], "items": {"type": "string"}},
                         "last_run": {
                             "anyOf": [
-                                {"$ref": "#/components/schemas/ScheduleRun"},
+                                {"$ref": "#/components/schemas/SettledRun"},
                                 {"type": "null"},
                             ]
                         },
                     },
                 },
-                "ScheduleRun": schema_of(ScheduleRun, duration=float | None),
+                "SettledRun": schema_of(SettledRun, duration=float | None),
                 "RunningJob": schema_of(RunningJob, running_for=float),
-                "FinishedJob": schema_of(FinishedJob, duration=float | None),
                 "DeadJob": {
                     "type": "object",
                     "required": ["job_id", "job", "attempts", "dead_lettered_at", "reason", "key"],

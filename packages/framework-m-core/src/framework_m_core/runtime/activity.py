@@ -1,5 +1,6 @@
-"""The worker's side of :mod:`~framework_m_core.control.activity`: its runs going on
-and its latest settled deliveries, written at most once a
+"""The worker's side of :mod:`~framework_m_core.control.activity` and
+:mod:`~framework_m_core.control.history`: its runs going on, its latest settled
+deliveries, and each settled run of a schedule, written at most once a
 :data:`~framework_m_core.control.activity.FLUSH` while something changed, in a task of
 their own. On a job's path they cost a dict operation at its start and end and a tuple
 appended when it is settled; the records are built only when written."""
@@ -11,26 +12,20 @@ import logging
 import time
 from collections import deque
 
-from ..control.activity import (
-    FLUSH,
-    MOST_FINISHED,
-    RENEW,
-    FinishedJob,
-    RunningJob,
-    add_finished,
-    put_running,
-)
-from ..control.history import Outcome
+from ..control.activity import FLUSH, MOST_FINISHED, RENEW, RunningJob, add_finished, put_running
+from ..control.history import record_runs
+from ..control.settled import Outcome, SettledRun
 from ..ports.capabilities import Capability
-from ..ports.messages import JobMessage
+from ..ports.messages import JobMessage, schedule_of
 from ..ports.protocols import BrokerProtocol
 from .events import reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
 
 _QUIET = 60.0  # seconds between two warnings of records not written
+_MOST_TICKED = 10_000  # settled runs of schedules waiting for a write at most
 _Run = tuple[JobMessage, int, float]  # the message, its attempt, when it started
-_Done = tuple[str, str, int, Outcome, "float | None", float, "str | None"]
+_Done = tuple[JobMessage, int, Outcome, "float | None", float, "str | None"]
 
 
 class Activity:
@@ -42,6 +37,7 @@ class Activity:
         self.on = Capability.STORE in broker.capabilities
         self._runs: dict[int, _Run] = {}
         self._done: deque[_Done] = deque(maxlen=MOST_FINISHED)
+        self._ticked: deque[tuple[str, _Done]] = deque(maxlen=_MOST_TICKED)
         self._changed = False  # the runs changed since they were last written
         self._listed = False  # the last write listed runs (an empty list is due once)
         self._written_at = -FLUSH
@@ -71,8 +67,11 @@ class Activity:
     ) -> None:
         """A delivery of ``message`` was settled as ``outcome``."""
         if self.on:
-            done = (message.id, message.job_name, attempt, outcome, started_at, time.time(), error)
+            done = (message, attempt, outcome, started_at, time.time(), error)
             self._done.append(done)
+            dedup = message.deduplication_id
+            if dedup is not None and (schedule := schedule_of(dedup)) is not None:
+                self._ticked.append((schedule, done))
             self._soon()
 
     def _soon(self) -> None:
@@ -95,10 +94,12 @@ class Activity:
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
         self._written_at = loop.time()
-        done = [
-            FinishedJob(i, j, self.replica, a, o, s, f, e) for i, j, a, o, s, f, e in self._done
-        ]
+        done = [self._settled(d) for d in self._done]
         self._done.clear()
+        ticked: dict[str, list[SettledRun]] = {}
+        for schedule, d in self._ticked:
+            ticked.setdefault(schedule, []).append(self._settled(d))
+        self._ticked.clear()
         listing = self._changed or bool(self._runs) or self._listed
         runs = [
             RunningJob(m.id, m.job_name, a, at, m.scheduled_at, self.replica)
@@ -111,22 +112,32 @@ class Activity:
                 self._listed = bool(runs)
             if done and not await add_finished(self.broker, self.replica, done):
                 self._warn("other writers won every round")
+            for schedule, kept in ticked.items():
+                if not await record_runs(self.broker, schedule, kept):
+                    self._warn(f"schedule {schedule}'s history: other writers won every round")
         except Exception as exc:
             reraise_if_cancelled()
             self._warn(str(exc) or type(exc).__name__)
         finally:
             self._writing = None
-        if self._done or self._changed:
+        if self._done or self._ticked or self._changed:
             self._soon()
         elif self._runs:  # renewed while runs go on: a dead replica's runs drop out
             self._timer = loop.call_at(self._written_at + RENEW, self._begin_write)
+
+    def _settled(self, done: _Done) -> SettledRun:
+        message, attempt, outcome, started_at, finished_at, error = done
+        return SettledRun(
+            message.id, message.job_name, self.replica, attempt, outcome, started_at,
+            finished_at, error, message.scheduled_at,
+        )  # fmt: skip
 
     def _warn(self, why: str) -> None:
         now = time.monotonic()
         level = logging.WARNING if now - self._warned_at >= _QUIET else logging.DEBUG
         if level == logging.WARNING:
             self._warned_at = now
-        log.log(level, "the running and finished lists not written (%s)", why)
+        log.log(level, "the lists by state or a history not written (%s)", why)
 
     async def settle(self, timeout: float) -> None:
         """Write what is pending now and wait up to ``timeout`` seconds (the worker
@@ -138,7 +149,7 @@ class Activity:
             self._timer = None
         if self._writing is not None:
             await asyncio.wait({self._writing}, timeout=timeout)
-        if self._done or self._listed or self._changed:
+        if self._done or self._ticked or self._listed or self._changed:
             self._runs.clear()
             self._changed = True
             await asyncio.wait_for(self._write(), timeout)

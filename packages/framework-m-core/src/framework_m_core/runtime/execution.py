@@ -22,8 +22,8 @@ from typing import Literal
 
 from ..app import App
 from ..control import keys, leases
-from ..control.history import Outcome
 from ..control.replicas import new_replica_id
+from ..control.settled import Outcome
 from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec
@@ -47,7 +47,6 @@ from .cancels import Cancellation, CancelWatch
 from .deadlines import Deadlines
 from .fences import Fence
 from .heartbeats import Heartbeats
-from .histories import RunHistory
 from .places import KeptPlaces
 from .run_leases import RunLeases
 from .statuses import RunningStatuses, StatusWriter
@@ -204,11 +203,8 @@ class Execution:
         self.statuses = StatusWriter(broker, self.observer)
         self.running_statuses = RunningStatuses(self.statuses)
         self.deadlines = Deadlines()
-        replica = new_replica_id()
-        #: The settled runs of schedules, kept in their histories.
-        self.history = RunHistory(broker, replica)
-        #: The runs going on and the latest settled, for lists by state.
-        self.activity = Activity(broker, replica)
+        #: The runs going on and the latest settled, for lists by state and histories.
+        self.activity = Activity(broker, new_replica_id())
         self.cancels = CancelWatch(broker, self.observer)
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
@@ -632,7 +628,6 @@ class Execution:
         """A delivery of ``message`` was settled as ``outcome``: kept in the lists by
         state, and in its schedule's history when it is a schedule's run."""
         self.activity.settled(message, delivery.attempt, outcome, started_at, error)
-        self.history.ended(message, delivery, outcome, started_at, error)
 
     async def _cancel(
         self,

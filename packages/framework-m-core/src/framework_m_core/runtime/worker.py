@@ -135,8 +135,7 @@ class Worker:
             if heartbeat > 0 and Capability.STORE in broker.capabilities
             else None
         )
-        if self.heartbeat is not None:  # its runs in histories under its name in the roll
-            self._execution.history.replica = self.heartbeat.id
+        if self.heartbeat is not None:  # its runs listed under its name in the roll
             self._execution.activity.replica = self.heartbeat.id
         self.watchdog = (
             StallWatchdog(stall_warning, self._observer, self._running_jobs)
@@ -304,7 +303,6 @@ class Worker:
                     for helper in helpers:
                         helper.cancel()
             await self._execution.places.release_all()
-            await self._execution.history.settled(timeout=2.0)
             await self._execution.activity.settle(timeout=2.0)
             await self._leave_roll()
         finally:
