@@ -285,11 +285,54 @@ def _the_page_requeues_a_dead_letter(
         lambda: int(tab.locator("main").get_attribute("data-refreshes") or 0) > drawn,
     )
     assert row.locator("input[type=checkbox]").is_checked()  # ...and the choice stays
+    tab.once("dialog", lambda dialog: dialog.accept())  # "Requeue 1 dead letter(s)?"
     tab.click("#requeue")
     tab.locator("#message", has_text="Requeued 1 dead letter(s)").wait_for()
     poll("the requeued job ran", lambda: f"fails_until {job_id}" in status.read_text())
     assert console.get(f"/api/dead-letters?q={job_id}")["total"] == 0
+    _the_page_requeues_every_dead_letter_of_a_job(tab, console, url, status, marker)
     assert errors == [], errors
+
+
+def _the_page_requeues_every_dead_letter_of_a_job(
+    tab: Page, console: Console, url: str, status: Path, marker: Path
+) -> None:
+    """Two dead letters of fails_until and one of always_fails: a requeue of the job
+    fails_until, confirmed with its count, requeues exactly those two, and they run."""
+    marker.unlink()
+
+    async def enqueue() -> tuple[list[str], str]:
+        async with connected(open_broker(url)) as broker:
+            ids = [await broker.enqueue("fails_until", marker=str(marker)) for _ in range(2)]
+            return ids, await broker.enqueue("always_fails")
+
+    ids, other = in_a_thread(enqueue)
+    poll(
+        "three dead letters",
+        lambda: (
+            {d["job_id"] for d in console.get("/api/jobs?state=dead&limit=200")["items"]}
+            >= {*ids, other}
+        ),
+    )
+    dead_before = console.get("/api/jobs?state=dead&job=always_fails&limit=200")["total"]
+    marker.touch()
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    tab.once("dialog", accept)
+    tab.fill("#dead-job", "fails_until")
+    tab.click("#requeue-job")
+    tab.locator("#message", has_text="Requeued 2 dead letter(s) of fails_until").wait_for()
+    assert asked == ["Requeue all 2 dead letter(s) of fails_until?"]
+    for job_id in ids:
+        poll("a requeued job ran", lambda j=job_id: f"fails_until {j}" in status.read_text())
+    assert console.get("/api/jobs?state=dead&job=fails_until")["total"] == 0
+    left = console.get("/api/jobs?state=dead&job=always_fails&limit=200")
+    assert left["total"] == dead_before
+    assert other in {d["job_id"] for d in left["items"]}
 
 
 def _the_page_shows_a_schedule_s_history(

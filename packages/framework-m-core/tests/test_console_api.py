@@ -27,6 +27,7 @@ from framework_m_core.control.history import record_runs
 from framework_m_core.control.keys import schedule, state
 from framework_m_core.control.settled import SettledRun
 from framework_m_core.errors import ConfigurationError
+from framework_m_core.ports import decode_message
 from framework_m_core.ports.store import Record
 from framework_m_core.testing import running_worker, synced, wait_until
 from framework_m_core.testing.passing import PassingStore
@@ -183,6 +184,9 @@ async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
         ("/api/runtime-schedules", b'{"id": "t1", "job": "report"}', "exactly one"),
         ("/api/runtime-schedules", b'{"id": "bad id", "job": "report", "every": 5}', "id"),
         ("/api/dead-letters/requeue", b'{"keys": []}', "keys"),
+        ("/api/dead-letters/requeue", b"{}", "give keys"),
+        ("/api/dead-letters/purge", b'{"keys": ["a"], "job": "broken"}', "not both"),
+        ("/api/dead-letters/purge", b'{"job": ""}', "job must be"),
         ("/api/jobs/a%20b/cancel", b"{}", "job id"),
         ("/api/schedules/minutely/pause", b"{" + b" " * 70_000 + b"}", "at most"),
     ]
@@ -305,7 +309,7 @@ async def test_dead_letters_are_listed_searched_requeued_and_purged(
     requeued = await client.post(
         "/api/dead-letters/requeue", json={"keys": [one[0]["key"], "gone"]}, headers=bearer(TOKEN)
     )
-    assert requeued.json() == {"done": [one[0]["key"]], "not_found": ["gone"]}
+    assert requeued.json() == {"done": [one[0]["key"]], "not_found": ["gone"], "count": 1}
     [back] = await memory.receive(1, 1)
     assert ids[1].encode() in back.body
     await memory.ack(back)
@@ -532,3 +536,32 @@ async def test_jobs_are_listed_by_state_searched_paged_and_as_documented(
     schema = {**spec["content"]["application/json"]["schema"], "components": doc["components"]}
     jsonschema.validate(finished, schema)
     jsonschema.validate(failed, schema)
+
+
+async def test_dead_letters_of_one_job_are_requeued_all_at_once_and_no_others(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    app = _app()
+
+    @app.job(max_attempts=1)
+    async def other(ctx: JobContext) -> None:
+        raise RuntimeError("other")
+
+    broken = [await memory.enqueue("broken", n=n) for n in range(3)]
+    others = [await memory.enqueue("other") for _ in range(2)]
+    async with running_worker(app, memory, heartbeat=0) as worker:
+        await wait_until(lambda: worker.stats.dead_lettered == 5, timeout=10)
+    done = await client.post(
+        "/api/dead-letters/requeue", json={"job": "broken"}, headers=bearer(TOKEN)
+    )
+    assert done.status_code == 200, done.text
+    assert (done.json()["count"], done.json()["not_found"]) == (3, [])
+    back = await memory.receive(10, 1)
+    assert sorted(decode_message(d.body).id for d in back) == sorted(broken)
+    left = (await client.get("/api/dead-letters")).json()["items"]
+    assert sorted(d["job_id"] for d in left) == sorted(others)
+    none = await client.post(
+        "/api/dead-letters/purge", json={"job": "nosuch"}, headers=bearer(TOKEN)
+    )
+    assert none.json()["count"] == 0
+    assert (await client.get("/api/dead-letters")).json()["total"] == 2

@@ -230,9 +230,9 @@ def document() -> dict[str, Any]:
                 parameters=_PAGE,
             ),
             "/api/dead-letters/requeue": _change(
-                "Put dead letters back on the queue, then remove them", _OBJECT, _KEYS
+                "Put dead letters back on the queue, then remove them", _SETTLED, _KEYS
             ),
-            "/api/dead-letters/purge": _change("Remove dead letters", _OBJECT, _KEYS),
+            "/api/dead-letters/purge": _change("Remove dead letters", _SETTLED, _KEYS),
             "/api/jobs": _read(
                 "Jobs by state: running (with replica and how long, oldest first), the "
                 "latest finished and failed attempts, dead letters (newest first)",
@@ -393,13 +393,24 @@ def document() -> dict[str, Any]:
 
 _KEYS = {
     "type": "object",
-    "required": ["keys"],
+    "description": "the dead letters to settle: keys (from the listing) or job (all of it)",
     "properties": {
         "keys": {
             "type": "array",
             "items": {"type": "string"},
             "minItems": 1,
             "maxItems": 1000,
-        }
+        },
+        "job": {"type": "string", "minLength": 1, "maxLength": 200},
+    },
+    "oneOf": [{"required": ["keys"]}, {"required": ["job"]}],
+}
+_SETTLED = {
+    "type": "object",
+    "required": ["done", "not_found", "count"],
+    "properties": {
+        "done": {"type": "array", "items": {"type": "string"}},
+        "not_found": {"type": "array", "items": {"type": "string"}},
+        "count": {"type": "integer"},
     },
 }

@@ -249,10 +249,12 @@ class Api:
         return await self.views.dead_letters(page_of(request.query_params))
 
     async def requeue(self, request: Request) -> Any:
-        return await self.views.settle_dead(_keys(await _body(request)), requeue=True)
+        keys, job = _chosen(await _body(request))
+        return await self.views.settle_dead(keys, requeue=True, job=job)
 
     async def purge(self, request: Request) -> Any:
-        return await self.views.settle_dead(_keys(await _body(request)), requeue=False)
+        keys, job = _chosen(await _body(request))
+        return await self.views.settle_dead(keys, requeue=False, job=job)
 
     async def jobs(self, request: Request) -> Any:
         params = request.query_params
@@ -326,13 +328,21 @@ def _until(value: object) -> float | None:
     raise ConfigurationError("until must be unix seconds or an ISO 8601 time")
 
 
-def _keys(body: dict[str, Any]) -> list[str]:
-    keys = body.get("keys")
+def _chosen(body: dict[str, Any]) -> tuple[list[str] | None, str | None]:
+    """The dead letters a requeue or purge is for: ``keys`` (a list of their keys) or
+    ``job`` (every dead letter of that job), one of the two."""
+    keys, job = body.get("keys"), body.get("job")
+    if (keys is None) == (job is None):
+        raise ConfigurationError("give keys (a list of dead-letter keys) or job (a name), not both")
+    if job is not None:
+        if not isinstance(job, str) or not job or len(job) > 200:
+            raise ConfigurationError("job must be a job's name (1 to 200 characters)")
+        return None, job
     if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
         raise ConfigurationError("keys must be a non-empty list of dead-letter keys")
     if len(keys) > 1000:
         raise ConfigurationError("at most 1000 keys at once")
-    return keys
+    return keys, None
 
 
 class _HostGuard:

@@ -263,19 +263,23 @@ class Views:
         shown = found[page.offset : page.offset + page.limit]
         return {"total": len(found), "offset": page.offset, "items": [_letter(d) for d in shown]}
 
-    async def settle_dead(self, keys: list[str], requeue: bool) -> dict[str, Any]:
-        """Requeue (then remove) or purge the dead letters with these keys; the keys not
-        found (gone since) are returned as such."""
+    async def settle_dead(
+        self, keys: list[str] | None, requeue: bool, job: str | None = None
+    ) -> dict[str, Any]:
+        """Requeue (then remove) or purge the dead letters with these keys, or every
+        dead letter of ``job``; the keys not found (gone since) are returned as such,
+        and ``count`` says how many were settled."""
         if Capability.DEAD_LETTER_REMOVAL not in self.broker.capabilities:
             raise ConfigurationError(f"{self.broker.display_url} cannot remove dead letters")
-        wanted = set(keys)
-        chosen = [d for d in await self._dead() if d.key in wanted]
+        found = await self._dead()
+        wanted = set(keys or ())
+        chosen = [d for d in found if (d.job == job if job is not None else d.key in wanted)]
         for d in chosen:
             if requeue:
                 await self.broker.requeue(fresh(d.letter.body))
             await self.broker.remove_dead_letters([d.letter])
         done = {d.key for d in chosen}
-        return {"done": sorted(done), "not_found": sorted(wanted - done)}
+        return {"done": sorted(done), "not_found": sorted(wanted - done), "count": len(chosen)}
 
     # -- jobs ----------------------------------------------------------------------------
 

@@ -299,10 +299,33 @@ function settleLetters(action) {
     say("Select dead letters first", true);
     return;
   }
-  if (action === "purge" && !confirm(`Purge ${keys.length} dead letter(s)?`)) return;
+  const verb = action === "requeue" ? "Requeue" : "Purge";
+  if (!confirm(`${verb} ${keys.length} dead letter(s)?`)) return;
   state.selected.clear();
   $("#all-letters").checked = false;
   change(`/api/dead-letters/${action}`, { keys }, `${action === "requeue" ? "Requeued" : "Purged"} ${keys.length} dead letter(s)`);
+}
+
+async function settleJob(action) {
+  const job = $("#dead-job").value.trim();
+  if (!job) {
+    say("Name the job whose dead letters to settle", true);
+    return;
+  }
+  const verb = action === "requeue" ? "Requeue" : "Purge";
+  try {
+    const found = await api("GET", `/api/jobs?state=dead&job=${encodeURIComponent(job)}&limit=1`);
+    if (!found.total) {
+      say(`No dead letter of ${job}`, true);
+      return;
+    }
+    if (!confirm(`${verb} all ${found.total} dead letter(s) of ${job}?`)) return;
+    const answer = await api("POST", `/api/dead-letters/${action}`, { job });
+    say(`${action === "requeue" ? "Requeued" : "Purged"} ${answer.count} dead letter(s) of ${job}`);
+    await refresh();
+  } catch (error) {
+    say(error.message, true);
+  }
 }
 
 // -- jobs ------------------------------------------------------------------------------
@@ -459,6 +482,8 @@ async function start() {
   $("#close-history").addEventListener("click", () => { state.history = null; $("#history").hidden = true; });
   $("#requeue").addEventListener("click", () => settleLetters("requeue"));
   $("#purge").addEventListener("click", () => settleLetters("purge"));
+  $("#requeue-job").addEventListener("click", () => settleJob("requeue"));
+  $("#purge-job").addEventListener("click", () => settleJob("purge"));
   $("#all-letters").addEventListener("change", (e) => {
     for (const box of document.querySelectorAll("#dead-letters tbody input")) {
       box.checked = e.target.checked;
