@@ -1,6 +1,6 @@
 """Settled deliveries: how one attempt of a job ended, and the bounded records that keep
-the latest of them (a schedule's history, :mod:`.history`; the fleet's finished and
-failed lists, :mod:`.activity`).
+the latest of them: a schedule's history (:mod:`~framework_m_core.control.history`),
+the fleet's finished and failed lists (:mod:`~framework_m_core.control.activity`).
 
 A record is a state record, a JSON object version 1, its runs newest first::
 
