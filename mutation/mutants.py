@@ -1383,6 +1383,34 @@ MUTANTS: tuple[Mutant, ...] = (
         "                JobState.SUCCEEDED,\n",
         "test_a_failed_job_raises_its_error_and_says_failed",
     ),
+    # -- the console's overview (core, run on memory://) ------------------------------------
+    m(
+        "core-console-late-replica-uncounted",
+        "console",
+        "what a replica started after the console settled is counted from its start",
+        f"{CORE}/console/views.py",
+        "                before = (0, 0) if r.started_at >= self._since else (done, failed)\n",
+        "                before = (done, failed)\n",
+        "test_samples_count_what_the_fleet_settled_since_the_console_started",
+    ),
+    m(
+        "core-console-counts-twice",
+        "console",
+        "a sample counts only what was settled since the one before",
+        f"{CORE}/console/views.py",
+        "            last[r.id] = (done, failed)\n",
+        "            last[r.id] = before\n",
+        "test_samples_count_what_the_fleet_settled_since_the_console_started",
+    ),
+    m(
+        "core-console-dead-of-any-job",
+        "console",
+        "a requeue by job settles the dead letters of that job only",
+        f"{CORE}/console/views.py",
+        "(d.job == job if job is not None else d.key in wanted)",
+        "(job is not None or d.key in wanted)",
+        "test_dead_letters_of_one_job_are_requeued_all_at_once_and_no_others",
+    ),
     # -- jobs by state (core, run on memory://) ----------------------------------------------
     m(
         "core-activity-failures-mixed-in",

@@ -170,6 +170,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
         _the_page_requeues_a_dead_letter(page, console, url, status, tmp_path / "marker")
         _the_page_shows_a_schedule_s_history(page, console, workers)
         _the_page_lists_jobs_by_state(page, console, url)
+        _pictures(page)
         assert TOKEN not in process.output
         stop_all(workers)
         process.signal(signal.SIGTERM)
@@ -231,6 +232,8 @@ def _the_page_shows_pauses_and_resumes(
 ) -> None:
     tab, errors = page
     tab.goto(console.base + "/")
+    _the_page_opens_on_the_overview(tab, workers)
+    tab.click("nav button[data-tab=schedules]")
     row = tab.locator("#schedules tbody tr[data-name='steered']")
     row.wait_for()
     shown = tab.locator("#schedules tbody td.name").all_inner_texts()
@@ -422,4 +425,44 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
     row.wait_for()
     row.locator("button.link").click()
     tab.locator("#jobs dl.job dd.failed").wait_for()
+    assert errors == [], errors
+
+
+def _the_page_opens_on_the_overview(tab: Page, workers: list[Process]) -> None:
+    """The overview: what the live replicas settled, throughput over time on labelled
+    axes, and each replica with what it runs."""
+    tab.locator("#overview-replicas tbody tr").nth(len(workers) - 1).wait_for()
+    shown = tab.locator("#overview-replicas tbody tr td:first-child").all_inner_texts()
+    assert {int(text.rsplit(":", 1)[1]) for text in shown} == {w.pid for w in workers}
+    tiles = tab.locator("#overview .tiles")
+    tiles.locator("dt", has_text="settled by the live replicas").wait_for()
+
+    def settled() -> int:
+        text = tiles.locator("dt:has-text('settled by the live replicas') + dd").inner_text()
+        return int(text) if text.isdigit() else 0
+
+    poll("the replicas' settled deliveries shown", lambda: settled() > 0)
+    chart = tab.locator("#throughput")
+    poll("a throughput line", lambda: chart.locator("polyline").count() == 2)
+    labels = chart.locator("text.axis").all_text_contents()
+    assert "jobs/s" in labels
+    assert sum(1 for t in labels if len(t) == 8 and t.count(":") == 2) == 3  # the times
+
+
+def _pictures(page: tuple[Page, list[str]]) -> None:
+    """With FM_SCREENSHOTS (hatch run screenshots): the tabs docs/console.md shows."""
+    tab, errors = page
+    shots = os.environ.get("FM_SCREENSHOTS")
+    if not shots:
+        return
+    for name, ready in (
+        ("overview", "#throughput polyline"),
+        ("queues", "#queue-chart polyline"),
+        ("dead-letters", "#dead-letters tbody tr"),
+    ):
+        tab.click(f"nav button[data-tab={name}]")
+        if name == "dead-letters":
+            tab.fill("#dead-letters-q", "")  # every one, not the last one searched
+        tab.locator(ready).first.wait_for(state="attached")
+        tab.screenshot(path=str(Path(shots) / f"{name}.png"), full_page=True)
     assert errors == [], errors

@@ -565,3 +565,36 @@ async def test_dead_letters_of_one_job_are_requeued_all_at_once_and_no_others(
     )
     assert none.json()["count"] == 0
     assert (await client.get("/api/dead-letters")).json()["total"] == 2
+
+
+async def test_samples_count_what_the_fleet_settled_since_the_console_started(
+    memory: MemoryBroker,
+) -> None:
+    views = Views(memory, _app())
+    await views.sample()
+    app = App()
+
+    @app.job
+    async def quick(ctx: JobContext) -> None: ...
+
+    @app.job(max_attempts=1)
+    async def fails(ctx: JobContext) -> None:
+        raise RuntimeError("no")
+
+    for _ in range(5):
+        await memory.enqueue("quick")
+    await memory.enqueue("fails")
+    async with running_worker(app, memory, heartbeat=0.1) as worker:
+        assert worker.heartbeat is not None
+        await wait_until(lambda: worker.stats.succeeded == 5 and worker.stats.dead_lettered == 1)
+        beats = worker.heartbeat.beats
+        await wait_until(lambda: worker.heartbeat is not None and worker.heartbeat.beats > beats)
+        await views.sample()
+        await views.sample()  # nothing more settled: nothing more counted
+        listed = (await views.replicas())["items"]
+    first, *_, last = views.samples
+    assert (first["processed"], first["failed"]) == (0, 0)
+    assert (last["processed"], last["failed"]) == (6, 1)
+    [replica] = listed
+    assert replica["counts"]["succeeded"] == 5
+    assert replica["counts"]["dead_lettered"] == 1

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..about import __version__
 from ..control.activity import RunningJob
+from ..control.replicas import Replica
 from ..control.settled import SettledRun
 from ..ports.messages import MAX_ID_LENGTH
 from ..tracking.lists import STATES
@@ -337,21 +338,7 @@ def document() -> dict[str, Any]:
                         "key": {"type": "string"},
                     },
                 },
-                "Replica": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string"},
-                        "host": {"type": "string"},
-                        "pid": {"type": "integer"},
-                        "version": {"type": "string"},
-                        "ticking": {"type": "boolean"},
-                        "running": {"type": "integer"},
-                        "concurrency": {"type": "integer"},
-                        "started_at": {"type": "number"},
-                        "seen_at": {"type": "number"},
-                        "age": {"type": "number"},
-                    },
-                },
+                "Replica": schema_of(Replica, age=float, jobs=dict[str, int]),
                 "DeadLetter": {
                     "type": "object",
                     "properties": {

@@ -7,6 +7,7 @@ document too, so the two cannot drift.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import types
 import typing
@@ -41,9 +42,10 @@ def _schema(kind: Any) -> dict[str, Any]:
         if all(set(p) == {"type"} for p in parts):
             return {"type": [p["type"] for p in parts]}
         return {"anyOf": parts}
-    if origin in (list, tuple, typing.Sequence) or kind in (list, tuple):
+    if origin in (list, tuple, collections.abc.Sequence) or kind in (list, tuple):
         args = typing.get_args(kind)
         return {"type": "array", **({"items": _schema(args[0])} if args else {})}
-    if origin in (dict, typing.Mapping) or kind is dict:
-        return {"type": "object"}
+    if origin in (dict, collections.abc.Mapping) or kind is dict:
+        args = typing.get_args(kind)
+        return {"type": "object", **({"additionalProperties": _schema(args[1])} if args else {})}
     raise TypeError(f"no JSON Schema for {kind!r}")

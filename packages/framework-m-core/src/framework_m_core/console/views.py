@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..control import history, jobs, keys, replicas, runtime_schedules, steering
+from ..control import activity, history, jobs, keys, replicas, runtime_schedules, steering
+from ..control.replicas import Replica
 from ..control.shared import shared
 from ..errors import ConfigurationError, NotFoundError
 from ..ports.capabilities import Capability
@@ -72,6 +73,11 @@ class Views:
         self.broker = broker
         self.app = app
         self.samples: deque[dict[str, Any]] = deque(maxlen=SAMPLES)
+        # The fleet's settled deliveries since this console started (processed, failed),
+        # from each replica's counts in the roll as last sampled.
+        self._since = time.time()
+        self._settled = [0, 0]
+        self._last: dict[str, tuple[int, int]] = {}
         caps = broker.capabilities
         self.stateful = Capability.STORE in caps
         self.leases = Capability.STORE in caps
@@ -225,19 +231,46 @@ class Views:
     # -- replicas and queues ----------------------------------------------------------
 
     async def replicas(self) -> dict[str, Any]:
+        """The live replicas, each with its counts and the jobs it runs now (by name)."""
         if not self.stateful:
             return {"items": [], "note": "this broker keeps no shared state: no replica roll"}
         now = time.time()
         found = await replicas.list_replicas(self.broker, now)
-        return {
-            "quiet_after": replicas.QUIET,
-            "items": [{**dataclasses.asdict(r), "age": max(0.0, now - r.seen_at)} for r in found],
-        }
+        runs, _ = await activity.running_jobs(self.broker)
+        jobs: dict[str, dict[str, int]] = {}
+        for run in runs:
+            named = jobs.setdefault(run.replica, {})
+            named[run.job] = named.get(run.job, 0) + 1
+        items = [
+            {**dataclasses.asdict(r), "age": max(0.0, now - r.seen_at), "jobs": jobs.get(r.id, {})}
+            for r in found
+        ]
+        return {"quiet_after": replicas.QUIET, "items": items}
 
     async def sample(self) -> None:
-        """Add the broker's counts now to the last hour's samples."""
+        """Add the broker's counts now, and the deliveries the fleet settled since this
+        console started (``processed``, of them ``failed``), to the last hour's samples."""
         stats = await self.broker.queue_stats()
-        self.samples.append({"at": time.time(), **dataclasses.asdict(stats)})
+        sample: dict[str, Any] = {"at": time.time(), **dataclasses.asdict(stats)}
+        if self.stateful:
+            self._count(await replicas.list_replicas(self.broker))
+            sample["processed"], sample["failed"] = self._settled
+        self.samples.append(sample)
+
+    def _count(self, found: list[Replica]) -> None:
+        """Add what each replica settled since the last sample: a replica first seen
+        counts from its start when it started after this console, else from now."""
+        last = {}
+        for r in found:
+            done = sum(r.counts.values())
+            failed = r.counts.get("retried", 0) + r.counts.get("dead_lettered", 0)
+            before = self._last.get(r.id)
+            if before is None:
+                before = (0, 0) if r.started_at >= self._since else (done, failed)
+            self._settled[0] += max(0, done - before[0])
+            self._settled[1] += max(0, failed - before[1])
+            last[r.id] = (done, failed)
+        self._last = last
 
     async def queues(self) -> dict[str, Any]:
         counts: dict[str, Any] | None = None

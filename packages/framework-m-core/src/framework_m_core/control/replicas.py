@@ -23,14 +23,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..about import __version__
 from ..errors import BrokerError
 from ..ports.protocols import BrokerProtocol
 from . import keys
+from .checks import is_count
 from .runtime_schedules import contention_pause
 from .shared import shared
 
@@ -65,6 +66,10 @@ class Replica:
     concurrency: int
     started_at: float  # unix seconds
     seen_at: float  # its last beat, by its own clock
+    #: Deliveries it settled since it started, by outcome (``succeeded``, ``retried``,
+    #: ``dead_lettered``, ``skipped``, ``expired``, ``cancelled``); empty from a replica
+    #: of a version that did not say.
+    counts: Mapping[str, int] = field(default_factory=dict)
 
 
 def new_replica_id() -> str:
@@ -90,6 +95,13 @@ def _decode(raw: bytes | None, key: str) -> dict[str, dict[str, Any]]:
         else:
             log.warning("state record %s: entry %r is not a replica: left out", key, replica_id)
     return entries
+
+
+def _counts(found: object) -> dict[str, int]:
+    """An entry's counts as far as they are counts (none from an older replica)."""
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): v for k, v in found.items() if is_count(v) and isinstance(k, str)}
 
 
 def _valid(entry: object) -> bool:
@@ -131,7 +143,7 @@ async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> lis
         for replica_id, entry in _decode(None if record is None else record.value, key).items():
             if entry["seen_at"] >= now - QUIET:
                 fields = {name: entry[name] for name in _FIELDS}
-                out.append(Replica(id=replica_id, **fields))
+                out.append(Replica(id=replica_id, **fields, counts=_counts(entry.get("counts"))))
     return sorted(out, key=lambda r: (r.host, r.pid, r.id))
 
 
@@ -139,13 +151,13 @@ class RollEntry:
     """A worker's entry in the roll: written at once, renewed every ``interval`` seconds
     until :meth:`close`, removed by :meth:`leave`.
 
-    ``describe`` gives what changes between beats: ``(ticking, running)``.
+    ``describe`` gives what changes between beats: ``(ticking, running, counts)``.
     """
 
     def __init__(
         self,
         broker: BrokerProtocol,
-        describe: Callable[[], tuple[bool, int]],
+        describe: Callable[[], tuple[bool, int, Mapping[str, int]]],
         *,
         concurrency: int,
         interval: float = HEARTBEAT,
@@ -162,11 +174,11 @@ class RollEntry:
         self._failing = False
 
     def entry(self, now: float) -> dict[str, Any]:
-        ticking, running = self.describe()
+        ticking, running, counts = self.describe()
         host, pid, _ = self.id.rsplit(":", 2)
         replica = Replica(
             self.id, host, int(pid), __version__, ticking, running, self.concurrency,
-            self.started_at, now,
+            self.started_at, now, dict(counts),
         )  # fmt: skip
         out = asdict(replica)
         del out["id"]

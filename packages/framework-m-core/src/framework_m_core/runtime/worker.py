@@ -333,9 +333,15 @@ class Worker:
         scheduled = [spec.name for spec in self.app.scheduled()]
         await fleet.announce_quietly(self.broker, self.app.jobs, scheduled)
 
-    def _described(self) -> tuple[bool, int]:
-        """For the replica roll: ticking or not, and handlers running."""
-        return self.ticker is not None, len(self._inflight) - self._waiting
+    def _described(self) -> tuple[bool, int, dict[str, int]]:
+        """For the replica roll: ticking or not, handlers running, and the deliveries
+        settled since it started by outcome."""
+        s = self.stats
+        counts = {
+            "succeeded": s.succeeded, "retried": s.retried, "dead_lettered": s.dead_lettered,
+            "skipped": s.skipped, "expired": s.expired, "cancelled": s.cancelled,
+        }  # fmt: skip
+        return self.ticker is not None, len(self._inflight) - self._waiting, counts
 
     async def _leave_roll(self) -> None:
         """Take this worker off the replica roll; if the broker does not answer in time,

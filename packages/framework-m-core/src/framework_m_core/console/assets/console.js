@@ -3,7 +3,7 @@
 "use strict";
 
 const state = {
-  tab: "schedules",
+  tab: "overview",
   csrf: null,
   role: null,
   changesAllowed: false,
@@ -232,24 +232,113 @@ async function loadQueues() {
     dd.textContent = value === null ? "-" : String(value);
     counts.append(dt, dd);
   }
-  chart(data.samples);
+  chart($("#queue-chart"), data.samples, [
+    ["ready", "ready", (s) => s.ready ?? null],
+    ["reserved", "reserved", (s) => s.reserved ?? null],
+    ["dead", "dead", (s) => s.dead_letters ?? null],
+  ], "jobs");
 }
 
-function chart(samples) {
-  const svg = $("#queues .chart");
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgEl(parent, name, attrs, text) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  if (text !== undefined) el.textContent = text;
+  parent.appendChild(el);
+  return el;
+}
+
+function clock(unix) {
+  return new Date(unix * 1000).toISOString().slice(11, 19);
+}
+
+// A line chart over time with labelled axes: series are [class, label, value(sample, i)],
+// a value null where it is not known.
+function chart(svg, samples, series, unit) {
   svg.replaceChildren();
-  if (samples.length < 2) return;
-  const ns = "http://www.w3.org/2000/svg";
+  const W = 640, H = 240, L = 56, R = 12, T = 12, B = 30;
+  if (samples.length < 2) {
+    svgEl(svg, "text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "axis" }, "waiting for samples");
+    return;
+  }
   const t0 = samples[0].at, t1 = samples[samples.length - 1].at;
-  const top = Math.max(1, ...samples.flatMap((s) => [s.ready || 0, s.reserved || 0, s.dead_letters || 0]));
-  for (const [key, cls] of [["ready", "ready"], ["reserved", "reserved"], ["dead_letters", "dead"]]) {
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("class", cls);
-    line.setAttribute("points", samples
-      .filter((s) => s[key] !== null)
-      .map((s) => `${(600 * (s.at - t0)) / Math.max(1, t1 - t0)},${195 - (190 * s[key]) / top}`)
-      .join(" "));
-    svg.appendChild(line);
+  const values = series.map(([, , value]) => samples.map((s, i) => value(s, i)));
+  const top = Math.max(1, ...values.flat().filter((v) => v !== null));
+  const x = (t) => L + ((W - L - R) * (t - t0)) / Math.max(1, t1 - t0);
+  const y = (v) => H - B - ((H - B - T) * v) / top;
+  svgEl(svg, "line", { x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis-line" });
+  svgEl(svg, "line", { x1: L, y1: T, x2: L, y2: H - B, class: "axis-line" });
+  for (const v of [0, top / 2, top]) {
+    const label = Number.isInteger(v) ? String(v) : v.toFixed(1);
+    svgEl(svg, "text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "axis" }, label);
+  }
+  svgEl(svg, "text", { x: 4, y: H - 10, class: "axis unit" }, unit);
+  for (const [t, anchor] of [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]]) {
+    svgEl(svg, "text", { x: x(t), y: H - 10, "text-anchor": anchor, class: "axis" }, clock(t));
+  }
+  series.forEach(([cls], n) => {
+    const points = samples
+      .map((s, i) => [s.at, values[n][i]])
+      .filter(([, v]) => v !== null)
+      .map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`);
+    svgEl(svg, "polyline", { class: cls, points: points.join(" ") });
+  });
+}
+
+// Replicas renew their counts in the roll every 10 s: a rate is taken over at least
+// RATE_WINDOW seconds, so that it does not read 0 between two renewals and a spike at each.
+const RATE_WINDOW = 20;
+
+function rate(samples, key) {
+  return (s, i) => {
+    let j = i - 1;
+    while (j > 0 && samples[j].at > s.at - RATE_WINDOW) j -= 1;
+    if (j < 0 || s[key] === undefined || samples[j][key] === undefined) return null;
+    return Math.max(0, s[key] - samples[j][key]) / Math.max(0.001, s.at - samples[j].at);
+  };
+}
+
+// -- overview --------------------------------------------------------------------------
+
+function tile(list, name, value) {
+  const dt = document.createElement("dt");
+  dt.textContent = name;
+  const dd = document.createElement("dd");
+  dd.textContent = value === null || value === undefined ? "-" : String(value);
+  list.append(dt, dd);
+}
+
+async function loadOverview() {
+  const [queues, fleet] = await Promise.all([api("GET", "/api/queues"), api("GET", "/api/replicas")]);
+  const samples = queues.samples;
+  const sum = (key) => fleet.items.reduce((n, r) => n + Object.entries(r.counts || {})
+    .filter(([k]) => key === "all" || key.includes(k)).reduce((m, [, v]) => m + v, 0), 0);
+  const tiles = $("#overview .tiles");
+  tiles.replaceChildren();
+  const settled = rate(samples, "processed");
+  const last = samples.length > 1 ? settled(samples[samples.length - 1], samples.length - 1) : null;
+  tile(tiles, "settled by the live replicas", sum("all"));
+  tile(tiles, "failed attempts", sum(["retried", "dead_lettered"]));
+  tile(tiles, "settled a second now", last === null ? null : last.toFixed(1));
+  for (const key of ["ready", "delayed", "retries", "reserved", "dead_letters"]) {
+    if (queues.counts && queues.counts[key] !== undefined) tile(tiles, key.replace("_", " "), queues.counts[key]);
+  }
+  chart($("#throughput"), samples, [["reserved", "settled", settled], ["dead", "failed", rate(samples, "failed")]], "jobs/s");
+  const body = $("#overview-replicas tbody");
+  body.replaceChildren();
+  for (const r of fleet.items) {
+    const row = document.createElement("tr");
+    cell(row, `${r.host}:${r.pid}`);
+    cell(row, r.ticking ? "ticks and runs jobs" : "runs jobs");
+    const listed = Object.values(r.jobs || {}).reduce((n, v) => n + v, 0);
+    cell(row, `${r.jobs ? listed : r.running} of ${r.concurrency}`, "num");
+    const jobs = Object.entries(r.jobs || {}).map(([name, n]) => `${name} x${n}`).join(", ");
+    cell(row, jobs || "nothing");
+    const counts = r.counts || {};
+    cell(row, Object.values(counts).reduce((n, v) => n + v, 0), "num");
+    cell(row, (counts.retried || 0) + (counts.dead_lettered || 0), "num");
+    body.appendChild(row);
   }
 }
 
@@ -425,7 +514,7 @@ async function loadSession() {
   return s;
 }
 
-async function loadOverview() {
+async function loadBroker() {
   const overview = await api("GET", "/api/overview");
   $("#broker").textContent = overview.broker;
 }
@@ -436,6 +525,7 @@ async function loadSchedulesAndHistory() {
 }
 
 const loaders = {
+  overview: loadOverview,
   schedules: loadSchedulesAndHistory,
   replicas: loadReplicas,
   queues: loadQueues,
@@ -507,7 +597,7 @@ async function start() {
       $("#token").value = "";
       say("Signed in");
       await loadSession();
-      await loadOverview();
+      await loadBroker();
       await refresh();
     } catch (error) {
       say(error.message, true);
@@ -521,7 +611,7 @@ async function start() {
   try {
     const s = await loadSession();
     if (!s.reads_guarded || s.signed_in) {
-      await loadOverview();
+      await loadBroker();
       await refresh();
     } else {
       say("Sign in to read this console.");
