@@ -59,6 +59,8 @@ SUITES = {
     "fleet": "packages/framework-m-core/tests/test_fleet.py",
     # The console's API: who may read and change, and for which Host.
     "console": "packages/framework-m-core/tests/test_console_api.py",
+    # A property-based run over the console's OpenAPI document against m console.
+    "console_fuzz": "tests/test_console_fuzz.py",
     # What the NATS store knows of its own writes, so it need not read first.
     "nats-known": "packages/adapter-nats/tests/test_store_nats.py",
     # The job stream kept bounded: acked jobs outside the dedup window removed.
@@ -1410,6 +1412,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "(d.job == job if job is not None else d.key in wanted)",
         "(job is not None or d.key in wanted)",
         "test_dead_letters_of_one_job_are_requeued_all_at_once_and_no_others",
+    ),
+    m(
+        "core-console-server-error-at-the-page-limit",
+        "console_fuzz",
+        "no request the document allows gets a server error",
+        f"{CORE}/console/views.py",
+        "        chosen = lists.validate_state(state)\n",
+        "        chosen = lists.validate_state(state)\n        assert page.limit < MAX_LIMIT\n",
+        "test_no_request_made_from_the_document_gets_a_server_error",
     ),
     # -- jobs by state (core, run on memory://) ----------------------------------------------
     m(

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import httpx
 import jsonschema
 import pytest
+from openapi_spec_validator import validate as validate_spec
 from starlette.routing import Route
 
 from framework_m_core import App, JobContext
@@ -467,6 +468,13 @@ async def test_the_openapi_document_bounds_inputs_as_the_server_does(
         )
         documented = re.fullmatch(schedule_id, candidate) is not None
         assert answer.status_code == (404 if documented else 400), (candidate, answer.text)
+    name = paths["/api/schedules/{name}/history"]["parameters"][0]["schema"]["pattern"]
+    for candidate in ["minutely", "a" * 200, "a" * 201, "1a", "@t1", "@" + "t" * 101, "@-t"]:
+        answer = await client.get(f"/api/schedules/{quote(candidate, safe='')}/history")
+        documented = re.fullmatch(name, candidate) is not None
+        assert answer.status_code == (404 if documented and candidate != "minutely" else
+                                      200 if documented else 400), (candidate, answer.text)  # fmt: skip
+    validate_spec(document())  # the document itself is valid OpenAPI 3.1
     keys = paths["/api/dead-letters/purge"]["post"]["requestBody"]["content"]["application/json"]
     assert keys["schema"]["properties"]["keys"]["minItems"] == 1
     empty = await client.post("/api/dead-letters/purge", json={"keys": []}, headers=bearer(TOKEN))

@@ -8,7 +8,7 @@ from ..about import __version__
 from ..control.activity import RunningJob
 from ..control.replicas import Replica
 from ..control.settled import SettledRun
-from ..ports.messages import MAX_ID_LENGTH
+from ..ports.messages import MAX_ID_LENGTH, MAX_NAME_LENGTH
 from ..tracking.lists import STATES
 from .schemas import schema_of
 from .views import MAX_LIMIT
@@ -71,6 +71,7 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any]) -> d
 # control.runtime_schedules.validate_id): a test checks each bound both ways.
 _JOB_ID = {"type": "string", "pattern": f"^[!-~]{{1,{MAX_ID_LENGTH}}}$"}
 _SCHEDULE_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"}
+_JOB_NAME = rf"[A-Za-z_][A-Za-z0-9_.\-]{{0,{MAX_NAME_LENGTH - 1}}}"
 _PAGE = [
     _param(
         "q", "query", "case-insensitive text to search for", {"type": "string", "maxLength": 200}
@@ -88,7 +89,10 @@ _NAME = [
         "name",
         "path",
         "a scheduled job's name, or @{id} for a runtime schedule",
-        {"type": "string", "minLength": 1},
+        {
+            "type": "string",
+            "pattern": rf"^(?:{_JOB_NAME}|@{_SCHEDULE_ID['pattern'][1:-1]})$",
+        },
     )
 ]
 _OBJECT: dict[str, Any] = {"type": "object"}
