@@ -105,8 +105,11 @@ async def test_under_load_with_quiet_moments_the_stored_count_stays_flat(
                 await wait_until(lambda p=trimmer.passes: trimmer.passes >= p + 2, timeout=10)
                 if time.monotonic() - started > 5:
                     counts.append(await stored(broker))
-        # Bursts of 250, each done before the next: a window (1 s) and the margin (2 s) of
-        # them stay, far below what was sent, and not growing.
+        # Bursts of 250, each done before the next: what lies within a window (1 s) and
+        # the margin (2 s) stays, far below what was sent and not growing. Each round waits
+        # two of the trimmer's one-second passes after its burst, so at a count the burst
+        # just done and at most the one before are that recent: on a loaded machine the
+        # rounds are slower, on an idle one the one before may still be within them.
         assert sent >= 1000
         assert max(counts) < sent / 2, (max(counts), sent)
-        assert counts[-1] <= max(counts[: len(counts) // 2]) * 1.5, counts
+        assert max(counts) <= 2 * 250, counts
