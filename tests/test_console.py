@@ -245,7 +245,9 @@ def _the_page_shows_pauses_and_resumes(
     tab.once("dialog", lambda dialog: dialog.accept("from the page"))
     row.locator("button", has_text="Pause").click()
     paused = time.time()
-    row.locator("td.state", has_text="paused (from the page)").wait_for()
+    row.locator(
+        "td.state", has_text="paused (from the page) by console (signed-in page from"
+    ).wait_for()
     for w in workers:
         w.wait_for(r"steered: paused \(from the page\)", 1, 15)
     time.sleep(2.5)

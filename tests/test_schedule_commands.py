@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -136,6 +137,10 @@ def test_pause_resume_and_trigger_from_the_command_line() -> None:
         assert "heartbeat: paused;" in done.stdout
         paused = asyncio.run(state())
         assert (paused.paused, paused.reason) == (True, "deploy")
+        assert paused.paused_by is not None
+        assert paused.paused_by.endswith(f"@{socket.gethostname()} (m schedules)")
+        listed = m("schedules", *app)
+        assert f"(deploy) by {paused.paused_by}" in listed.stdout, listed.stdout
 
         done = m("schedules", "trigger", "heartbeat", *app)
         assert done.returncode == 0, done.stderr

@@ -30,8 +30,11 @@ async def test_a_schedule_nobody_changed_runs_and_knows_no_slot(memory: MemoryBr
 
 
 async def test_pause_holds_every_slot_until_resume(memory: MemoryBroker) -> None:
-    state = await steering.pause(memory, "report", reason="incident 42", clock=lambda: NOW)
+    state = await steering.pause(
+        memory, "report", reason="incident 42", by="ana@web-1 (m schedules)", clock=lambda: NOW
+    )
     assert (state.paused, state.paused_until, state.reason) == (True, None, "incident 42")
+    assert state.paused_by == "ana@web-1 (m schedules)"
     assert state.paused_at == NOW
     read = await steering.read(memory, "report")
     assert read == state

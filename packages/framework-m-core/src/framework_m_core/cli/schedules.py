@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -199,7 +201,9 @@ async def _steer(args: argparse.Namespace) -> int:
             if found is not None:  # its run takes the schedule's kwargs updated by these
                 check_job(app, args.app, found.job, {**found.kwargs, **kwargs})
         if args.action == "pause":
-            state = await steering.pause(broker, args.job, until=args.until, reason=args.reason)
+            state = await steering.pause(
+                broker, args.job, until=args.until, reason=args.reason, by=_who()
+            )
             until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
             print(f"{args.job}: paused{until}; no replica enqueues its slots from its next tick")
         elif args.action == "resume":
@@ -218,6 +222,15 @@ async def _steer(args: argparse.Namespace) -> int:
                 f"{done.stored} new, {len(done.slots) - done.stored} already enqueued"
             )
     return 0
+
+
+def _who() -> str:
+    """Who pauses from this command line: ``user@host (m schedules)``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()} (m schedules)"
 
 
 @contextlib.contextmanager
@@ -355,7 +368,8 @@ def _state_lines(state: steering.ScheduleState) -> list[str]:
         until = "" if state.paused_until is None else f" until {iso(state.paused_until)}"
         since = "" if state.paused_at is None else f" since {iso(state.paused_at)}"
         why = "" if state.reason is None else f" ({state.reason})"
-        lines = [f"state: paused{until}{since}{why}"]
+        by = "" if state.paused_by is None else f" by {state.paused_by}"
+        lines = [f"state: paused{until}{since}{why}{by}"]
         if state.paused_until is not None and state.paused_until <= time.time():
             lines[0] += ", lifted by itself"
     last = "none recorded" if state.latest_slot is None else iso(state.latest_slot)

@@ -304,6 +304,7 @@ def document() -> dict[str, Any]:
                         "paused": {"type": ["boolean", "null"]},
                         "paused_until": nullable_number,
                         "reason": {"type": ["string", "null"]},
+                        "paused_by": {"type": ["string", "null"]},
                         "last_slot": {"type": ["integer", "null"]},
                     },
                 },

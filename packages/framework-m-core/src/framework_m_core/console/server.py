@@ -211,6 +211,10 @@ class Api:
     async def schedules(self, request: Request) -> Any:
         return await self.views.schedules(page_of(request.query_params))
 
+    def _signed(self, request: Request) -> str:
+        """How a change was signed: the page's session or a bearer token."""
+        return "bearer token" if request.headers.get("authorization") else "signed-in page"
+
     async def history(self, request: Request) -> Any:
         return await self.views.history(request.path_params["name"])
 
@@ -220,7 +224,8 @@ class Api:
         reason = body.get("reason")
         if reason is not None and not isinstance(reason, str):
             raise ConfigurationError("reason must be a string")
-        return await self.views.pause(request.path_params["name"], until, reason or None)
+        by = f"console ({self._signed(request)} from {_peer(request)})"
+        return await self.views.pause(request.path_params["name"], until, reason or None, by)
 
     async def resume(self, request: Request) -> Any:
         await _body(request)

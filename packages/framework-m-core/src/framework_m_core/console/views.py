@@ -173,10 +173,12 @@ class Views:
         names = None if self.app is None else {spec.name for spec in self.app.scheduled()}
         return await steering.check_schedule(self.broker, steering.check_name(name), names)
 
-    async def pause(self, name: str, until: float | None, reason: str | None) -> dict[str, Any]:
+    async def pause(
+        self, name: str, until: float | None, reason: str | None, by: str | None = None
+    ) -> dict[str, Any]:
         self._need_state("schedules cannot be paused there")
         await self._check_schedule(name)
-        state = await steering.pause(self.broker, name, until=until, reason=reason)
+        state = await steering.pause(self.broker, name, until=until, reason=reason, by=by)
         return {"name": name, **_state(state, time.time())}
 
     async def resume(self, name: str) -> dict[str, Any]:
@@ -347,12 +349,19 @@ class Views:
 
 def _state(state: steering.ScheduleState | None, now: float) -> dict[str, Any]:
     if state is None:
-        return {"paused": None, "paused_until": None, "reason": None, "last_slot": None}
+        return {
+            "paused": None,
+            "paused_until": None,
+            "reason": None,
+            "paused_by": None,
+            "last_slot": None,
+        }
     return {
         "paused": state.paused
         and not (state.paused_until is not None and state.paused_until <= now),
         "paused_until": state.paused_until,
         "reason": state.reason,
+        "paused_by": state.paused_by,
         "last_slot": state.latest_slot,
     }
 

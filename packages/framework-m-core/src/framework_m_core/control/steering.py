@@ -56,6 +56,7 @@ class ScheduleState:
     latest_slot: int | None = None  # the latest slot known enqueued
     triggered_at: float | None = None  # the last trigger
     resumed_at: float | None = None  # the last resume: no slot before it is caught up
+    paused_by: str | None = None  # who paused it: "user@host (m schedules)", "console ..."
 
     def pauses(self, slot: float) -> bool:
         """Whether a slot at ``slot`` (unix seconds) is held back by the pause."""
@@ -70,6 +71,7 @@ class ScheduleState:
             "latest_slot": self.latest_slot,
             "triggered_at": self.triggered_at,
             "resumed_at": self.resumed_at,
+            "paused_by": self.paused_by,
         }
         fields.update({k: v for k, v in optional.items() if v is not None})
         return json.dumps(fields, separators=(",", ":")).encode()
@@ -102,6 +104,7 @@ def decode_state(value: bytes, job_name: str = "?") -> ScheduleState:
     take("latest_slot", lambda v: isinstance(v, int) and not isinstance(v, bool) and _is_time(v))
     take("triggered_at", _is_time)
     take("resumed_at", _is_time)
+    take("paused_by", lambda v: isinstance(v, str) and len(v) <= MAX_REASON and v.isprintable())
     if bad:
         log.warning("%s: ignoring malformed schedule state fields: %s", job_name, ", ".join(bad))
     return ScheduleState(**out)
@@ -280,26 +283,32 @@ async def pause(
     *,
     until: float | None = None,
     reason: str | None = None,
+    by: str | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ScheduleState:
     """Pause the schedule (until ``until``, unix seconds, or until resumed); every
-    replica enqueues none of its slots from its next tick on."""
+    replica enqueues none of its slots from its next tick on. ``by`` says who paused
+    it, shown beside the reason."""
     check_name(job_name)
     reason = check_reason(reason)
+    by = None if by is None else check_reason(by[:MAX_REASON])
     now = clock()
     if until is not None and (not _is_time(until) or until <= now):
         raise ConfigurationError(f"a pause must end in the future, got until={until!r}")
     state = await change(
         broker,
         job_name,
-        lambda s: replace(s, paused=True, paused_until=until, paused_at=now, reason=reason),
+        lambda s: replace(
+            s, paused=True, paused_until=until, paused_at=now, reason=reason, paused_by=by
+        ),
     )
     await _steered(broker)
     log.info(
-        "%s: paused%s%s",
+        "%s: paused%s%s%s",
         job_name,
         "" if until is None else f" until {until:.0f}",
         "" if reason is None else f" ({reason})",
+        "" if by is None else f" by {by}",
     )
     return state
 
@@ -315,7 +324,15 @@ async def resume(
         broker,
         job_name,
         lambda s: (
-            replace(s, paused=False, paused_until=None, paused_at=None, reason=None, resumed_at=now)
+            replace(
+                s,
+                paused=False,
+                paused_until=None,
+                paused_at=None,
+                reason=None,
+                paused_by=None,
+                resumed_at=now,
+            )
             if s.paused
             else None
         ),

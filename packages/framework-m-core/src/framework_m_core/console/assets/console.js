@@ -92,10 +92,11 @@ async function loadSchedules() {
     name.appendChild(button(s.name, () => { state.history = s.name; refresh(); }, "link"));
     cell(row, s.schedule);
     cell(row, when(s.next_slot), "num");
-    cell(row, when(s.last_slot), "num");
+    const lastRun = s.last_run && s.last_run.slot !== null ? s.last_run.slot : null;
+    cell(row, when(Math.max(s.last_slot || 0, lastRun || 0) || null), "num");
     const paused = s.paused === true;
     const stateText = paused
-      ? `paused${s.paused_until ? ` until ${when(s.paused_until)}` : ""}${s.reason ? ` (${s.reason})` : ""}`
+      ? `paused${s.paused_until ? ` until ${when(s.paused_until)}` : ""}${s.reason ? ` (${s.reason})` : ""}${s.paused_by ? ` by ${s.paused_by}` : ""}`
       : s.paused === false ? "active" : "-";
     cell(row, stateText, paused ? "paused state" : "active-state state");
     cell(row, s.overlap);
