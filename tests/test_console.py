@@ -392,12 +392,17 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
     tab, errors = page
     roll = {r["id"] for r in console.get("/api/replicas")["items"]}
 
-    async def enqueue() -> tuple[list[str], str]:
+    async def enqueue() -> tuple[list[str], str, str]:
         async with connected(open_broker(url)) as broker:
             slow = [await broker.enqueue("slow", seconds=8.0) for _ in range(2)]
-            return slow, await broker.enqueue("always_fails")
+            later = await broker.enqueue_in(3600, "slow", seconds=0.1)
+            return slow, await broker.enqueue("always_fails"), later
 
-    slow, failing = in_a_thread(enqueue)
+    slow, failing, later = in_a_thread(enqueue)
+    if url.startswith("redis"):  # NATS cannot list what it holds without taking it
+        delayed = console.get("/api/jobs?state=delayed")["items"]
+        assert [d["job_id"] for d in delayed] == [later]
+        assert delayed[0]["due_at"] > time.time() + 3500
     running = poll(
         "both slow jobs listed as running",
         lambda: (
@@ -418,6 +423,9 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
     shots = os.environ.get("FM_SCREENSHOTS")
     if shots:
         tab.screenshot(path=str(Path(shots) / "jobs.png"), full_page=True)
+    if url.startswith("redis"):
+        tab.click("#jobs .states button[data-state=delayed]")
+        tab.locator(f"#job-list tbody tr[data-job-id='{later}']").wait_for()
     tab.click("#jobs .states button[data-state=failed]")
     row = tab.locator(f"#job-list tbody tr[data-job-id='{failing}']")
     row.wait_for()

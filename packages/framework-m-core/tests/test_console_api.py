@@ -530,7 +530,7 @@ async def test_jobs_are_listed_by_state_searched_paged_and_as_documented(
     assert (running["total"], running["items"]) == (0, [])
     bad = await client.get("/api/jobs?state=sleeping")
     assert bad.status_code == 400
-    assert "state must be one of running, finished, failed, dead" in bad.json()["error"]
+    assert "state must be one of waiting, delayed, retrying, running" in bad.json()["error"]
     assert (await client.get("/api/jobs")).status_code == 400
     doc = document()
     spec = doc["paths"]["/api/jobs"]["get"]["responses"]["200"]
@@ -614,3 +614,29 @@ async def test_the_openapi_document_bounds_schedule_names_as_the_server_does(
         else:
             expected = 200 if candidate == "minutely" else 404  # no such schedule
         assert answer.status_code == expected, (candidate, answer.text)
+
+
+async def test_jobs_the_broker_holds_are_listed_as_waiting_delayed_and_retrying(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    retried = await memory.enqueue("broken", n=1)
+    [taken] = await memory.receive(1, 1)
+    assert decode_message(taken.body).id == retried
+    await memory.retry(taken, 120)
+    ready = [await memory.enqueue("report", tenant=n) for n in range(2)]
+    later = await memory.enqueue_in(600, "report", tenant=9)
+    doc = document()
+    spec = doc["paths"]["/api/jobs"]["get"]["responses"]["200"]
+    schema = {**spec["content"]["application/json"]["schema"], "components": doc["components"]}
+    waiting = (await client.get("/api/jobs?state=waiting")).json()
+    assert [i["job_id"] for i in waiting["items"]] == ready
+    assert all(i["due_at"] is None and i["attempt"] == 1 for i in waiting["items"])
+    delayed = (await client.get("/api/jobs?state=delayed")).json()
+    assert [i["job_id"] for i in delayed["items"]] == [later]
+    assert delayed["items"][0]["due_at"] == pytest.approx(time.time() + 600, abs=5)
+    retrying = (await client.get("/api/jobs?state=retrying&job=broken")).json()
+    assert [(i["job_id"], i["attempt"]) for i in retrying["items"]] == [(retried, 2)]
+    assert retrying["items"][0]["due_at"] == pytest.approx(time.time() + 120, abs=5)
+    for answer in (waiting, delayed, retrying):
+        jsonschema.validate(answer, schema)
+    assert (await client.get("/api/jobs?state=retrying&job=report")).json()["total"] == 0

@@ -38,6 +38,7 @@ from framework_m_core.ports import (
     QueueStats,
     SchemaMissingError,
     SchemaPlan,
+    Waiting,
     answer,
 )
 from framework_m_core.ports import Capability as C
@@ -80,6 +81,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.STORE_DEADLINE,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
+            C.WAITING_INSPECTION,
             C.STORE,  # and so leases, state and memos, built on it in core
         }
     )
@@ -426,6 +428,24 @@ class RedisBroker(BaseBroker[RedisSettings]):
         dead stream; ``consumers``: those
         seen within twice the visibility timeout, None before Redis 7.2 (cannot tell)."""
         return await stats.read(self._run, self.settings)
+
+    async def waiting(self, limit: int = 100) -> Sequence[Waiting]:
+        """One read-only script: the stream's entries after the group's last delivered
+        one, then the delayed set's first members (jobs enqueued for later and retries,
+        ``{attempts}\\n{body}`` by due time in ms)."""
+        if limit < 1:
+            return []
+        s = self.settings
+        entries, delayed = await self._run("WAITING", [s.stream, s.delayed], [s.group, limit])
+        out = []
+        for _, flat in entries:
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            attempts = int(fields.get(b"a", b"0"))
+            out.append(Waiting(bytes(fields.get(b"b", b"")), attempts + 1, None))
+        for member, due_ms in zip(delayed[::2], delayed[1::2], strict=True):
+            held, _, body = bytes(member).partition(b"\n")
+            out.append(Waiting(body, int(held) + 1, float(due_ms) / 1000))
+        return out[:limit]
 
     # -- the store -------------------------------------------------------------------
 

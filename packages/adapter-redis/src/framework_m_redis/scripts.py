@@ -170,6 +170,28 @@ end
 return {math.max(0, entries - reserved) + due, reserved, scheduled, dead, consumers, delayed}
 """
 
+# KEYS: the stream, the delayed set. ARGV: the group, the most entries of each to read.
+# Returns {entries, delayed}: the stream's entries after the group's last delivered one
+# (every entry before the group exists), each {id, {field, value, ...}}; and the delayed
+# set's first members with their due times (ms), flat. Read-only.
+WAITING = """
+local after = '-'
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if type(groups) == 'table' and not groups.err then
+  for _, info in ipairs(groups) do
+    local name, last = nil, nil
+    for i = 1, #info - 1, 2 do
+      if info[i] == 'name' then name = info[i + 1] end
+      if info[i] == 'last-delivered-id' then last = info[i + 1] end
+    end
+    if name == ARGV[1] and last then after = '(' .. last end
+  end
+end
+local entries = redis.call('XRANGE', KEYS[1], after, '+', 'COUNT', ARGV[2])
+local delayed = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[2]) - 1, 'WITHSCORES')
+return {entries, delayed}
+"""
+
 # The store: one hash per record, fields v (the version) and d (the value), expiring by
 # PEXPIRE; every version comes from one counter (KEYS[1] below), so none is given twice.
 # Every change publishes on the channel of its record (the store's prefix, then the
@@ -252,6 +274,7 @@ NAMES = (
     "EXTEND",
     "PROMOTE",
     "STATS",
+    "WAITING",
     "STORE_READ",
     "STORE_WRITE",
     "STORE_CLAIM",

@@ -52,8 +52,9 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
     broker_arg(listing, shared=True)
     listing.add_argument(
         "--state", required=True, choices=lists.STATES,
-        help="running (with replica and how long), finished (the latest settled), failed "
-        "(the latest failed attempts) or dead (dead letters)",
+        help="waiting (due now), delayed (enqueued for later), retrying (next attempt "
+        "when), running (with replica and how long), finished (the latest settled), "
+        "failed (the latest failed attempts) or dead (dead letters)",
     )  # fmt: skip
     listing.add_argument("--job", default=None, help="only jobs of this name")
     listing.add_argument("--limit", type=positive_int, default=50, help="jobs to show at most (50)")
@@ -151,6 +152,9 @@ async def listed(args: argparse.Namespace, broker: BrokerProtocol) -> int:
 
 
 def _line(state: str, item: dict[str, Any]) -> str:
+    if state in ("waiting", "delayed", "retrying"):
+        due = "" if item["due_at"] is None else f"due {_when(item['due_at'])}  "
+        return f"{due}{item['job']}  {item['job_id']}  attempt {item['attempt']}"
     if state == "running":
         return (
             f"{item['job_id']}  {item['job']}  attempt {item['attempt']}  "

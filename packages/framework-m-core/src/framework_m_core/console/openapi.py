@@ -239,8 +239,9 @@ def document() -> dict[str, Any]:
             ),
             "/api/dead-letters/purge": _change("Remove dead letters", _SETTLED, _KEYS),
             "/api/jobs": _read(
-                "Jobs by state: running (with replica and how long, oldest first), the "
-                "latest finished and failed attempts, dead letters (newest first)",
+                "Jobs by state: waiting, delayed and retrying (first in line first), "
+                "running (with replica and how long, oldest first), the latest finished "
+                "and failed attempts, dead letters (newest first)",
                 {
                     "type": "object",
                     "required": ["state", "total", "offset", "items"],
@@ -252,6 +253,7 @@ def document() -> dict[str, Any]:
                             "type": "array",
                             "items": {
                                 "anyOf": [
+                                    {"$ref": "#/components/schemas/WaitingJob"},
                                     {"$ref": "#/components/schemas/RunningJob"},
                                     {"$ref": "#/components/schemas/SettledRun"},
                                     {"$ref": "#/components/schemas/DeadJob"},
@@ -331,6 +333,17 @@ def document() -> dict[str, Any]:
                 },
                 "SettledRun": schema_of(SettledRun, duration=float | None),
                 "RunningJob": schema_of(RunningJob, running_for=float),
+                "WaitingJob": {
+                    "type": "object",
+                    "required": ["job_id", "job", "attempt", "due_at", "enqueued_at"],
+                    "properties": {
+                        "job_id": {"type": "string"},
+                        "job": {"type": "string"},
+                        "attempt": {"type": "integer"},
+                        "due_at": {"type": ["number", "null"]},
+                        "enqueued_at": {"type": ["number", "null"]},
+                    },
+                },
                 "DeadJob": {
                     "type": "object",
                     "required": ["job_id", "job", "attempts", "dead_lettered_at", "reason", "key"],

@@ -42,6 +42,7 @@ from .records import (
     EnqueueMemo,
     PublishResult,
     QueueStats,
+    Waiting,
 )
 from .schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .store import ANY, Claim, Record, StoreProtocol, Write
@@ -87,6 +88,7 @@ __all__ = [
     "SchemaSyncProtocol",
     "StoreProtocol",
     "TickerProtocol",
+    "Waiting",
     "Write",
     "answer",
     "as_capabilities",

@@ -37,6 +37,8 @@ class Capability(StrEnum):
     #: A message that reaches the broker after its ``not_after`` is never run: the
     #: broker refuses to store it, or its deliveries say when it was stored.
     STORE_DEADLINE = "store_deadline"
+    #: ``waiting()`` lists the messages held and handed out to no consumer.
+    WAITING_INSPECTION = "waiting_inspection"
     #: ``remove_dead_letters()`` deletes dead letters that ``dead_letters()`` returned.
     DEAD_LETTER_REMOVAL = "dead_letter_removal"
     #: ``queue_stats()`` reports the broker's own counts of ready messages and dead letters.
@@ -71,6 +73,7 @@ _PROMISES = {
     Capability.UNCOUNTED_RELEASE: "a release is not counted as an attempt",
     Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
     Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
+    Capability.WAITING_INSPECTION: "waiting() lists what waits for a consumer, taking nothing",
     Capability.QUEUE_STATS: "queue_stats() counts ready, reserved and dead messages",
     Capability.DELAYED_ENQUEUE: "enqueue_at()/enqueue_in() hold a job until it is due",
     Capability.STORED_DEDUP_WINDOW: (

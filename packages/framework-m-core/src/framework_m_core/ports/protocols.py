@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         Delivery,
         PublishResult,
         QueueStats,
+        Waiting,
     )
     from .schema import SchemaPlan
     from .store import StoreProtocol
@@ -219,6 +220,18 @@ class ConsumerProtocol(Protocol):
         *Optional* (:attr:`~.Capability.DEAD_LETTER_INSPECTION`): a broker that
         cannot read its dead letters back returns an empty sequence.
         """
+
+    async def waiting(self, limit: int = 100) -> Sequence[Waiting]:
+        """Up to ``limit`` messages the broker holds and has handed out to no consumer:
+        those due now first, in the order it hands them out, then those held until a
+        time (jobs enqueued for later, retries waiting out their delay) by that time.
+        Each says the attempt it will be delivered as and when it is due (None: now).
+        Reading changes nothing; none when ``limit`` < 1.
+
+        *Optional* (:attr:`~.Capability.WAITING_INSPECTION`): a broker that cannot read
+        them without taking them returns an empty sequence.
+        """
+        return []
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         """Delete ``letters`` (as :meth:`dead_letters` returned them) from the dead-letter

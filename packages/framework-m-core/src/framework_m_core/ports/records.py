@@ -64,6 +64,15 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """A message the broker holds and has handed out to no consumer."""
+
+    body: bytes
+    attempt: int  # the attempt it will be delivered as: 1 for one never delivered
+    due_at: float | None  # unix seconds it is held until (a delay, a retry); None: due
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """What a queue holds now, by the broker's own numbers; None where it cannot tell.
 

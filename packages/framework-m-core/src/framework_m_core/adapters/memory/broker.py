@@ -23,6 +23,7 @@ from ...ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    Waiting,
 )
 from ...ports import Capability as C
 from ...ports.store import StoreProtocol
@@ -48,6 +49,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.STORED_DEDUP_WINDOW,
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
+            C.WAITING_INSPECTION,
             C.STORE,  # and so leases, state and memos, on it
         }
     )
@@ -246,6 +248,19 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             delayed=delayed,
             retries=len(q.delayed) - delayed,
         )
+
+    async def waiting(self, limit: int = 100) -> Sequence[Waiting]:
+        if limit < 1:
+            return []
+        q = self._q
+        now, wall = time.monotonic(), time.time()
+        q.promote(now)
+        ready = [Waiting(e.body, e.deliveries + 1, None) for e in list(q.ready)[:limit]]
+        later = [
+            Waiting(e.body, e.deliveries + 1, wall + (due - now))
+            for due, _, e in sorted(q.delayed)[: limit - len(ready)]
+        ]
+        return ready + later
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         refs = {id(letter.ref) for letter in letters if letter.ref is not None}

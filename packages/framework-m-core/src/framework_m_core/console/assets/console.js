@@ -422,6 +422,18 @@ async function settleJob(action) {
 
 // What each list shows: its columns, and how a job's row fills them.
 const JOB_LISTS = {
+  waiting: [
+    ["Job", (j) => j.job], ["Id", null], ["Attempt", (j) => j.attempt],
+    ["Enqueued", (j) => when(j.enqueued_at)],
+  ],
+  delayed: [
+    ["Due", (j) => when(j.due_at)], ["Job", (j) => j.job], ["Id", null],
+    ["Enqueued", (j) => when(j.enqueued_at)],
+  ],
+  retrying: [
+    ["Next attempt", (j) => when(j.due_at)], ["Job", (j) => j.job], ["Id", null],
+    ["Attempt", (j) => j.attempt], ["Enqueued", (j) => when(j.enqueued_at)],
+  ],
   running: [
     ["Job", (j) => j.job], ["Id", null], ["Attempt", (j) => j.attempt],
     ["Started", (j) => when(j.started_at)], ["Running for", (j) => seconds(j.running_for)],

@@ -18,6 +18,7 @@ from .state import StateContract
 from .stats import StatsContract
 from .status import StatusContract
 from .store import StoreContract
+from .waiting import WaitingContract
 from .worker import WorkerContract
 
 
@@ -31,6 +32,7 @@ class BrokerContract(
     WorkerContract,
     HostileInputContract,
     StatsContract,
+    WaitingContract,
     StoreContract,
     LeaseContract,
     StateContract,
