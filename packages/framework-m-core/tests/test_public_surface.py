@@ -91,6 +91,7 @@ TESTING = [
     "WorkerContract",
     "HostileInputContract",
     "StatsContract",
+    "WaitingContract",
     "StoreContract",
     "LeaseContract",
     "StateContract",

@@ -22,6 +22,7 @@ marked xfail on its own:
 - :class:`WorkerContract`: the worker runtime and the ticker on this broker;
 - :class:`HostileInputContract`: bodies that are not jobs;
 - :class:`StatsContract`: ``queue_stats``;
+- :class:`WaitingContract`: ``waiting``, what waits for a consumer;
 - :class:`StoreContract`: the store's records: compare-and-set, expiry, claims, watches;
 - :class:`LeaseContract`: leases, in one process and across processes;
 - :class:`StateContract`: shared state, written by compare-and-set;
@@ -56,6 +57,7 @@ _LAZY = {
     "WorkerContract": ".contract.worker",
     "HostileInputContract": ".contract.hostile_input",
     "StatsContract": ".contract.stats",
+    "WaitingContract": ".contract.waiting",
     "StoreContract": ".contract.store",
     "LeaseContract": ".contract.lease",
     "StateContract": ".contract.state",
