@@ -67,6 +67,8 @@ SUITES = {
     "nats-trim": "packages/adapter-nats/tests/test_trimming_nats.py",
     # RabbitMQ: a run whose connection dropped is stopped at once.
     "rabbitmq-lost": "packages/adapter-rabbitmq/tests/test_lost_connection.py",
+    # The acks of a pass on the consuming channel: multiple acks never over-reach.
+    "rabbitmq-acks": "packages/adapter-rabbitmq/tests/test_acks.py",
     # RabbitMQ: a tick first delivered past its deadline (stored late) is not run.
     "rabbitmq-late": "packages/adapter-rabbitmq/tests/test_late_ticks.py",
     # Repeated warnings held back, with a count; job records never.
@@ -988,6 +990,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "publishing.replicated(pipe, s, raise_on_error=False, target_nodes=node)",
         "publishing.replicated(pipe, s, raise_on_error=False)",
         "test_a_write_no_replica_acknowledged_in_time_is_an_error",
+    ),
+    m(
+        "rabbitmq-multiple-ack-over-an-ack-in-flight",
+        "rabbitmq-acks",
+        "a multiple ack stops at a delivery whose single ack is still being written",
+        f"{RABBIT}/acks.py",
+        "        for tag in sorted(self._unacked.keys() | self._in_flight):\n",
+        "        for tag in sorted(self._unacked):\n",
+        "test_a_multiple_ack_stops_at_a_single_ack_another_pass_is_still_writing",
     ),
     m(
         "rabbitmq-late-tick-run",

@@ -76,3 +76,42 @@ async def test_a_lone_ack_and_a_run_behind_an_unacked_head_go_one_by_one(
 
 def _tag(delivery: Any) -> int:
     return int(delivery.handle.delivery_tag)
+
+
+async def test_a_multiple_ack_stops_at_a_single_ack_another_pass_is_still_writing(
+    namespace: RabbitNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[tuple[int, bool]] = []
+    original = Received.ack
+    held, head_sent = asyncio.Event(), asyncio.Event()
+    slow: set[int] = set()
+
+    async def ack(self: Received, multiple: bool = False) -> None:
+        if self.delivery_tag in slow and not multiple:
+            await held.wait()  # this pass's single ack is written late
+        sent.append((self.delivery_tag or 0, multiple))
+        await original(self, multiple=multiple)
+        if multiple:
+            head_sent.set()
+
+    monkeypatch.setattr(Received, "ack", ack)
+    async with RabbitBroker.from_url(namespace.url()) as broker:
+        await broker.sync_schema()
+        await _enqueue(broker, 6)
+        got = sorted(await receive_all(broker, timeout=PROMPT, ack=False), key=_tag)
+        t = [_tag(d) for d in got]
+        slow.add(t[3])
+        # one pass: the head run got[0..1] in one multiple ack, got[3] alone (held back)
+        first = asyncio.gather(*(broker.ack(d) for d in (got[0], got[1], got[3])))
+        await asyncio.wait_for(head_sent.wait(), PROMPT)
+        assert sent == [(t[1], True)]
+        # the next pass: got[2] and got[4] are at the head now but for got[3], whose
+        # ack is being written: a multiple ack at got[4] would settle it first
+        await asyncio.gather(broker.ack(got[2]), broker.ack(got[4]))
+        held.set()
+        await first
+        assert (t[4], True) not in sent, sent
+        await broker.ack(got[5])  # the channel is still open
+        stats = await broker.queue_stats()
+        assert stats.ready == 0
+        assert all(not d.handle.closed for d in got)

@@ -5,7 +5,10 @@ the acks of one pass include the channel's oldest unacked deliveries, one
 ``basic.ack`` with ``multiple`` settles that whole run (AMQP: every outstanding
 delivery up to and including its tag); the others go one by one. The run stops
 at the first delivery not being acked in this pass (a job still running, one
-still buffered), so a multiple ack never settles a job that did not finish.
+still buffered), or at a delivery whose single ack another pass is still writing
+(a multiple ack written first would settle it, and its own ack would then name a tag
+the channel no longer has: RabbitMQ closes the channel over that). So a multiple ack
+never settles a job that did not finish, nor one settled by an ack of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class ChannelAcks:
     def __init__(self, channel: AbstractChannel) -> None:
         self._channel = channel
         self._unacked: dict[int, None] = {}  # delivery tags received, not acked yet
+        self._in_flight: set[int] = set()  # tags whose ack a flush is writing
         self._batch: PassBatch[Received, None] = PassBatch(self._flush)
 
     def delivered(self, msg: Received) -> None:
@@ -61,7 +65,9 @@ class ChannelAcks:
             except BaseException:
                 for unsent, *_ in sends[n:]:  # still unacked; their callers get the error
                     self._unacked.update(dict.fromkeys(unsent))
+                    self._in_flight.difference_update(unsent)
                 raise
+            self._in_flight.difference_update(tags)
             for tag in tags:
                 for future in waiting[tag]:
                     answer(future, None)
@@ -89,15 +95,17 @@ class ChannelAcks:
         run = self._head_run(acking)
         for tag in acking:  # in flight: acking one again meanwhile does nothing
             del self._unacked[tag]
+            self._in_flight.add(tag)
         sends: list[_Send] = [(run, acking[run[-1]], True)] if len(run) >= _RUN else []
         covered = set(run) if sends else set()
         sends += [([tag], msg, False) for tag, msg in acking.items() if tag not in covered]
         return sends
 
     def _head_run(self, acking: dict[int, Received]) -> list[int]:
-        """The channel's oldest unacked tags, up to the first one not in ``acking``."""
+        """The channel's oldest outstanding tags, up to the first one not in ``acking``
+        (one still unacked, or one whose ack another flush is writing)."""
         run: list[int] = []
-        for tag in sorted(self._unacked):
+        for tag in sorted(self._unacked.keys() | self._in_flight):
             if tag not in acking:
                 break
             run.append(tag)
