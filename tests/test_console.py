@@ -467,6 +467,7 @@ def _pictures(page: tuple[Page, list[str]]) -> None:
         return
     for name, ready in (
         ("overview", "#throughput polyline"),
+        ("replicas", "#replicas tbody tr"),
         ("queues", "#queue-chart polyline"),
         ("dead-letters", "#dead-letters tbody tr"),
     ):

@@ -28,6 +28,7 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    Waiting,
 )
 from framework_m_core.ports import Capability as C
 from framework_m_core.ports.store import StoreProtocol
@@ -267,6 +268,26 @@ class SqliteBroker(BaseBroker[SqliteSettings]):
 
         ready, reserved, scheduled, dead = await self._run(count)
         return QueueStats(ready, reserved, scheduled, dead)
+
+    async def waiting(self, limit: int = 100) -> Sequence[Waiting]:
+        """The rows no reservation holds: those due first, by due time and id (the order
+        ``receive`` takes them in), then those due later by due time."""
+        if limit < 1:
+            return []
+        q, now = self.settings.queue, time.time()
+
+        def read(db: sqlite3.Connection) -> list[tuple[bytes, int, float]]:
+            return db.execute(
+                "SELECT body, deliveries, due FROM fm_jobs WHERE queue = ? "
+                "AND (until IS NULL OR until <= ?) ORDER BY due > ?, due, id LIMIT ?",
+                (q, now, now, limit),
+            ).fetchall()
+
+        rows = await self._run(read)
+        return [
+            Waiting(bytes(body), deliveries + 1, None if due <= now else due)
+            for body, deliveries, due in rows
+        ]
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         ids = [(letter.ref, self.settings.queue) for letter in letters]
