@@ -67,6 +67,22 @@ class JsonFormatter(logging.Formatter):
 REPEATS_EVERY = 5.0  # seconds between two records of one template, while it repeats
 
 
+class Quiet:
+    """The level of a repeated warning: WARNING at most once every ``every`` seconds,
+    DEBUG between, so a broker that stays unreachable is said once a minute, not per job."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._warned_at = -every
+
+    def level(self) -> int:
+        now = time.monotonic()
+        if now - self._warned_at < self.every:
+            return logging.DEBUG
+        self._warned_at = now
+        return logging.WARNING
+
+
 class Repeats(logging.Filter):
     """Lets one WARNING or ERROR record of a template through every ``every`` seconds
     from framework-m's loggers, job outcomes (``framework_m.job``) aside: an outage

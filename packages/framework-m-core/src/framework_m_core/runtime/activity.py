@@ -15,6 +15,7 @@ from collections import deque
 from ..control.activity import FLUSH, MOST_FINISHED, RENEW, RunningJob, add_finished, put_running
 from ..control.history import record_runs
 from ..control.settled import Outcome, SettledRun
+from ..observability.logs import Quiet
 from ..ports.capabilities import Capability
 from ..ports.messages import JobMessage, schedule_of
 from ..ports.protocols import BrokerProtocol
@@ -22,7 +23,6 @@ from .events import reraise_if_cancelled
 
 log = logging.getLogger("framework_m.worker")
 
-_QUIET = 60.0  # seconds between two warnings of records not written
 _MOST_TICKED = 10_000  # settled runs of schedules waiting for a write at most
 _Run = tuple[JobMessage, int, float]  # the message, its attempt, when it started
 _Done = tuple[JobMessage, int, Outcome, "float | None", float, "str | None"]
@@ -43,7 +43,7 @@ class Activity:
         self._written_at = -FLUSH
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
-        self._warned_at = -_QUIET
+        self._quiet = Quiet()  # a failing write is said once a minute
 
     def started(self, token: int, message: JobMessage, attempt: int) -> None:
         """A run of ``message`` started (``token`` names it until :meth:`stopped`)."""
@@ -133,11 +133,7 @@ class Activity:
         )  # fmt: skip
 
     def _warn(self, why: str) -> None:
-        now = time.monotonic()
-        level = logging.WARNING if now - self._warned_at >= _QUIET else logging.DEBUG
-        if level == logging.WARNING:
-            self._warned_at = now
-        log.log(level, "the lists by state or a history not written (%s)", why)
+        log.log(self._quiet.level(), "the lists by state or a history not written (%s)", why)
 
     async def settle(self, timeout: float) -> None:
         """Write what is pending now and wait up to ``timeout`` seconds (the worker

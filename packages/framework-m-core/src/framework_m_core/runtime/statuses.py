@@ -20,6 +20,7 @@ import time
 from ..control import keys
 from ..control.shared import shared
 from ..jobs import DEFAULT_KEEP, JobSpec
+from ..observability.logs import Quiet
 from ..observability.observer import Observer
 from ..ports.batching import Calls, PassBatch, answer
 from ..ports.capabilities import Capability
@@ -36,7 +37,6 @@ from .fences import Fence
 
 log = logging.getLogger("framework_m.worker")
 
-_QUIET = 60.0  # seconds between two warnings of failing status writes
 #: Seconds a run goes on before its status says running.
 RUNNING_AFTER = 0.1
 # The states an attempt ends a job in and that settle it with an ack.
@@ -50,7 +50,7 @@ class StatusWriter:
         self.broker = broker
         self.observer = observer
         self.on = Capability.STORE in broker.capabilities
-        self._warned_at = -_QUIET
+        self._quiet = Quiet()  # a failing write is said once a minute
         # the statuses of one pass of the event loop go in one send
         self._sending: PassBatch[tuple[str, bytes, float], None] = PassBatch(self._send)
 
@@ -130,11 +130,9 @@ class StatusWriter:
             )
         except Exception as exc:
             self.observer.broker_error("memo")
-            now = time.monotonic()
-            level = logging.WARNING if now - self._warned_at >= _QUIET else logging.DEBUG
-            if level == logging.WARNING:
-                self._warned_at = now
-            log.log(level, "%s: status %s not kept (%s)", status.job_id, status.state, exc)
+            log.log(
+                self._quiet.level(), "%s: status %s not kept (%s)", status.job_id, status.state, exc
+            )
 
     async def _send(self, calls: Calls[tuple[str, bytes, float], None]) -> None:
         await shared(self.broker).send_memos([memo for memo, _ in calls])
