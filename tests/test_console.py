@@ -173,6 +173,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
         _pictures(page)
         assert TOKEN not in process.output
         stop_all(workers)
+        _the_page_lists_and_cancels_waiting_jobs(page, console, url)
         process.signal(signal.SIGTERM)
         assert process.wait(20) == 0, process.output
     finally:
@@ -321,15 +322,7 @@ def _the_page_requeues_every_dead_letter_of_a_job(
     )
     dead_before = console.get("/api/jobs?state=dead&job=always_fails&limit=200")["total"]
     marker.touch()
-    asked: list[str] = []
-
-    def accept(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    tab.once("dialog", accept)
-    tab.fill("#dead-job", "fails_until")
-    tab.click("#requeue-job")
+    asked = _confirmed(tab, "#dead-job", "fails_until", "#requeue-job")
     tab.locator("#message", has_text="Requeued 2 dead letter(s) of fails_until").wait_for()
     assert asked == ["Requeue all 2 dead letter(s) of fails_until?"]
     for job_id in ids:
@@ -399,10 +392,9 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
             return slow, await broker.enqueue("always_fails"), later
 
     slow, failing, later = in_a_thread(enqueue)
-    if url.startswith("redis"):  # NATS cannot list what it holds without taking it
-        delayed = console.get("/api/jobs?state=delayed")["items"]
-        assert [d["job_id"] for d in delayed] == [later]
-        assert delayed[0]["due_at"] > time.time() + 3500
+    delayed = console.get("/api/jobs?state=delayed")["items"]
+    assert [d["job_id"] for d in delayed] == [later]
+    assert delayed[0]["due_at"] > time.time() + 3500
     running = poll(
         "both slow jobs listed as running",
         lambda: (
@@ -423,9 +415,8 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
     shots = os.environ.get("FM_SCREENSHOTS")
     if shots:
         tab.screenshot(path=str(Path(shots) / "jobs.png"), full_page=True)
-    if url.startswith("redis"):
-        tab.click("#jobs .states button[data-state=delayed]")
-        tab.locator(f"#job-list tbody tr[data-job-id='{later}']").wait_for()
+    tab.click("#jobs .states button[data-state=delayed]")
+    tab.locator(f"#job-list tbody tr[data-job-id='{later}']").wait_for()
     tab.click("#jobs .states button[data-state=failed]")
     row = tab.locator(f"#job-list tbody tr[data-job-id='{failing}']")
     row.wait_for()
@@ -435,7 +426,65 @@ def _the_page_lists_jobs_by_state(page: tuple[Page, list[str]], console: Console
     row.wait_for()
     row.locator("button.link").click()
     tab.locator("#jobs dl.job dd.failed").wait_for()
+    trace = tab.locator("#job-traceback")
+    trace.wait_for()
+    assert "raise RuntimeError" in trace.inner_text()
+    assert trace.inner_text().endswith("RuntimeError: failing on purpose")
+    attempt = tab.locator("#job-runs tbody tr")
+    attempt.first.wait_for()
+    assert attempt.count() == 1
+    assert "failed, dead-lettered" in attempt.first.inner_text()
     assert errors == [], errors
+
+
+def _the_page_lists_and_cancels_waiting_jobs(
+    page: tuple[Page, list[str]], console: Console, url: str
+) -> None:
+    """With the workers stopped, jobs enqueued wait: the page lists them first in line
+    first, and cancels every waiting job of one job (after a confirmation that counts
+    them) and no other."""
+    tab, errors = page
+
+    async def enqueue() -> tuple[list[str], str]:
+        async with connected(open_broker(url)) as broker:
+            marked = [await broker.enqueue("marked") for _ in range(3)]
+            return marked, await broker.enqueue("add", a=1, b=2)
+
+    marked, other = in_a_thread(enqueue)
+    tab.click("nav button[data-tab=overview]")
+    oldest = tab.locator("#overview .tiles dt", has_text="oldest waiting").locator("+ dd")
+    oldest.filter(has_text="s (marked)").wait_for()
+    assert console.get("/api/queues")["oldest_waiting"]["job_id"] == marked[0]
+    tab.click("nav button[data-tab=jobs]")
+    tab.click("#jobs .states button[data-state=waiting]")
+    tab.fill("#jobs-q", "marked")
+    tab.locator("#jobs .shown", has_text="1-3 of 3").wait_for()
+    shown = tab.locator("#job-list tbody tr").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+    assert shown == marked
+    asked = _confirmed(tab, "#waiting-job", "marked", "#cancel-waiting")
+    tab.locator("#message", has_text="Cancelled 3 waiting job(s) of marked").wait_for()
+    assert asked == ["Cancel all 3 waiting, delayed and retrying job(s) of marked?"]
+    tab.locator("#jobs .shown", has_text="none").wait_for()
+    assert [console.get(f"/api/jobs/{job_id}")["state"] for job_id in marked] == ["cancelled"] * 3
+    waiting = console.get("/api/jobs?state=waiting")["items"]
+    assert other in [w["job_id"] for w in waiting]
+    assert not set(marked) & {w["job_id"] for w in waiting}
+    assert errors == [], errors
+
+
+def _confirmed(tab: Page, field: str, job: str, action: str) -> list[str]:
+    """Name ``job`` in ``field``, click ``action`` and accept its confirmation; the
+    questions asked (filled in as the page asks them)."""
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    tab.once("dialog", accept)
+    tab.fill(field, job)
+    tab.click(action)
+    return asked
 
 
 def _the_page_opens_on_the_overview(tab: Page, workers: list[Process]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -237,11 +238,13 @@ def test_status_shows_a_queue_s_counts_and_schema(capsys: pytest.CaptureFixture[
         shown = capsys.readouterr().out
         assert shown.count("schema          in sync") == 2
         assert "scheduled       1 (0 delayed, 1 retry)" in shown
+        assert re.search(r"oldest waiting  \d+\.\ds \(job [0-9a-f]{32}\)", shown), shown
         assert main(["status", "--broker", url, "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["schema_in_sync"] is True
         counts = [report[k] for k in ("ready", "reserved", "scheduled", "dead_letters")]
         assert counts == [1, 0, 1, 0]  # the broker closed: the held delivery is ready again
+        assert report["oldest_waiting"]["job"] == "job"
     finally:
         reset(url.removeprefix("memory://"))
 
@@ -478,5 +481,42 @@ def test_jobs_list_shows_each_state_and_refuses_an_unknown_one(
             main(["jobs", "list", "--state", "sleeping", "--broker", url])
         assert refused.value.code == 2
         assert "invalid choice: 'sleeping'" in capsys.readouterr().err
+    finally:
+        asyncio.run(ns.drop())
+
+
+def test_jobs_cancel_waiting_asks_then_cancels_the_held_jobs_of_one_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from framework_m_core.cli.main import main
+    from framework_m_core.control.jobs import job_status
+    from framework_m_core.testing import namespace
+
+    ns = namespace("redis://127.0.0.1:6379/0")
+    url = ns.url()
+
+    async def enqueue() -> tuple[list[str], str]:
+        async with connected(open_broker(url)) as broker:
+            await broker.sync_schema()
+            held = [await broker.enqueue("report", n=1), await broker.enqueue_in(600, "report")]
+            return held, await broker.enqueue("other")
+
+    async def states(ids: list[str]) -> list[str]:
+        async with connected(open_broker(url)) as broker:
+            return [str((await job_status(broker, i)).state) for i in ids]
+
+    try:
+        held, other = asyncio.run(enqueue())
+        monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+        monkeypatch.setattr("builtins.input", lambda question: "n")
+        assert main(["jobs", "cancel-waiting", "--job", "report", "--broker", url]) == 1
+        assert capsys.readouterr().out == "nothing done\n"
+        assert asyncio.run(states([*held, other])) == ["queued", "scheduled", "queued"]
+        argv = ["jobs", "cancel-waiting", "--job", "report", "--yes", "--broker", url]
+        assert main(argv) == 0
+        assert capsys.readouterr().out == "cancelled 2 job(s) of report: none of them runs\n"
+        assert asyncio.run(states([*held, other])) == ["cancelled", "cancelled", "queued"]
+        assert main(argv) == 0
+        assert capsys.readouterr().out == "no job of report is waiting\n"
     finally:
         asyncio.run(ns.drop())

@@ -189,6 +189,8 @@ async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
         ("/api/dead-letters/purge", b'{"keys": ["a"], "job": "broken"}', "not both"),
         ("/api/dead-letters/purge", b'{"job": ""}', "job must be"),
         ("/api/jobs/a%20b/cancel", b"{}", "job id"),
+        ("/api/jobs/cancel-waiting", b"{}", "job must be"),
+        ("/api/jobs/cancel-waiting", b'{"job": 7}', "job must be"),
         ("/api/schedules/minutely/pause", b"{" + b" " * 70_000 + b"}", "at most"),
     ]
     for path, body, said in cases:
@@ -640,3 +642,71 @@ async def test_jobs_the_broker_holds_are_listed_as_waiting_delayed_and_retrying(
     for answer in (waiting, delayed, retrying):
         jsonschema.validate(answer, schema)
     assert (await client.get("/api/jobs?state=retrying&job=report")).json()["total"] == 0
+    queues = (await client.get("/api/queues")).json()
+    oldest = queues["oldest_waiting"]
+    assert (oldest["job_id"], oldest["job"], queues["waiting_listed"]) == (ready[0], "report", True)
+    assert 0 <= oldest["age"] < 60
+    while await memory.receive(10, 0.01):  # nothing due waits: none is oldest
+        pass
+    assert (await client.get("/api/queues")).json()["oldest_waiting"] is None
+
+
+async def test_every_waiting_delayed_and_retrying_job_of_one_job_is_cancelled_and_no_other(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    retried = await memory.enqueue("report", tenant=0)
+    [taken] = await memory.receive(1, 1)
+    await memory.retry(taken, 120)
+    held = [retried, await memory.enqueue("report", tenant=1)]
+    held.append(await memory.enqueue_in(600, "report", tenant=2))
+    other = await memory.enqueue("minutely")
+    listed = await client.get("/api/jobs?state=waiting&job=report")
+    assert listed.json()["total"] == 1
+    refused = await client.post("/api/jobs/cancel-waiting", json={"job": "report"})
+    assert refused.status_code == 401
+    answer = await client.post(
+        "/api/jobs/cancel-waiting", json={"job": "report"}, headers=bearer(TOKEN)
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"job": "report", "count": 3}
+    statuses = [(await client.get(f"/api/jobs/{job_id}")).json()["state"] for job_id in held]
+    assert statuses == ["cancelled"] * 3
+    assert (await client.get(f"/api/jobs/{other}")).json()["state"] == "queued"
+    for kind in ("waiting", "delayed", "retrying"):  # held by the broker, listed no more
+        assert (await client.get(f"/api/jobs?state={kind}&job=report")).json()["total"] == 0
+    waiting = (await client.get("/api/jobs?state=waiting")).json()["items"]
+    assert [i["job_id"] for i in waiting] == [other]
+    again = await client.post(
+        "/api/jobs/cancel-waiting", json={"job": "report"}, headers=bearer(TOKEN)
+    )
+    assert again.json()["count"] == 0
+
+
+async def test_a_failed_job_s_page_has_its_traceback_and_its_attempts(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    job_id = await memory.enqueue("broken", n=3)
+
+    async def attempted() -> bool:
+        return bool((await client.get(f"/api/jobs/{job_id}")).json()["runs"])
+
+    async with running_worker(_app(), memory):
+        await wait_until(attempted, timeout=10)
+    found = (await client.get(f"/api/jobs/{job_id}")).json()
+    assert (found["state"], found["error"]) == (
+        "failed",
+        "failed after 1 attempt(s): RuntimeError: broken 3",
+    )
+    trace = found["traceback"]
+    assert trace.startswith("Traceback (most recent call last):"), trace
+    assert 'raise RuntimeError(f"broken {n}")' in trace
+    assert trace.endswith("RuntimeError: broken 3")
+    [run] = found["runs"]
+    assert (run["job_id"], run["attempt"], run["outcome"]) == (job_id, 1, "dead_lettered")
+    doc = document()
+    spec = doc["paths"]["/api/jobs/{id}"]["get"]["responses"]["200"]
+    schema = {**spec["content"]["application/json"]["schema"], "components": doc["components"]}
+    jsonschema.validate(found, schema)
+    waiting = (await client.get(f"/api/jobs/{await memory.enqueue('report', tenant=1)}")).json()
+    assert (waiting["traceback"], waiting["runs"]) == (None, [])
+    jsonschema.validate(waiting, schema)

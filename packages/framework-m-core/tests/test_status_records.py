@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from framework_m_core.errors import BrokerError
 from framework_m_core.ports.statuses import (
     MAX_ERROR,
+    MAX_TRACEBACK,
     JobState,
     JobStatus,
     decode_status,
@@ -52,3 +55,30 @@ def test_a_status_time_that_is_not_finite_is_refused() -> None:
     status = JobStatus("id1", JobState.RUNNING, "job", 1, started_at=math.inf)
     with pytest.raises(ValueError, match="finite"):
         encode_status(status)
+
+
+def test_a_traceback_keeps_its_innermost_lines_and_a_record_without_one_has_none() -> None:
+    trace = "Traceback (most recent call last):\n" + "  frame\n" * 2_000 + "RuntimeError: x"
+    status = JobStatus(
+        "id1", JobState.SCHEDULED, "job", 1, error="RuntimeError: x", traceback=trace
+    )
+    back = decode_status("id1", encode_status(status))
+    assert back.traceback == trace[-MAX_TRACEBACK:]
+    assert back.traceback.endswith("RuntimeError: x")
+    plain = JobStatus("id2", JobState.SUCCEEDED, "job", 1)
+    assert b"traceback" not in encode_status(plain)  # nothing written for a success
+    assert decode_status("id2", encode_status(plain)).traceback is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("traceback", 7), ("traceback", "x" * (MAX_TRACEBACK + 1)), ("error", ["x"]),
+     ("error", "x" * (MAX_ERROR + 1)), ("job", 5)],
+)  # fmt: skip
+def test_a_record_whose_texts_are_not_what_a_worker_writes_is_refused(
+    field: str, value: object
+) -> None:
+    record = json.loads(encode_status(JobStatus("id1", JobState.FAILED, "job", 1)))
+    record[field] = value
+    with pytest.raises(BrokerError, match=f"field '{field}' is not text of at most"):
+        decode_status("id1", json.dumps(record).encode())

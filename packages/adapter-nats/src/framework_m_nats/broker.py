@@ -28,6 +28,7 @@ from framework_m_core.ports import (
     PublishResult,
     QueueStats,
     SchemaPlan,
+    Waiting,
 )
 from framework_m_core.ports import Capability as C
 from framework_m_core.ports.store import StoreProtocol
@@ -44,6 +45,7 @@ from . import (
     stats,
     store,
     trimming,
+    waiting,
     wire,
 )
 from .errors import describe, server_errors
@@ -70,6 +72,7 @@ class NatsBroker(BaseBroker[NatsSettings]):
             C.STORE_DEADLINE,
             C.STORED_DEDUP_WINDOW,
             C.STORE,
+            C.WAITING_INSPECTION,
         }
     )
     parse_url = staticmethod(parse_url)
@@ -326,6 +329,14 @@ class NatsBroker(BaseBroker[NatsSettings]):
 
     async def remove_dead_letters(self, letters: Sequence[DeadLetter]) -> int:
         return await deadletters.remove(self.js, self.settings.dead_letter_stream, letters)
+
+    async def waiting(self, limit: int = 100) -> Sequence[Waiting]:
+        """Read in place, a request a message (:mod:`.waiting`): the jobs subject's
+        messages past the consumer's delivered sequence, then the delayed jobs not yet
+        due. Retries waiting out a ``nak(delay=...)`` are held by the consumer, which
+        lists none of them: they are not among these."""
+        await self._link()
+        return await waiting.read(self.js, self.settings, limit)
 
     async def queue_stats(self) -> QueueStats:
         """Counts of the durable consumers and the dead-letter stream, in three JetStream

@@ -82,6 +82,7 @@ class RedisBroker(BaseBroker[RedisSettings]):
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
             C.WAITING_INSPECTION,
+            C.RETRY_INSPECTION,
             C.STORE,  # and so leases, state and memos, built on it in core
         }
     )

@@ -7,14 +7,13 @@ import argparse
 import asyncio
 import json
 import logging
-import sys
 from datetime import UTC, datetime
 
 from ..adapters.registry import connected, open_broker
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
 from ..tracking.deadletters import Described, described, fresh
-from .options import Subparsers, broker_arg, configure_logging, positive_int
+from .options import Subparsers, broker_arg, configure_logging, confirmed, positive_int
 
 log = logging.getLogger("framework_m.cli")
 
@@ -77,7 +76,7 @@ async def dead_letters(args: argparse.Namespace) -> int:
         if args.action == "list" or not rows:
             print(f"{len(rows)} dead letter(s){which}")
             return 0
-        if not args.yes and not _confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
+        if not args.yes and not confirmed(f"{args.action} these {len(rows)} dead letter(s)?"):
             print("nothing done")
             return 1
         for letter, job, job_id in ((r.letter, r.job, r.job_id) for r in rows):
@@ -107,9 +106,3 @@ def _as_dict(row: Described) -> dict[str, object]:
         "reason": letter.reason,
         "key": row.key,
     }
-
-
-def _confirmed(question: str) -> bool:
-    if not sys.stdin.isatty():
-        raise ConfigurationError(f"{question} Not asked without a terminal: add --yes")
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

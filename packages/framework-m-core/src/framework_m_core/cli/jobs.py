@@ -20,6 +20,7 @@ from .options import (
     Subparsers,
     broker_arg,
     configure_logging,
+    confirmed,
     positive_int,
     seconds,
     shared_broker,
@@ -60,6 +61,13 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
     listing.add_argument("--limit", type=positive_int, default=50, help="jobs to show at most (50)")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     j_actions.append(listing)
+    bulk = j_sub.add_parser(
+        "cancel-waiting", help="cancel every waiting, delayed and retrying job of a job"
+    )
+    broker_arg(bulk, shared=True)
+    bulk.add_argument("--job", required=True, help="the job's name")
+    bulk.add_argument("--yes", action="store_true", help="do not ask")
+    j_actions.append(bulk)
     j_actions[1].add_argument(
         "--wait", type=_wait, default=0.0, metavar="SECONDS",
         help="wait this long for the job to finish (default 0: ask once)",
@@ -70,7 +78,13 @@ def add_parser(sub: Subparsers) -> list[argparse.ArgumentParser]:
 def run(args: argparse.Namespace) -> int:
     configure_logging(args)
     broker = shared_broker(args.broker, f"m jobs {args.action}")
-    act = {"status": status, "result": result, "cancel": cancel, "list": listed}[args.action]
+    act = {
+        "status": status,
+        "result": result,
+        "cancel": cancel,
+        "list": listed,
+        "cancel-waiting": cancel_waiting,
+    }[args.action]
     return asyncio.run(act(args, broker))
 
 
@@ -148,6 +162,23 @@ async def listed(args: argparse.Namespace, broker: BrokerProtocol) -> int:
     print(f"{args.state} jobs{of}: {len(shown)} of {total}")
     for item in shown:
         print("  " + _line(args.state, item))
+    return 0
+
+
+async def cancel_waiting(args: argparse.Namespace, broker: BrokerProtocol) -> int:
+    async with connected(broker):
+        held = 0
+        for state in lists.HELD:
+            held += (await lists.jobs_in_state(broker, state, args.job))[1]
+        if not held:
+            print(f"no job of {args.job} is waiting")
+            return 0
+        question = f"cancel {held} waiting, delayed and retrying job(s) of {args.job}?"
+        if not args.yes and not confirmed(question):
+            print("nothing done")
+            return EXIT_NOT_DONE
+        count = await lists.cancel_held(broker, args.job)
+    print(f"cancelled {count} job(s) of {args.job}: none of them runs")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
@@ -186,3 +187,10 @@ def shared_broker(url: str | None, command: str = "m enqueue") -> BrokerProtocol
             + "; use a shared broker URL"
         )
     return broker
+
+
+def confirmed(question: str) -> bool:
+    """The user's yes to ``question`` at the terminal; ConfigurationError without one."""
+    if not sys.stdin.isatty():
+        raise ConfigurationError(f"{question} Not asked without a terminal: add --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

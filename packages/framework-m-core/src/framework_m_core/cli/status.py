@@ -18,6 +18,7 @@ from ..errors import BrokerError
 from ..ports.capabilities import Capability
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import QueueStats
+from ..tracking import lists
 from .options import DEFAULT_BROKER, Subparsers, configure_logging
 
 
@@ -74,6 +75,7 @@ async def status(args: argparse.Namespace) -> int:
                     "schema_in_sync": plan.in_sync,
                     "schema_changes": [str(change) for change in plan.changes],
                     "schema_warnings": list(plan.warnings),
+                    "oldest_waiting": await _oldest(broker, plan.in_sync),
                     **({} if app is None else {"running": await _running(app, broker)}),
                 }
             )
@@ -101,6 +103,25 @@ async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
         if spec.leased:
             out[spec.name] = sorted(set(found))
     return out
+
+
+async def _oldest(broker: BrokerProtocol, in_sync: bool) -> dict[str, Any] | None:
+    """The job first in line, where the broker can tell (none while the schema is not
+    in place: what is missing holds nothing)."""
+    try:
+        return await lists.oldest_waiting(broker)
+    except BrokerError:
+        if in_sync:
+            raise
+        return None
+
+
+def _waited(r: dict[str, Any]) -> list[tuple[str, str]]:
+    oldest = r["oldest_waiting"]
+    if oldest is None:
+        return []
+    age = "?" if oldest["age"] is None else f"{oldest['age']:.1f}s"
+    return [("oldest waiting", f"{age} ({oldest['job']} {oldest['job_id']})")]
 
 
 def _retries_reserved(r: dict[str, Any]) -> bool:
@@ -139,6 +160,7 @@ def _print_status(r: dict[str, Any]) -> None:
         ("queue", r["queue"]),
         *([("node", r["node"])] if r["node"] else []),
         ("ready", count("ready")),
+        *_waited(r),
         ("reserved", count("reserved") + (" (with retries)" if _retries_reserved(r) else "")),
         ("scheduled", _scheduled(r)),
         ("dead letters", count("dead_letters")),

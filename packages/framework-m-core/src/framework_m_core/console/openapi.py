@@ -9,6 +9,7 @@ from ..control.activity import RunningJob
 from ..control.replicas import Replica
 from ..control.settled import SettledRun
 from ..ports.messages import MAX_ID_LENGTH, MAX_NAME_LENGTH
+from ..ports.statuses import JobStatus
 from ..tracking.lists import STATES
 from .schemas import schema_of
 from .views import MAX_LIMIT
@@ -276,6 +277,23 @@ def document() -> dict[str, Any]:
                     *_PAGE,
                 ],
             ),
+            "/api/jobs/cancel-waiting": _change(
+                "Cancel every job of a job name that waits, is delayed or waits to retry "
+                "(the first 1,000 in line): none of them runs",
+                {
+                    "type": "object",
+                    "required": ["job", "count"],
+                    "properties": {
+                        "job": {"type": "string"},
+                        "count": {"type": "integer", "minimum": 0},
+                    },
+                },
+                {
+                    "type": "object",
+                    "required": ["job"],
+                    "properties": {"job": {"type": "string", "minLength": 1, "maxLength": 200}},
+                },
+            ),
             "/api/jobs/{id}": {
                 **_read("A job's status and result", {"$ref": "#/components/schemas/JobStatus"}),
                 "parameters": [_param("id", "path", "the job id enqueue returned", _JOB_ID)],
@@ -372,23 +390,14 @@ def document() -> dict[str, Any]:
                     },
                 },
                 "JobStatus": {
-                    "type": "object",
+                    **(status := schema_of(JobStatus)),
+                    "required": [*status["required"], "runs"],
                     "properties": {
-                        "job_id": {"type": "string"},
-                        "state": {
-                            "enum": [  # JobState
-                                "queued",
-                                "scheduled",
-                                "running",
-                                "succeeded",
-                                "failed",
-                                "cancelled",
-                                "unknown",
-                            ]
+                        **status["properties"],
+                        "runs": {
+                            "type": "array",
+                            "items": {"$ref": "#/components/schemas/SettledRun"},
                         },
-                        "attempts": {"type": "integer"},
-                        "result": {},
-                        "error": {"type": ["string", "null"]},
                     },
                 },
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import enum
 import types
 import typing
 from typing import Any, Literal, Union
@@ -31,6 +32,10 @@ def schema_of(cls: type[Any], **extra: Any) -> dict[str, Any]:
 
 def _schema(kind: Any) -> dict[str, Any]:
     origin = typing.get_origin(kind)
+    if kind is Any:
+        return {}
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return {"enum": [member.value for member in kind]}
     if kind in _SCALARS:
         return {"type": _SCALARS[kind]}
     if kind is type(None):

@@ -147,6 +147,7 @@ class Api:
             Route("/api/dead-letters/requeue", c(self.requeue), methods=["POST"]),
             Route("/api/dead-letters/purge", c(self.purge), methods=["POST"]),
             Route("/api/jobs", r(self.jobs), methods=["GET"]),
+            Route("/api/jobs/cancel-waiting", c(self.cancel_waiting), methods=["POST"]),
             # a job id may hold "/": the cancel route is tried first for a POST
             Route("/api/jobs/{id:path}/cancel", c(self.cancel), methods=["POST"]),
             Route("/api/jobs/{id:path}", r(self.job), methods=["GET"]),
@@ -270,6 +271,12 @@ class Api:
 
     async def job(self, request: Request) -> Any:
         return await self.views.job(request.path_params["id"])
+
+    async def cancel_waiting(self, request: Request) -> Any:
+        job = (await _body(request)).get("job")
+        if not isinstance(job, str) or not job or len(job) > 200:
+            raise ConfigurationError("job must be a job's name (1 to 200 characters)")
+        return await self.views.cancel_waiting(job)
 
     async def cancel(self, request: Request) -> Any:
         await _body(request)

@@ -281,6 +281,8 @@ class Views:
         return {
             "queue": self.broker.display_url,
             "counts": counts,
+            "oldest_waiting": await lists.oldest_waiting(self.broker),
+            "waiting_listed": Capability.WAITING_INSPECTION in self.broker.capabilities,
             "samples": list(self.samples),
             "sample_every": SAMPLE_EVERY,
         }
@@ -330,10 +332,17 @@ class Views:
         return {"state": chosen, "total": total, "offset": page.offset, "items": shown}
 
     async def job(self, job_id: str) -> dict[str, Any]:
+        """A job's status (its latest failed attempt's traceback with it) and its settled
+        attempts as far back as the workers' records reach."""
         status = await jobs.job_status(self.broker, jobs.validate_job_id(job_id))
         out = dataclasses.asdict(status)
         out["state"] = status.state.value
-        return {"job_id": job_id, **out}
+        runs = await activity.job_runs(self.broker, job_id)
+        return {**out, "runs": [r.as_dict() for r in runs]}
+
+    async def cancel_waiting(self, job: str) -> dict[str, Any]:
+        """Cancel every job of ``job`` the broker holds; ``count`` says how many."""
+        return {"job": job, "count": await lists.cancel_held(self.broker, job)}
 
     async def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a job; NotFoundError (404) when no status of it is kept."""

@@ -125,6 +125,16 @@ async def finished_jobs(broker: BrokerProtocol, *, failed: bool) -> list[Settled
     return sorted((r for runs in found for r in runs), key=lambda r: -r.finished_at)
 
 
+async def job_runs(broker: BrokerProtocol, job_id: str) -> list[SettledRun]:
+    """The settled deliveries of ``job_id`` the records still hold, oldest first: its
+    attempts, as far back as the records reach (the failed ones longest)."""
+    found = [
+        *await finished_jobs(broker, failed=True),
+        *await finished_jobs(broker, failed=False),
+    ]
+    return sorted((r for r in found if r.job_id == job_id), key=lambda r: r.finished_at)
+
+
 # -- encoding --------------------------------------------------------------------------
 
 

@@ -210,9 +210,15 @@ class Shared:
 
     async def get_memo(self, key: str) -> bytes | None:
         """The memo under ``key`` as last put, or None (none, or expired)."""
-        name = keys.memo(checks.memo_key(key))
-        (record,) = await self._expiring().read([name])
-        return None if record is None else record.value
+        (found,) = await self.get_memos([key])
+        return found
+
+    async def get_memos(self, names: Sequence[str]) -> list[bytes | None]:
+        """:meth:`get_memo` of each of ``names``, in one store call."""
+        if not names:
+            return []
+        records = await self._expiring().read([keys.memo(checks.memo_key(k)) for k in names])
+        return [None if record is None else record.value for record in records]
 
 
 def _entry(record: Record | None) -> StateEntry | None:

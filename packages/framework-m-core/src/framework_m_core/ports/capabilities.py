@@ -39,6 +39,9 @@ class Capability(StrEnum):
     STORE_DEADLINE = "store_deadline"
     #: ``waiting()`` lists the messages held and handed out to no consumer.
     WAITING_INSPECTION = "waiting_inspection"
+    #: ``waiting()`` lists, besides those never handed out, retries waiting out their
+    #: delay and released deliveries (a broker whose consumer holds them cannot).
+    RETRY_INSPECTION = "retry_inspection"
     #: ``remove_dead_letters()`` deletes dead letters that ``dead_letters()`` returned.
     DEAD_LETTER_REMOVAL = "dead_letter_removal"
     #: ``queue_stats()`` reports the broker's own counts of ready messages and dead letters.
@@ -74,6 +77,7 @@ _PROMISES = {
     Capability.STORE_DEADLINE: "a message stored after its not_after never runs",
     Capability.DEAD_LETTER_REMOVAL: "remove_dead_letters() deletes what dead_letters() returned",
     Capability.WAITING_INSPECTION: "waiting() lists what waits for a consumer, taking nothing",
+    Capability.RETRY_INSPECTION: "waiting() lists retries and released deliveries too",
     Capability.QUEUE_STATS: "queue_stats() counts ready, reserved and dead messages",
     Capability.DELAYED_ENQUEUE: "enqueue_at()/enqueue_in() hold a job until it is due",
     Capability.STORED_DEDUP_WINDOW: (

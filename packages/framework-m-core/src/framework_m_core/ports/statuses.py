@@ -27,6 +27,8 @@ STATUS_VERSION = 1
 MAX_RESULT = 65_536
 #: The most characters of an error a record keeps.
 MAX_ERROR = 2_000
+#: Characters of a failed attempt's traceback a status keeps (the innermost lines).
+MAX_TRACEBACK = 8_000
 #: Seconds at least that a record of a job not finished yet lasts (a long queue).
 PENDING_KEEP = 86_400.0
 # One encoder: json.dumps with options builds a new one each call.
@@ -69,6 +71,7 @@ class JobStatus:
     error: str | None = None
     result: Any = None
     has_result: bool = False  # whether ``result`` was kept (None is a result too)
+    traceback: str | None = None  # of the latest failed attempt, when it raised
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -82,6 +85,7 @@ class JobStatus:
             "finished_at": self.finished_at,
             "slot": self.slot,
             "error": self.error,
+            "traceback": self.traceback,
         }
         if self.has_result:
             out["result"] = self.result
@@ -134,6 +138,8 @@ def encode_status(status: JobStatus, result_json: str | None = None) -> bytes:
     error = "null" if status.error is None else _quote(status.error[:MAX_ERROR])
     slot = "null" if status.slot is None else str(int(status.slot))
     result = "" if result_json is None else f',"result":{result_json}'
+    if status.traceback is not None:
+        result += f',"traceback":{_quote(status.traceback[-MAX_TRACEBACK:])}'
     return (
         f'{{"v":{STATUS_VERSION},"state":"{status.state.value}","job":{job},'
         f'"attempts":{int(status.attempts)},"enqueued_at":{_time(status.enqueued_at)},'
@@ -162,13 +168,11 @@ def decode_status(job_id: str, value: bytes) -> JobStatus:
         state = JobState(str(data.get("state")))
     except ValueError:
         raise _malformed(job_id, f"unknown state {str(data.get('state'))[:40]!r}") from None
-    name, attempts, error = data.get("job"), data.get("attempts"), data.get("error")
-    if name is not None and (not isinstance(name, str) or len(name) > MAX_ID_LENGTH):
-        raise _malformed(job_id, "field 'job' is not a job name")
+    name, attempts = _text(job_id, data, "job", MAX_ID_LENGTH), data.get("attempts")
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
         raise _malformed(job_id, "field 'attempts' is not a count")
-    if error is not None and not isinstance(error, str):
-        raise _malformed(job_id, "field 'error' is not text")
+    error = _text(job_id, data, "error", MAX_ERROR)
+    trace = _text(job_id, data, "traceback", MAX_TRACEBACK)
     times = {k: data.get(k) for k in ("enqueued_at", "due_at", "started_at", "finished_at")}
     for k, v in times.items():
         if v is not None and not _is_time(v):
@@ -190,7 +194,16 @@ def decode_status(job_id: str, value: bytes) -> JobStatus:
         error=error,
         result=data.get("result"),
         has_result="result" in data,
+        traceback=trace,
     )
+
+
+def _text(job_id: str, data: dict[str, Any], field: str, most: int) -> str | None:
+    """Field ``field`` of a status record: None, or text of at most ``most`` characters."""
+    value = data.get(field)
+    if value is not None and (not isinstance(value, str) or len(value) > most):
+        raise _malformed(job_id, f"field {field!r} is not text of at most {most} characters")
+    return value
 
 
 def _is_time(value: object) -> bool:

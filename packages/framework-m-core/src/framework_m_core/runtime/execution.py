@@ -174,10 +174,10 @@ def _job_log(message: JobMessage, delivery: Delivery) -> JobLogAdapter:
     return job_logger(job_log, message.job_name, message.id, delivery.attempt, message.scheduled_at)
 
 
-def _traceback(error: BaseException | None) -> str:
-    """A handler's traceback on the lines after a log message; bounded, since the
+def _trace(error: BaseException | None) -> str | None:
+    """A handler's traceback, for the log and the job's status; bounded, since the
     exception text can be any size."""
-    return "" if error is None else "\n" + bounded_traceback(error)
+    return None if error is None else bounded_traceback(error)
 
 
 class Execution:
@@ -602,7 +602,10 @@ class Execution:
         else:
             tracing.finished(span, "retried", failure.error, failure.reason)
             delay = spec.retry_delay(delivery.attempt)
-            await self.statuses.retrying(spec, message, delivery.attempt, failure.reason, delay)
+            trace = _trace(failure.error)
+            await self.statuses.retrying(
+                spec, message, delivery.attempt, failure.reason, delay, trace
+            )
             if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
                 self._ended(message, delivery, "retried", started_at, failure.reason)
                 self.stats.retried += 1
@@ -614,7 +617,7 @@ class Execution:
                     spec.max_attempts,
                     bounded(failure.reason),
                     delay,
-                    _traceback(failure.error),
+                    "" if trace is None else "\n" + trace,
                 )
 
     def _ended(
@@ -867,6 +870,7 @@ class Execution:
     ) -> None:
         label = f"{message.job_name}[{message.id}]" if message else "message"
         reason = bounded(reason)
+        trace = _trace(error)
         if message is not None:
             spec = spec if spec is not None else self.app.jobs.get(message.job_name)
             await self.statuses.finished(
@@ -876,6 +880,7 @@ class Execution:
                 delivery.attempt,
                 error=reason,
                 started_at=started_at,
+                traceback=trace,
             )
         if await self._settle(
             label, "dead-lettering", lambda: self.broker.dead_letter(delivery, reason)
@@ -886,4 +891,6 @@ class Execution:
             name = self._job_name(message.job_name if message else None)
             self.observer.job_finished(name, "dead_lettered", duration)
             logger = job_log if message is None else _job_log(message, delivery)
-            logger.error("%s dead-lettered: %s%s", label, reason, _traceback(error))
+            logger.error(
+                "%s dead-lettered: %s%s", label, reason, "" if trace is None else "\n" + trace
+            )

@@ -73,12 +73,25 @@ class StatusWriter:
             await self._put(status, pending_ttl(keep, None, now))
 
     async def retrying(
-        self, spec: JobSpec, message: JobMessage, attempt: int, error: str, delay: float
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        attempt: int,
+        error: str,
+        delay: float,
+        traceback: str | None = None,
     ) -> None:
         keep, _ = self.keep(spec, message)
         if keep > 0:
             now = time.time()
-            status = _status(message, JobState.SCHEDULED, attempt, due_at=now + delay, error=error)
+            status = _status(
+                message,
+                JobState.SCHEDULED,
+                attempt,
+                due_at=now + delay,
+                error=error,
+                traceback=traceback,
+            )
             await self._put(status, pending_ttl(keep, now + delay, now))
 
     async def finished(
@@ -91,6 +104,7 @@ class StatusWriter:
         error: str | None = None,
         result_json: str | None = None,
         started_at: float | None = None,
+        traceback: str | None = None,
     ) -> None:
         """Keep how ``message`` ended; ``spec`` None for a job this app does not have
         (kept as the message says, else for the default)."""
@@ -105,6 +119,7 @@ class StatusWriter:
             finished_at=time.time(),
             error=error,
             has_result=with_result and result_json is not None,
+            traceback=traceback,
         )
         await self._put(status, keep, result_json if status.has_result else None)
 
@@ -213,6 +228,7 @@ def _status(
     finished_at: float | None = None,
     error: str | None = None,
     has_result: bool = False,
+    traceback: str | None = None,
 ) -> JobStatus:
     return JobStatus(
         message.id,
@@ -226,4 +242,5 @@ def _status(
         slot=message.scheduled_at,
         error=error,
         has_result=has_result,
+        traceback=traceback,
     )

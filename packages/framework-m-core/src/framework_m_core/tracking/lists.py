@@ -7,14 +7,17 @@ attempt waiting out its delay) come from the broker's own record of what it hold
 (:mod:`~framework_m_core.control.activity`): the runs going on with their replica and
 how long, the latest settled deliveries, the latest failed attempts. ``dead`` comes
 from the broker's dead letters. Each list is bounded by what those records keep, the
-first three by the :data:`WAITING_READ` jobs first in line.
+first three by the :data:`WAITING_READ` jobs first in line, of which a job cancelled
+already is left out (the broker holds it until a worker takes it and drops it).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal, get_args
 
-from ..control import activity
+from ..control import activity, jobs, keys
+from ..control.shared import shared
 from ..errors import ConfigurationError, MessageDecodeError
 from ..ports.capabilities import Capability
 from ..ports.messages import decode_message
@@ -26,7 +29,8 @@ State = Literal["waiting", "delayed", "retrying", "running", "finished", "failed
 STATES: tuple[str, ...] = get_args(State)
 DEAD_READ = 10_000  # the latest dead letters a listing looks through
 WAITING_READ = 1_000  # the jobs first in line a listing of waiting ones looks through
-_HELD = ("waiting", "delayed", "retrying")
+#: The states of the jobs the broker holds (:meth:`~.BrokerProtocol.waiting`).
+HELD: tuple[State, ...] = ("waiting", "delayed", "retrying")
 
 
 def validate_state(value: object) -> State:
@@ -41,7 +45,7 @@ async def jobs_in_state(
     """The jobs in ``state`` (of job ``job`` only, when given) as JSON-ready dicts:
     running oldest first, the others newest first; and how many there are in all (a
     replica lists its oldest runs, and counts the rest)."""
-    if state in _HELD:
+    if state in HELD:
         return await _held(broker, state, job)
     if Capability.STORE not in broker.capabilities and state != "dead":
         raise ConfigurationError(
@@ -82,15 +86,30 @@ async def _held(
     broker: BrokerProtocol, state: State, job: str | None
 ) -> tuple[list[dict[str, Any]], int]:
     """The jobs the broker holds in ``state``, first in line first."""
+    items = [item for kind, item in await _held_jobs(broker, job) if kind == state]
+    return items, len(items)
+
+
+async def cancel_held(broker: BrokerProtocol, job: str) -> int:
+    """Cancel every job of ``job`` the broker holds (waiting, delayed or retrying) among
+    the :data:`WAITING_READ` first in line, as :func:`~.control.jobs.cancel_job` would;
+    how many will now not run. Each is dropped by the worker that takes it."""
+    if Capability.STORE not in broker.capabilities:
+        raise ConfigurationError(f"{broker.display_url} keeps no shared state: no cancels")
+    held = [item["job_id"] for _, item in await _held_jobs(broker, job) if item["job_id"] != "-"]
+    return sum(await jobs.cancel_jobs(broker, held))
+
+
+async def _held_jobs(broker: BrokerProtocol, job: str | None) -> list[tuple[State, dict[str, Any]]]:
+    """The jobs the broker holds (of ``job``, when given), each with its state, first in
+    line first; one cancelled already is left out (it will not run)."""
     if Capability.WAITING_INSPECTION not in broker.capabilities:
         raise ConfigurationError(
             f"{broker.display_url} cannot list the jobs it holds without taking them: "
             "its queue's counts are in m status"
         )
-    items = []
+    found: list[tuple[State, dict[str, Any]]] = []
     for held in await broker.waiting(WAITING_READ):
-        if _kind(held) != state:
-            continue
         try:
             message = decode_message(held.body)
         except MessageDecodeError:
@@ -98,11 +117,34 @@ async def _held(
         else:
             name, job_id, enqueued_at = message.job_name, message.id, message.enqueued_at
         if job is None or name == job:
-            items.append(
-                {"job_id": job_id, "job": name, "attempt": held.attempt,
-                 "due_at": held.due_at, "enqueued_at": enqueued_at}
-            )  # fmt: skip
-    return items, len(items)
+            found.append((_kind(held), {
+                "job_id": job_id, "job": name, "attempt": held.attempt,
+                "due_at": held.due_at, "enqueued_at": enqueued_at,
+            }))  # fmt: skip
+    if Capability.STORE not in broker.capabilities or not found:
+        return found
+    ids = [item["job_id"] for _, item in found if item["job_id"] != "-"]
+    marks = await shared(broker).get_memos([keys.cancel_mark(i) for i in ids])
+    cancelled = {i for i, mark in zip(ids, marks, strict=True) if mark is not None}
+    return [(kind, item) for kind, item in found if item["job_id"] not in cancelled]
+
+
+async def oldest_waiting(broker: BrokerProtocol) -> dict[str, Any] | None:
+    """The job first in line of those due now, with how long ago it was enqueued
+    (``age``, seconds, by this process's clock against the enqueuer's): None when none
+    waits, or when the broker cannot list what it holds."""
+    if Capability.WAITING_INSPECTION not in broker.capabilities:
+        return None
+    first = list(await broker.waiting(1))
+    if not first or first[0].due_at is not None:
+        return None
+    try:
+        message = decode_message(first[0].body)
+    except MessageDecodeError:
+        return None
+    age = None if message.enqueued_at is None else max(0.0, time.time() - message.enqueued_at)
+    return {"job_id": message.id, "job": message.job_name, "enqueued_at": message.enqueued_at,
+            "age": age}  # fmt: skip
 
 
 def _kind(held: Waiting) -> State:

@@ -50,6 +50,7 @@ class MemoryBroker(BaseBroker[MemorySettings]):
             C.QUEUE_STATS,
             C.DELAYED_ENQUEUE,
             C.WAITING_INSPECTION,
+            C.RETRY_INSPECTION,
             C.STORE,  # and so leases, state and memos, on it
         }
     )

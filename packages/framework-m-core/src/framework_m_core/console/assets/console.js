@@ -325,6 +325,8 @@ async function loadOverview() {
   for (const key of ["ready", "delayed", "retries", "reserved", "dead_letters"]) {
     if (queues.counts && queues.counts[key] !== undefined) tile(tiles, key.replace("_", " "), queues.counts[key]);
   }
+  const oldest = queues.oldest_waiting;
+  if (queues.waiting_listed) tile(tiles, "oldest waiting", oldest ? `${oldest.age === null ? "?" : oldest.age.toFixed(1)} s (${oldest.job})` : "none");
   chart($("#throughput"), samples, [["reserved", "settled", settled], ["dead", "failed", rate(samples, "failed")]], "jobs/s");
   const body = $("#overview-replicas tbody");
   body.replaceChildren();
@@ -420,6 +422,30 @@ async function settleJob(action) {
 
 // -- jobs ------------------------------------------------------------------------------
 
+async function cancelWaiting() {
+  const job = $("#waiting-job").value.trim();
+  if (!job) {
+    say("Name the job whose waiting jobs to cancel", true);
+    return;
+  }
+  try {
+    let held = 0;
+    for (const kind of ["waiting", "delayed", "retrying"]) {
+      held += (await api("GET", `/api/jobs?state=${kind}&job=${encodeURIComponent(job)}&limit=1`)).total;
+    }
+    if (!held) {
+      say(`No job of ${job} is waiting`, true);
+      return;
+    }
+    if (!confirm(`Cancel all ${held} waiting, delayed and retrying job(s) of ${job}?`)) return;
+    const answer = await api("POST", "/api/jobs/cancel-waiting", { job });
+    say(`Cancelled ${answer.count} waiting job(s) of ${job}`);
+    await refresh();
+  } catch (error) {
+    say(error.message, true);
+  }
+}
+
 // What each list shows: its columns, and how a job's row fills them.
 const JOB_LISTS = {
   waiting: [
@@ -509,6 +535,23 @@ async function loadJob() {
     list.append(dt, dd);
   }
   $("#cancel-job").hidden = !["queued", "scheduled", "running"].includes(data.state);
+  const trace = $("#job-traceback");
+  trace.textContent = data.traceback || "";
+  trace.hidden = !data.traceback;
+  const runs = $("#job-runs tbody");
+  runs.replaceChildren();
+  for (const r of data.runs) {
+    const row = document.createElement("tr");
+    cell(row, r.attempt);
+    cell(row, when(r.started_at));
+    cell(row, when(r.finished_at));
+    cell(row, seconds(r.duration));
+    cell(row, outcome(r), `outcome ${r.outcome}`);
+    cell(row, r.replica);
+    cell(row, r.error);
+    runs.appendChild(row);
+  }
+  $("#job-runs").hidden = !data.runs.length;
 }
 
 // -- session, tabs, refresh ------------------------------------------------------------
@@ -586,6 +629,7 @@ async function start() {
   $("#requeue").addEventListener("click", () => settleLetters("requeue"));
   $("#purge").addEventListener("click", () => settleLetters("purge"));
   $("#requeue-job").addEventListener("click", () => settleJob("requeue"));
+  $("#cancel-waiting").addEventListener("click", cancelWaiting);
   $("#purge-job").addEventListener("click", () => settleJob("purge"));
   $("#all-letters").addEventListener("change", (e) => {
     for (const box of document.querySelectorAll("#dead-letters tbody input")) {

@@ -18,6 +18,13 @@ def _ids(found: list[Waiting]) -> list[str]:
     return [decode_message(w.body).id for w in found]
 
 
+async def _take_one(broker: BrokerProtocol) -> Delivery:
+    taken: list[Delivery] = []
+    while not taken:
+        taken += await broker.receive(1, PROMPT)
+    return taken[0]
+
+
 class WaitingContract(ContractBase):
     """``waiting()`` lists what waits: due first in delivery order, then by due time."""
 
@@ -40,28 +47,40 @@ class WaitingContract(ContractBase):
             assert abs(held[1] - (now + 600)) < 5  # type: ignore[operator]
             assert _ids(list(await watcher.waiting(2))) == ready[:2]
             assert list(await watcher.waiting(0)) == []
-        taken: list[Delivery] = []
-        while not taken:
-            taken += await broker.receive(1, PROMPT)
-        assert decode_message(taken[0].body).id == ready[0]  # reading took nothing
-        await broker.retry(taken[0], 60)  # held until its retry is due, as attempt 2
+        taken = await _take_one(broker)
+        assert decode_message(taken.body).id == ready[0]  # reading took nothing
+        assert _ids(list(await broker.waiting(10))) == [*ready[1:], sooner, later]
+
+    @requires(
+        Capability.WAITING_INSPECTION, Capability.RETRY_INSPECTION, Capability.DELAYED_ENQUEUE
+    )
+    async def test_a_retry_waits_as_its_next_attempt_until_its_delay_is_over(
+        self, broker: BrokerProtocol
+    ) -> None:
+        sooner = await broker.enqueue_in(300, "later", n=2)
+        ready = [await broker.enqueue("job", i=i) for i in range(3)]
+        taken = await _take_one(broker)
+        await broker.retry(taken, 60)  # held until its retry is due, as attempt 2
         found = list(await broker.waiting(10))
-        assert _ids(found) == [*ready[1:], ready[0], sooner, later]
+        assert _ids(found) == [*ready[1:], ready[0], sooner]
         retry = found[2]
         assert retry.attempt == 2
         assert retry.due_at is not None
         assert abs(retry.due_at - (time.time() + 60)) < 5
 
     @requires(Capability.WAITING_INSPECTION)
-    async def test_a_job_handed_out_is_not_waiting_and_a_released_one_is_again(
-        self, broker: BrokerProtocol
-    ) -> None:
+    async def test_a_job_handed_out_is_not_waiting(self, broker: BrokerProtocol) -> None:
         first, second = await broker.enqueue("job", i=1), await broker.enqueue("job", i=2)
-        taken: list[Delivery] = []
-        while not taken:
-            taken += await broker.receive(1, PROMPT)
+        taken = await _take_one(broker)
+        assert decode_message(taken.body).id == first
         assert _ids(list(await broker.waiting(10))) == [second]
-        await broker.release(taken[0])
+
+    @requires(Capability.WAITING_INSPECTION, Capability.RETRY_INSPECTION)
+    async def test_a_released_job_waits_again(self, broker: BrokerProtocol) -> None:
+        first, second = await broker.enqueue("job", i=1), await broker.enqueue("job", i=2)
+        taken = await _take_one(broker)
+        assert _ids(list(await broker.waiting(10))) == [second]
+        await broker.release(taken)
         assert set(_ids(list(await broker.waiting(10)))) == {first, second}
 
     async def test_without_the_capability_waiting_lists_nothing_or_what_waits(
