@@ -710,3 +710,63 @@ async def test_a_failed_job_s_page_has_its_traceback_and_its_attempts(
     waiting = (await client.get(f"/api/jobs/{await memory.enqueue('report', tenant=1)}")).json()
     assert (waiting["traceback"], waiting["runs"]) == (None, [])
     jsonschema.validate(waiting, schema)
+
+
+def _strict(node: object) -> object:
+    """The document's schemas, each object with properties closed to any other field."""
+    if isinstance(node, list):
+        return [_strict(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _strict(v) for k, v in node.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+async def test_every_answer_has_exactly_the_fields_its_documented_type_has(
+    client: httpx.AsyncClient, memory: MemoryBroker
+) -> None:
+    async with running_worker(_app(), memory) as worker:
+        failed = await memory.enqueue("broken", n=1)
+        await wait_until(lambda: worker.stats.dead_lettered == 1, timeout=10)
+
+        async def rolled() -> bool:
+            return bool((await client.get("/api/replicas")).json()["items"])
+
+        await wait_until(rolled, timeout=10)
+        roll = (await client.get("/api/replicas")).json()
+    await memory.enqueue("report", tenant=1)
+    await memory.enqueue_in(600, "report", tenant=2)
+    run = SettledRun("id1", "minutely", "r:1:aaaaaa", 1, "succeeded", time.time() - 1, time.time())
+    assert await record_runs(memory, "minutely", [run])
+    doc = document()
+    components = _strict(doc["components"])
+
+    def check(path: str, method: str, answer: dict[str, object]) -> None:
+        spec = doc["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+        jsonschema.validate(answer, {**_strict(spec["schema"]), "components": components})  # type: ignore[dict-item]
+
+    reads = {
+        "/api/schedules": "/api/schedules",
+        "/api/dead-letters": "/api/dead-letters",
+        "/api/queues": "/api/queues",
+        "/api/jobs/{id}": f"/api/jobs/{failed}",
+    }
+    for path, url in reads.items():
+        answer = (await client.get(url)).json()
+        check(path, "get", answer)
+        assert answer.get("items", [answer]), path
+    check("/api/replicas", "get", roll)
+    for kind in ("waiting", "delayed", "failed", "dead"):
+        answer = (await client.get(f"/api/jobs?state={kind}")).json()
+        assert answer["items"], kind
+        check("/api/jobs", "get", answer)
+    paused = await client.post("/api/schedules/minutely/pause", json={}, headers=bearer(TOKEN))
+    check("/api/schedules/{name}/pause", "post", paused.json())
+    resumed = await client.post("/api/schedules/minutely/resume", json={}, headers=bearer(TOKEN))
+    check("/api/schedules/{name}/resume", "post", resumed.json())
+    listed = (await client.get("/api/schedules?q=minutely")).json()
+    assert listed["items"][0]["last_run"]["duration"] is not None
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
+        check("/api/schedules/{name}/pause", "post", {**paused.json(), "stray": 1})

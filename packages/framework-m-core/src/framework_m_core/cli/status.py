@@ -109,11 +109,12 @@ async def _oldest(broker: BrokerProtocol, in_sync: bool) -> dict[str, Any] | Non
     """The job first in line, where the broker can tell (none while the schema is not
     in place: what is missing holds nothing)."""
     try:
-        return await lists.oldest_waiting(broker)
+        oldest = await lists.oldest_waiting(broker)
     except BrokerError:
         if in_sync:
             raise
         return None
+    return None if oldest is None else dataclasses.asdict(oldest)
 
 
 def _waited(r: dict[str, Any]) -> list[tuple[str, str]]:

@@ -9,8 +9,10 @@ from ..control.activity import RunningJob
 from ..control.replicas import Replica
 from ..control.settled import SettledRun
 from ..ports.messages import MAX_ID_LENGTH, MAX_NAME_LENGTH
+from ..ports.records import QueueStats
 from ..ports.statuses import JobStatus
-from ..tracking.lists import STATES
+from ..tracking.lists import STATES, DeadJob, HeldJob, OldestWaiting
+from .answers import DeadLetterRow, PausedSchedule, ScheduleRow
 from .schemas import schema_of
 from .views import MAX_LIMIT
 
@@ -99,6 +101,10 @@ _NAME = [
 _OBJECT: dict[str, Any] = {"type": "object"}
 
 
+def _or_null(item: str) -> dict[str, Any]:
+    return {"anyOf": [{"$ref": f"#/components/schemas/{item}"}, {"type": "null"}]}
+
+
 def _listed(item: str) -> dict[str, Any]:
     return {
         "type": "object",
@@ -113,7 +119,6 @@ def _listed(item: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     """The whole document; a test checks it names every ``/api`` route of the app."""
-    nullable_number = {"type": ["number", "null"]}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -221,15 +226,46 @@ def document() -> dict[str, Any]:
                 "Live replicas from the roll in the broker",
                 {
                     "type": "object",
+                    "required": ["items"],
                     "properties": {
+                        "quiet_after": {
+                            "type": "number",
+                            "description": "seconds without a beat after which a replica "
+                            "drops off the roll",
+                        },
+                        "note": {"type": "string", "description": "why the roll is empty"},
                         "items": {
                             "type": "array",
                             "items": {"$ref": "#/components/schemas/Replica"},
-                        }
+                        },
                     },
                 },
             ),
-            "/api/queues": _read("The broker's counts now, and the last hour's samples", _OBJECT),
+            "/api/queues": _read(
+                "The broker's counts now, the job first in line, and the last hour's samples",
+                {
+                    "type": "object",
+                    "required": [
+                        "queue",
+                        "counts",
+                        "oldest_waiting",
+                        "waiting_listed",
+                        "samples",
+                        "sample_every",
+                    ],
+                    "properties": {
+                        "queue": {"type": "string"},
+                        "counts": _or_null("QueueStats"),
+                        "oldest_waiting": _or_null("OldestWaiting"),
+                        "waiting_listed": {"type": "boolean"},
+                        "samples": {
+                            "type": "array",
+                            "items": {"type": "object", "description": "the counts at 'at'"},
+                        },
+                        "sample_every": {"type": "number"},
+                    },
+                },
+            ),
             "/api/dead-letters": _read(
                 "Dead letters, newest first, searched and paged",
                 _listed("DeadLetter"),
@@ -317,78 +353,16 @@ def document() -> dict[str, Any]:
                     "required": ["error"],
                     "properties": {"error": {"type": "string"}},
                 },
-                "ScheduleState": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "paused": {"type": ["boolean", "null"]},
-                        "paused_until": nullable_number,
-                        "reason": {"type": ["string", "null"]},
-                        "paused_by": {"type": ["string", "null"]},
-                        "last_slot": {"type": ["integer", "null"]},
-                    },
-                },
-                "Schedule": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "job": {"type": "string"},
-                        "source": {"enum": ["code", "runtime"]},
-                        "schedule": {"type": "string"},
-                        "zone": {"type": ["string", "null"]},
-                        "next_slot": {"type": "integer"},
-                        "last_slot": {"type": ["integer", "null"]},
-                        "paused": {"type": ["boolean", "null"]},
-                        "overlap": {"type": ["string", "null"]},
-                        "running": {"type": ["array", "null"], "items": {"type": "string"}},
-                        "last_run": {
-                            "anyOf": [
-                                {"$ref": "#/components/schemas/SettledRun"},
-                                {"type": "null"},
-                            ]
-                        },
-                    },
-                },
+                "ScheduleState": schema_of(PausedSchedule),
+                "Schedule": schema_of(ScheduleRow),
                 "SettledRun": schema_of(SettledRun, duration=float | None),
                 "RunningJob": schema_of(RunningJob, running_for=float),
-                "WaitingJob": {
-                    "type": "object",
-                    "required": ["job_id", "job", "attempt", "due_at", "enqueued_at"],
-                    "properties": {
-                        "job_id": {"type": "string"},
-                        "job": {"type": "string"},
-                        "attempt": {"type": "integer"},
-                        "due_at": {"type": ["number", "null"]},
-                        "enqueued_at": {"type": ["number", "null"]},
-                    },
-                },
-                "DeadJob": {
-                    "type": "object",
-                    "required": ["job_id", "job", "attempts", "dead_lettered_at", "reason", "key"],
-                    "properties": {
-                        "job_id": {"type": "string"},
-                        "job": {"type": "string"},
-                        "attempts": {"type": "integer"},
-                        "dead_lettered_at": {"type": "number"},
-                        "reason": {"type": "string"},
-                        "key": {"type": "string"},
-                    },
-                },
+                "QueueStats": schema_of(QueueStats),
+                "OldestWaiting": schema_of(OldestWaiting),
+                "WaitingJob": schema_of(HeldJob),
+                "DeadJob": schema_of(DeadJob),
                 "Replica": schema_of(Replica, age=float, jobs=dict[str, int]),
-                "DeadLetter": {
-                    "type": "object",
-                    "properties": {
-                        "key": {"type": "string"},
-                        "job": {"type": "string"},
-                        "job_id": {"type": "string"},
-                        "reason": {"type": "string"},
-                        "attempts": {"type": "integer"},
-                        "dead_lettered_at": {"type": "number"},
-                        "size": {"type": "integer"},
-                        "body": {"type": "string"},
-                        "body_cut": {"type": "boolean"},
-                    },
-                },
+                "DeadLetter": schema_of(DeadLetterRow),
                 "JobStatus": {
                     **(status := schema_of(JobStatus)),
                     "required": [*status["required"], "runs"],

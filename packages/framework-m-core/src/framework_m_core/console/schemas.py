@@ -34,12 +34,12 @@ def _schema(kind: Any) -> dict[str, Any]:
     origin = typing.get_origin(kind)
     if kind is Any:
         return {}
+    if kind is type(None) or kind in _SCALARS:
+        return {"type": "null" if kind is type(None) else _SCALARS[kind]}
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):  # a class of its own
+        return {"$ref": f"#/components/schemas/{kind.__name__}"}
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return {"enum": [member.value for member in kind]}
-    if kind in _SCALARS:
-        return {"type": _SCALARS[kind]}
-    if kind is type(None):
-        return {"type": "null"}
     if origin is Literal:
         return {"enum": list(typing.get_args(kind))}
     if origin in (Union, types.UnionType):
@@ -47,10 +47,13 @@ def _schema(kind: Any) -> dict[str, Any]:
         if all(set(p) == {"type"} for p in parts):
             return {"type": [p["type"] for p in parts]}
         return {"anyOf": parts}
+    return _container(kind, origin)
+
+
+def _container(kind: Any, origin: Any) -> dict[str, Any]:
+    args = typing.get_args(kind)
     if origin in (list, tuple, collections.abc.Sequence) or kind in (list, tuple):
-        args = typing.get_args(kind)
         return {"type": "array", **({"items": _schema(args[0])} if args else {})}
     if origin in (dict, collections.abc.Mapping) or kind is dict:
-        args = typing.get_args(kind)
         return {"type": "object", **({"additionalProperties": _schema(args[1])} if args else {})}
     raise TypeError(f"no JSON Schema for {kind!r}")

@@ -14,11 +14,12 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..app import App
 from ..control import activity, history, jobs, keys, replicas, runtime_schedules, steering
 from ..control.replicas import Replica
+from ..control.settled import SettledRun
 from ..control.shared import shared
 from ..errors import ConfigurationError, NotFoundError
 from ..ports.capabilities import Capability
@@ -27,6 +28,7 @@ from ..ports.statuses import JobState
 from ..scheduling.schedules import Cron, Schedule
 from ..tracking import lists
 from ..tracking.deadletters import Described, described, fresh
+from .answers import DeadLetterRow, Pause, PausedSchedule, ScheduleRow
 
 MAX_LIMIT = 200  # items of a page at most
 DEAD_LETTERS_READ = 10_000  # the latest dead letters a listing looks through
@@ -60,7 +62,7 @@ def page_of(params: Mapping[str, str]) -> Page:
 class _Entry:
     name: str  # the job's name, or @{id} for a runtime schedule
     job: str
-    source: str  # "code" or "runtime"
+    source: Literal["code", "runtime"]
     schedule: Schedule
     text: str
     kwargs: Mapping[str, Any]
@@ -131,28 +133,28 @@ class Views:
         running: list[str] | None = None
         if self.leases and overlap not in (None, "allow"):
             running = sorted(await shared(self.broker).lease_holders(keys.overlap(entry.name)))
-        return {
-            "name": entry.name,
-            "job": entry.job,
-            "source": entry.source,
-            "schedule": entry.text,
-            "zone": entry.schedule.tz if isinstance(entry.schedule, Cron) else None,
-            "kwargs": dict(entry.kwargs),
-            "next_slot": entry.schedule.next_after(now),
-            "overlap": overlap,
-            "catchup_window": spec.catchup_window if spec is not None else None,
-            "known_job": spec is not None or self.app is None,
-            **_state(state, now),
-            "running": running,
-            "last_run": await self._last_run(entry.name),
-        }
+        return ScheduleRow(
+            name=entry.name,
+            job=entry.job,
+            source=entry.source,
+            schedule=entry.text,
+            zone=entry.schedule.tz if isinstance(entry.schedule, Cron) else None,
+            kwargs=dict(entry.kwargs),
+            next_slot=entry.schedule.next_after(now),
+            overlap=overlap,
+            catchup_window=spec.catchup_window if spec is not None else None,
+            known_job=spec is not None or self.app is None,
+            running=running,
+            last_run=await self._last_run(entry.name),
+            **Pause.fields_of(state, now),
+        ).as_dict()
 
-    async def _last_run(self, name: str) -> dict[str, Any] | None:
+    async def _last_run(self, name: str) -> SettledRun | None:
         """The latest run in the schedule's history, where histories are kept."""
         if not self.stateful:
             return None
         runs = await history.schedule_history(self.broker, name)
-        return runs[0].as_dict() if runs else None
+        return runs[0] if runs else None
 
     async def history(self, name: str) -> dict[str, Any]:
         """The schedule's last runs, newest first; NotFoundError (404) for a name that
@@ -179,13 +181,13 @@ class Views:
         self._need_state("schedules cannot be paused there")
         await self._check_schedule(name)
         state = await steering.pause(self.broker, name, until=until, reason=reason, by=by)
-        return {"name": name, **_state(state, time.time())}
+        return PausedSchedule(name=name, **Pause.fields_of(state, time.time())).as_dict()
 
     async def resume(self, name: str) -> dict[str, Any]:
         self._need_state("schedules cannot be resumed there")
         await self._check_schedule(name)
         state = await steering.resume(self.broker, name)
-        return {"name": name, **_state(state, time.time())}
+        return PausedSchedule(name=name, **Pause.fields_of(state, time.time())).as_dict()
 
     async def trigger(self, name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         self._need_state("schedules cannot be triggered there")
@@ -278,10 +280,11 @@ class Views:
         counts: dict[str, Any] | None = None
         if Capability.QUEUE_STATS in self.broker.capabilities:
             counts = dataclasses.asdict(await self.broker.queue_stats())
+        oldest = await lists.oldest_waiting(self.broker)
         return {
             "queue": self.broker.display_url,
             "counts": counts,
-            "oldest_waiting": await lists.oldest_waiting(self.broker),
+            "oldest_waiting": None if oldest is None else dataclasses.asdict(oldest),
             "waiting_listed": Capability.WAITING_INSPECTION in self.broker.capabilities,
             "samples": list(self.samples),
             "sample_every": SAMPLE_EVERY,
@@ -298,7 +301,11 @@ class Views:
     async def dead_letters(self, page: Page) -> dict[str, Any]:
         found = [d for d in await self._dead() if _matches(d, page.q)]
         shown = found[page.offset : page.offset + page.limit]
-        return {"total": len(found), "offset": page.offset, "items": [_letter(d) for d in shown]}
+        return {
+            "total": len(found),
+            "offset": page.offset,
+            "items": [DeadLetterRow.of(d).as_dict() for d in shown],
+        }
 
     async def settle_dead(
         self, keys: list[str] | None, requeue: bool, job: str | None = None
@@ -356,45 +363,8 @@ class Views:
         return {"job_id": job_id, "cancelled": cancelled}
 
 
-def _state(state: steering.ScheduleState | None, now: float) -> dict[str, Any]:
-    if state is None:
-        return {
-            "paused": None,
-            "paused_until": None,
-            "reason": None,
-            "paused_by": None,
-            "last_slot": None,
-        }
-    return {
-        "paused": state.paused
-        and not (state.paused_until is not None and state.paused_until <= now),
-        "paused_until": state.paused_until,
-        "reason": state.reason,
-        "paused_by": state.paused_by,
-        "last_slot": state.latest_slot,
-    }
-
-
 def _matches(d: Described, q: str) -> bool:
     return not q or any(q in text.lower() for text in (d.job, d.job_id, d.letter.reason))
-
-
-BODY_SHOWN = 4096  # bytes of a dead letter's body the listing shows
-
-
-def _letter(d: Described) -> dict[str, Any]:
-    body = d.letter.body
-    return {
-        "key": d.key,
-        "job": d.job,
-        "job_id": d.job_id,
-        "reason": d.letter.reason,
-        "attempts": d.letter.attempts,
-        "dead_lettered_at": d.letter.dead_lettered_at,
-        "size": len(body),
-        "body": body[:BODY_SHOWN].decode("utf-8", "replace"),
-        "body_cut": len(body) > BODY_SHOWN,
-    }
 
 
 def _text(body: Mapping[str, Any], name: str) -> str:

@@ -14,6 +14,7 @@ already is left out (the broker holds it until a worker takes it and drops it).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from ..control import activity, jobs, keys
@@ -31,6 +32,29 @@ DEAD_READ = 10_000  # the latest dead letters a listing looks through
 WAITING_READ = 1_000  # the jobs first in line a listing of waiting ones looks through
 #: The states of the jobs the broker holds (:meth:`~.BrokerProtocol.waiting`).
 HELD: tuple[State, ...] = ("waiting", "delayed", "retrying")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJob:
+    """A job the broker holds: due now (``due_at`` None), delayed, or a retry."""
+
+    job_id: str  # "-" for a message that is not a job's
+    job: str
+    attempt: int  # the attempt it will be delivered as
+    due_at: float | None
+    enqueued_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    """A dead letter, as the list of dead jobs shows it."""
+
+    job_id: str
+    job: str
+    attempts: int
+    dead_lettered_at: float
+    reason: str
+    key: str
 
 
 def validate_state(value: object) -> State:
@@ -68,17 +92,11 @@ async def jobs_in_state(
         key=lambda d: -d.letter.dead_lettered_at,
     )
     items = [
-        {
-            "job_id": d.job_id,
-            "job": d.job,
-            "attempts": d.letter.attempts,
-            "dead_lettered_at": d.letter.dead_lettered_at,
-            "reason": d.letter.reason,
-            "key": d.key,
-        }
+        asdict(DeadJob(d.job_id, d.job, d.letter.attempts, d.letter.dead_lettered_at,
+                       d.letter.reason, d.key))
         for d in letters
         if job is None or d.job == job
-    ]
+    ]  # fmt: skip
     return items, len(items)
 
 
@@ -117,10 +135,8 @@ async def _held_jobs(broker: BrokerProtocol, job: str | None) -> list[tuple[Stat
         else:
             name, job_id, enqueued_at = message.job_name, message.id, message.enqueued_at
         if job is None or name == job:
-            found.append((_kind(held), {
-                "job_id": job_id, "job": name, "attempt": held.attempt,
-                "due_at": held.due_at, "enqueued_at": enqueued_at,
-            }))  # fmt: skip
+            item = HeldJob(job_id, name, held.attempt, held.due_at, enqueued_at)
+            found.append((_kind(held), asdict(item)))
     if Capability.STORE not in broker.capabilities or not found:
         return found
     ids = [item["job_id"] for _, item in found if item["job_id"] != "-"]
@@ -129,10 +145,19 @@ async def _held_jobs(broker: BrokerProtocol, job: str | None) -> list[tuple[Stat
     return [(kind, item) for kind, item in found if item["job_id"] not in cancelled]
 
 
-async def oldest_waiting(broker: BrokerProtocol) -> dict[str, Any] | None:
-    """The job first in line of those due now, with how long ago it was enqueued
-    (``age``, seconds, by this process's clock against the enqueuer's): None when none
-    waits, or when the broker cannot list what it holds."""
+@dataclass(frozen=True, slots=True)
+class OldestWaiting:
+    """The job first in line of those due now, and how long ago it was enqueued."""
+
+    job_id: str
+    job: str
+    enqueued_at: float | None
+    age: float | None  # seconds, by this process's clock against the enqueuer's
+
+
+async def oldest_waiting(broker: BrokerProtocol) -> OldestWaiting | None:
+    """The job first in line of those due now: None when none waits, or when the broker
+    cannot list what it holds."""
     if Capability.WAITING_INSPECTION not in broker.capabilities:
         return None
     first = list(await broker.waiting(1))
@@ -143,8 +168,7 @@ async def oldest_waiting(broker: BrokerProtocol) -> dict[str, Any] | None:
     except MessageDecodeError:
         return None
     age = None if message.enqueued_at is None else max(0.0, time.time() - message.enqueued_at)
-    return {"job_id": message.id, "job": message.job_name, "enqueued_at": message.enqueued_at,
-            "age": age}  # fmt: skip
+    return OldestWaiting(message.id, message.job_name, message.enqueued_at, age)
 
 
 def _kind(held: Waiting) -> State:
