@@ -9,7 +9,8 @@
 Measured per broker:
   enqueue one by one      awaited one at a time; the raw client's ceiling first
                           where one is known, then framework-m without and with
-                          deduplication ids; a fifth of -n jobs (each waits out a
+                          deduplication ids, and the blocking client (connect_sync)
+                          from a thread; a fifth of -n jobs (each waits out a
                           round trip, so fewer give the same median)
   enqueue, 100 in flight  the same with 100 enqueues outstanding
   enqueue a batch         enqueue_many by 500, beside the raw client's batch ceiling
@@ -54,7 +55,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from framework_m_core import App, BaseBroker, BatchJob, JobContext, Ticker, Worker
+from framework_m_core import (
+    App,
+    BaseBroker,
+    BatchJob,
+    JobContext,
+    Ticker,
+    Worker,
+    connect_sync,
+)
 from framework_m_core.adapters.registry import open_broker
 from framework_m_core.jobs import DEFAULT_KEEP
 from framework_m_core.observability.metrics import Metrics
@@ -112,6 +121,22 @@ async def bench_enqueue(url: str, n: int, dedup: bool) -> float:
         for i in range(n):
             await broker.enqueue("noop", f"{run}:{i}" if dedup else None, i=i)
         return n / (time.perf_counter() - t0)
+
+
+async def bench_enqueue_sync(url: str, n: int) -> float:
+    """The blocking client's enqueue (``connect_sync``), one at a time from a thread of
+    plain ``def`` code, as ``bench_enqueue`` without dedup ids awaits them."""
+    async with isolated(url) as ns_url:
+
+        def run() -> float:
+            with connect_sync(ns_url, sync_schema=True) as client:
+                client.enqueue("noop", i=-1)  # connected and warm
+                t0 = time.perf_counter()
+                for i in range(n):
+                    client.enqueue("noop", i=i)
+                return n / (time.perf_counter() - t0)
+
+        return await asyncio.to_thread(run)
 
 
 async def bench_enqueue_many(url: str, n: int, batch: int = 500) -> float:
@@ -428,6 +453,7 @@ def throughput_groups(
         "enqueue one by one": [
             ("framework-m, no dedup id", partial(bench_enqueue, url, one_by_one, False)),
             ("framework-m, dedup id", partial(bench_enqueue, url, one_by_one, True)),
+            ("framework-m sync client, no dedup id", partial(bench_enqueue_sync, url, one_by_one)),
         ],
         "enqueue, 100 in flight": [
             ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),

@@ -78,6 +78,9 @@ CORE = [
     "open_broker",
     "tick_deduplication_id",
     "StoreProtocol",
+    "SyncClient",
+    "SyncJob",
+    "connect_sync",
 ]
 
 TESTING = [

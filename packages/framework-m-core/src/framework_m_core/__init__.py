@@ -8,6 +8,7 @@ the first. Brokers plug in through :class:`JobQueueProtocol` and friends.
 from .about import PROJECT, __version__
 from .adapters.registry import connect, open_broker
 from .app import App, load_app
+from .blocking.client import SyncClient, SyncJob, connect_sync
 from .control.jobs import cancel_job, job_of_slot, job_status, wait_result
 from .control.schedules import ScheduleDescription, ScheduleHandle
 from .control.shared import StateEntry
@@ -111,6 +112,8 @@ __all__ = [
     "SchemaSyncProtocol",
     "StateEntry",
     "StoreProtocol",
+    "SyncClient",
+    "SyncJob",
     "Ticker",
     "TickerProtocol",
     "UnknownBrokerError",
@@ -120,6 +123,7 @@ __all__ = [
     "__version__",
     "cancel_job",
     "connect",
+    "connect_sync",
     "cron",
     "decode_message",
     "every",

@@ -27,6 +27,7 @@ from .ports.protocols import BrokerProtocol
 from .ports.statuses import JobStatus
 
 if TYPE_CHECKING:
+    from .blocking.client import SyncClient, SyncJob
     from .control.schedules import ScheduleHandle
     from .jobs import JobContext, JobSpec
     from .ports.protocols import JobQueueProtocol
@@ -182,6 +183,39 @@ class JobHandle(Generic[P, R]):
         seconds)."""
         held = self.with_options(deduplication_id=self._options.deduplication_id, at=when)
         return await held.enqueue(broker, *args, **kwargs)
+
+    # -- from blocking code ---------------------------------------------------------------
+
+    def enqueue_sync(self, client: SyncClient, /, *args: P.args, **kwargs: P.kwargs) -> SyncJob:
+        """:meth:`enqueue` from plain ``def`` code, through a
+        :func:`~framework_m_core.connect_sync` client: the arguments are checked in the
+        calling thread, then this blocks until the broker stored the job."""
+        job_kwargs = self._kwargs(args, kwargs)
+        return client.job(client.run(lambda b: self._send(b, job_kwargs), f"enqueue {self.name}"))
+
+    def enqueue_in_sync(
+        self,
+        client: SyncClient,
+        delay: timedelta | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncJob:
+        """:meth:`enqueue_in` from plain ``def`` code (see :meth:`enqueue_sync`)."""
+        held = self.with_options(deduplication_id=self._options.deduplication_id, delay=delay)
+        return held.enqueue_sync(client, *args, **kwargs)
+
+    def enqueue_at_sync(
+        self,
+        client: SyncClient,
+        when: datetime | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncJob:
+        """:meth:`enqueue_at` from plain ``def`` code (see :meth:`enqueue_sync`)."""
+        held = self.with_options(deduplication_id=self._options.deduplication_id, at=when)
+        return held.enqueue_sync(client, *args, **kwargs)
 
     def _kwargs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The job's kwargs: positional arguments by their parameters' names, all checked

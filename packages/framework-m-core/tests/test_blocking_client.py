@@ -1,0 +1,155 @@
+"""The blocking client from plain ``def`` code, over Redis: typed handles checked before
+anything is sent, statuses, results and cancels, and how it closes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from framework_m_core import (
+    App,
+    BrokerError,
+    ConfigurationError,
+    InvalidJobError,
+    JobContext,
+    JobFailedError,
+    JobState,
+    SyncClient,
+    connect,
+    connect_sync,
+)
+from framework_m_core.testing import namespace, running_worker
+
+SERVER = "redis://127.0.0.1:6379/0"
+
+app = App()
+
+
+@app.job
+async def add(ctx: JobContext, a: int, b: int) -> int:
+    return a + b
+
+
+@app.job(max_attempts=1)
+async def fails(ctx: JobContext) -> None:
+    raise RuntimeError("fails on purpose")
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    ns = namespace(SERVER)
+    try:
+        yield ns.url()
+    finally:
+        asyncio.run(ns.drop())
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[SyncClient]:
+    with connect_sync(url, sync_schema=True) as c:
+        yield c
+
+
+@contextmanager
+def worker_running(url: str) -> Iterator[None]:
+    """A worker of ``app`` on its own event loop in a thread, for the block."""
+    stop = threading.Event()
+    ready = threading.Event()
+
+    async def main() -> None:
+        async with connect(url) as broker, running_worker(app, broker):
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),))
+    thread.start()
+    try:
+        assert ready.wait(10)
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def test_a_handle_enqueues_waits_for_its_result_and_checks_arguments_first(
+    client: SyncClient, url: str
+) -> None:
+    with pytest.raises(InvalidJobError, match="'c'"):
+        add.enqueue_sync(client, a=1, b=2, c=3)  # type: ignore[call-arg]
+    job = add.enqueue_sync(client, 1, b=2)
+    assert job.status_sync().state is JobState.QUEUED
+    later = add.enqueue_in_sync(client, 600, a=5, b=6)
+    assert later.status_sync().state is JobState.SCHEDULED
+    at = add.enqueue_at_sync(client, time.time() + 600, a=7, b=8)
+    assert (at.status_sync().due_at or 0) > time.time() + 500
+    assert later.cancel_sync() is True
+    failing = fails.enqueue_sync(client)
+    with worker_running(url):
+        assert job.result_sync(timeout=20) == 3
+        with pytest.raises(JobFailedError, match="fails on purpose"):
+            failing.result_sync(timeout=20)
+    assert later.status_sync().state is JobState.CANCELLED
+    assert client.job(job).result_sync(timeout=0) == 3  # an id from elsewhere
+    stored = client.run(lambda b: b.queue_stats(), "counting")
+    # the two held ones wait; only fails is dead: the refused enqueue sent nothing
+    assert (stored.ready, stored.scheduled, stored.dead_letters) == (0, 2, 1)
+
+
+def test_enqueue_by_name_and_its_errors_are_the_async_ones(client: SyncClient) -> None:
+    job = client.enqueue("add", a=1, b=2)
+    assert client.status(job).job_name == "add"
+    with pytest.raises(InvalidJobError):
+        client.enqueue("bad name!")
+    with pytest.raises(InvalidJobError):
+        client.status("not an id")
+    assert client.enqueue_in(60, "add", "dedup-1", a=1, b=1) == client.enqueue_in(
+        60, "add", "dedup-1", a=1, b=1
+    )
+
+
+def test_a_close_cuts_off_a_call_still_under_way_and_later_calls_raise(url: str) -> None:
+    client = connect_sync(url)
+    said: list[BaseException] = []
+
+    def hang() -> None:
+        try:
+            client.run(lambda b: asyncio.sleep(30), "sleeping")
+        except BaseException as exc:
+            said.append(exc)
+
+    thread = threading.Thread(target=hang)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not client._calls:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    client.close(timeout=0.2)
+    thread.join(5)
+    assert len(said) == 1, said
+    assert isinstance(said[0], BrokerError), said
+    assert "closed before the broker answered" in str(said[0])
+    with pytest.raises(BrokerError, match="is closed"):
+        client.enqueue("add", a=1, b=2)
+    client.close()  # again: nothing
+
+
+def test_bad_urls_unreachable_brokers_and_calls_from_its_own_loop_are_refused(
+    client: SyncClient,
+) -> None:
+    with pytest.raises(ConfigurationError):
+        connect_sync("redis://127.0.0.1:6379/0?nonsense=1")
+    with pytest.raises(ConfigurationError, match="timeout"):
+        connect_sync(SERVER, timeout=0)
+    with pytest.raises(BrokerError):
+        connect_sync("redis://127.0.0.1:1/0", timeout=5)
+
+    async def inside() -> None:
+        client.status("0" * 32)
+
+    with pytest.raises(RuntimeError, match="from inside its own event loop"):
+        client.run(lambda b: inside(), "nesting")
