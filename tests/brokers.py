@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -559,3 +560,23 @@ def rabbit_cluster(workdir: Path, size: int = 3) -> Iterator[list[RabbitServer]]
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def synced_namespace(server: str) -> Iterator[str]:
+    """The URL of a fresh namespace on ``server`` with its schema synced (as ``m
+    sync-schema`` would before a deploy), dropped after the block."""
+    from framework_m_core import connect
+    from framework_m_core.testing import namespace
+
+    ns = namespace(server)
+
+    async def sync() -> None:
+        async with connect(ns.url(), sync_schema=True):
+            pass
+
+    try:
+        asyncio.run(sync())
+        yield ns.url()
+    finally:
+        asyncio.run(ns.drop())

@@ -9,8 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from framework_m_core import connect
-from framework_m_core.testing import namespace, running_worker, wait_until
+from framework_m_core.testing import running_worker, wait_until
 
+from .brokers import synced_namespace
 from .conftest import REPO
 
 SERVER = "redis://127.0.0.1:6379/0"
@@ -21,13 +22,6 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO))
     fastapi_app = importlib.import_module("examples.fastapi_app")
-    ns = namespace(SERVER)
-    url = ns.url()
-    monkeypatch.setenv("M_BROKER_URL", url)
-
-    async def migrate() -> None:
-        async with connect(url, sync_schema=True):
-            pass
 
     async def run_jobs() -> int:
         async with connect(url) as broker, running_worker(fastapi_app.app, broker) as worker:
@@ -36,8 +30,8 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
             assert (left.ready, left.reserved, left.scheduled) == (0, 0, 0)
             return worker.stats.succeeded
 
-    try:
-        asyncio.run(migrate())
+    with synced_namespace(SERVER) as url:
+        monkeypatch.setenv("M_BROKER_URL", url)
         with TestClient(fastapi_app.api) as client:  # runs the lifespan: connect, close
             first = client.post("/signups", json={"email": "ada@example.com"})
             again = client.post("/signups", json={"email": "ada@example.com"})
@@ -51,8 +45,6 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
             "welcome email to ada@example.com",
             "welcome email to bob@example.com",
         ]
-    finally:
-        asyncio.run(ns.drop())
 
 
 @pytest.mark.parametrize("url", [None, "memory://"])

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 
 import pytest
 
-from framework_m_core import connect
-from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes, stop_all
 
+from .brokers import synced_namespace
 from .conftest import REPO
 
 SERVER = "redis://127.0.0.1:6379/0"
@@ -23,16 +21,8 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO))
     flask_app = importlib.import_module("examples.flask_app")
-    ns = namespace(SERVER)
-    url = ns.url()
-    monkeypatch.setenv("M_BROKER_URL", url)
-
-    async def migrate() -> None:
-        async with connect(url, sync_schema=True):
-            pass
-
-    try:
-        asyncio.run(migrate())
+    with synced_namespace(SERVER) as url:
+        monkeypatch.setenv("M_BROKER_URL", url)
         web = flask_app.create_app().test_client()
         first = web.post("/signups", json={"email": "ada@example.com"})
         again = web.post("/signups", json={"email": "ada@example.com"})
@@ -52,8 +42,6 @@ def test_signups_enqueue_once_per_address_and_a_worker_sends_them(
             assert found["result"] == f"welcome email sent to {to}"
         stop_all([worker])
         assert worker.output.count("welcome email to ") == 2, worker.output
-    finally:
-        asyncio.run(ns.drop())
 
 
 def test_without_a_shared_broker_the_app_refuses_to_start_saying_why(
