@@ -13,6 +13,8 @@ from framework_m_core.testing.scenarios import Processes, stop_all
 from .brokers import synced_namespace
 from .conftest import REPO
 
+pytestmark = pytest.mark.processes
+
 SERVER = "redis://127.0.0.1:6379/0"
 
 

@@ -20,6 +20,8 @@ from framework_m_core.blocking import SyncClient
 from framework_m_core.testing import namespace
 from framework_m_core.testing.scenarios import Processes, stop_all
 
+pytestmark = pytest.mark.processes
+
 SERVERS = ["redis://127.0.0.1:6379/0", "nats://127.0.0.1:4222"]
 THREADS = 16
 EACH = 25

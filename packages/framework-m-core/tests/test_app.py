@@ -74,6 +74,48 @@ def test_load_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             sys.modules.pop(name, None)
 
 
+def test_without_a_target_the_one_provider_that_recognises_the_environment_gives_the_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import EntryPoint
+
+    import framework_m_core.app as app_module
+
+    found = App()
+    providers = {
+        "none": lambda: None,
+        "one": lambda: found,
+        "other": lambda: App(),
+        "bad": lambda: 42,
+        "fails": lambda: (_ for _ in ()).throw(RuntimeError("settings missing")),
+    }
+    chosen: list[str] = []
+
+    class Provider(EntryPoint):
+        def load(self) -> Any:
+            return providers[self.name]
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        assert group == "framework_m.apps"
+        return [Provider(name, f"x:{name}", group) for name in chosen]
+
+    monkeypatch.setattr(app_module, "entry_points", entry_points)
+    chosen[:] = ["none", "one"]
+    assert load_app("") is found
+    chosen[:] = ["one", "other"]
+    with pytest.raises(AppLoadError, match=r"several providers found one \(one, other\)"):
+        load_app("")
+    chosen[:] = ["none"]
+    with pytest.raises(AppLoadError, match="no app given"):
+        load_app("")
+    chosen[:] = ["bad"]
+    with pytest.raises(AppLoadError, match="gave a int, not an App"):
+        load_app("")
+    chosen[:] = ["fails"]
+    with pytest.raises(AppLoadError, match="the fails app provider failed: RuntimeError"):
+        load_app("")
+
+
 def test_a_handler_without_a_signature_is_refused_at_registration() -> None:
     app = App()
     with pytest.raises(JobDefinitionError, match="handler has no signature"):

@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -20,10 +19,9 @@ from framework_m_core import (
     JobFailedError,
     JobState,
     SyncClient,
-    connect,
     connect_sync,
 )
-from framework_m_core.testing import namespace, running_worker
+from framework_m_core.testing import namespace, worker_in_a_thread
 
 SERVER = "redis://127.0.0.1:6379/0"
 
@@ -55,27 +53,6 @@ def client(url: str) -> Iterator[SyncClient]:
         yield c
 
 
-@contextmanager
-def worker_running(url: str) -> Iterator[None]:
-    """A worker of ``app`` on its own event loop in a thread, for the block."""
-    stop = threading.Event()
-    ready = threading.Event()
-
-    async def main() -> None:
-        async with connect(url) as broker, running_worker(app, broker):
-            ready.set()
-            await asyncio.to_thread(stop.wait)
-
-    thread = threading.Thread(target=asyncio.run, args=(main(),))
-    thread.start()
-    try:
-        assert ready.wait(10)
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
-
-
 def test_a_handle_enqueues_waits_for_its_result_and_checks_arguments_first(
     client: SyncClient, url: str
 ) -> None:
@@ -89,7 +66,7 @@ def test_a_handle_enqueues_waits_for_its_result_and_checks_arguments_first(
     assert (at.status_sync().due_at or 0) > time.time() + 500
     assert later.cancel_sync() is True
     failing = fails.enqueue_sync(client)
-    with worker_running(url):
+    with worker_in_a_thread(app, url):
         assert job.result_sync(timeout=20) == 3
         with pytest.raises(JobFailedError, match="fails on purpose"):
             failing.result_sync(timeout=20)

@@ -110,6 +110,7 @@ TESTING = [
     "many",
     "receive_all",
     "running_worker",
+    "worker_in_a_thread",
     "synced",
     "wait_until",
     "Drained",

@@ -11,6 +11,7 @@ import sysconfig
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
+from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -243,6 +244,32 @@ def _name(hook: Hook) -> str:
     return str(getattr(hook, "__qualname__", hook))
 
 
+def _provided_app() -> App:
+    """The app of the one provider that recognises this environment."""
+    found: list[tuple[str, App]] = []
+    for ep in sorted(entry_points(group=APP_PROVIDERS), key=lambda e: e.name):
+        try:
+            app = ep.load()()
+        except AppLoadError:
+            raise
+        except Exception as exc:
+            raise AppLoadError(
+                f"the {ep.name} app provider failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if app is not None:
+            if not isinstance(app, App):
+                raise AppLoadError(
+                    f"the {ep.name} app provider gave a {type(app).__name__}, not an App"
+                )
+            found.append((ep.name, app))
+    if len(found) > 1:
+        names = ", ".join(name for name, _ in found)
+        raise AppLoadError(f"no app given, and several providers found one ({names}): pass --app")
+    if not found:
+        raise AppLoadError("no app given: pass --app module[:attr] or set M_APP")
+    return found[0][1]
+
+
 def _app_frames(exc: BaseException) -> str:
     """The frames of ``exc``'s traceback outside the import machinery, framework-m and the
     standard library (the application's, and the packages it calls), as traceback lines."""
@@ -266,10 +293,17 @@ def _outside(filename: str) -> bool:
     return packages or not filename.startswith(_STDLIB)
 
 
+#: The entry point group of app providers: each names a callable that returns the
+#: :class:`App` of a project it recognises in this process's environment (the Django
+#: project of ``DJANGO_SETTINGS_MODULE``, for ``framework_m_django``), or None.
+APP_PROVIDERS = "framework_m.apps"
+
+
 def load_app(target: str) -> App:
-    """Import ``module[:attr]`` (``attr`` defaults to ``app``) and return the :class:`App`."""
+    """Import ``module[:attr]`` (``attr`` defaults to ``app``) and return the :class:`App`;
+    without a target, the one app an installed provider (:data:`APP_PROVIDERS`) finds."""
     if not target:
-        raise AppLoadError("no app given: pass --app module[:attr] or set M_APP")
+        return _provided_app()
     module_name, _, attr = target.partition(":")
     attr = attr or "app"
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -74,6 +74,7 @@ _LAZY = {
     "receive_all": ".helpers",
     "received_slots": ".helpers",
     "running_worker": ".helpers",
+    "worker_in_a_thread": ".helpers",
     "synced": ".helpers",
     "wait_until": ".helpers",
     "Drained": ".jobs",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..adapters.registry import connect
 from ..app import App
 from ..ports.messages import decode_message
 from ..ports.protocols import BrokerProtocol
@@ -167,3 +169,31 @@ async def running_worker(app: App, broker: BrokerProtocol, **options: Any) -> As
         worker.stop()
         async with asyncio.timeout(15 + worker.shutdown_timeout):
             await task
+
+
+@contextmanager
+def worker_in_a_thread(app: App, url: str, **options: Any) -> Iterator[None]:
+    """A worker of ``app`` on the broker at ``url``, on an event loop of its own in a
+    thread, for the block: what tests of blocking code (``connect_sync``) run beside."""
+    stop, ready = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    async def main() -> None:
+        try:
+            async with connect(url) as broker, running_worker(app, broker, **options):
+                ready.set()
+                await asyncio.to_thread(stop.wait)
+        except BaseException as exc:
+            failed.append(exc)
+            ready.set()
+            raise
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), name="framework-m test worker")
+    thread.start()
+    try:
+        if not ready.wait(30) or failed:
+            raise AssertionError(f"the worker did not start: {failed or 'no answer in 30s'}")
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
