@@ -15,6 +15,7 @@ REDIS = "packages/adapter-redis/src/framework_m_redis"
 SQLITE = "examples/adapter-sqlite/src/framework_m_sqlite"
 RABBIT = "packages/adapter-rabbitmq/src/framework_m_rabbitmq"
 NATS = "packages/adapter-nats/src/framework_m_nats"
+DJANGO = "packages/framework-m-django/src/framework_m_django"
 
 # The contract suite's hook-up of each adapter.
 SUITES = {
@@ -82,6 +83,8 @@ SUITES = {
     "redis-failover": "tests/test_redis_failover.py",
     # A 3-node RabbitMQ cluster losing quorum under three ticking replicas.
     "rabbitmq-quorum": "tests/test_rabbitmq_quorum.py",
+    # The Django tasks backend and the worker's app of a Django project (Python 3.12).
+    "django": "packages/framework-m-django/tests",
 }
 
 
@@ -1560,6 +1563,51 @@ MUTANTS: tuple[Mutant, ...] = (
         '        out["last_run"] = None if self.last_run is None else self.last_run.as_dict()\n',
         "",
         "test_every_answer_has_exactly_the_fields_its_documented_type_has",
+    ),
+    m(
+        "django-arguments-unchecked",
+        "django",
+        "a task's arguments are checked against its function before anything is sent",
+        f"{DJANGO}/backend.py",
+        "        inspect.signature(task.func).bind(*context, *positional, **named)\n",
+        "        pass\n",
+        "test_arguments_that_do_not_bind_or_are_not_json_are_refused_before_sending",
+    ),
+    m(
+        "django-run-after-ignored",
+        "django",
+        "a task enqueued with run_after runs no sooner",
+        f"{DJANGO}/backend.py",
+        "            if task.run_after is not None:\n",
+        "            if False:\n",
+        "test_results_values_errors_and_delayed_runs_come_back_through_get_result",
+    ),
+    m(
+        "django-failure-without-traceback",
+        "django",
+        "a failed task's result names its exception class and traceback",
+        f"{DJANGO}/results.py",
+        "    trace = status.traceback or status.error\n",
+        "    trace = status.error\n",
+        "test_results_values_errors_and_delayed_runs_come_back_through_get_result",
+    ),
+    m(
+        "django-periodic-not-ticked",
+        "django",
+        "a @periodic task is ticked by every replica and runs once per slot",
+        f"{DJANGO}/worker.py",
+        "            schedule=periodic.schedule if periodic else None,\n",
+        "            schedule=None,\n",
+        "test_three_replicas_run_a_view_s_task_once_and_the_periodic_one_once_per_slot",
+    ),
+    m(
+        "django-check-misses-queues",
+        "django",
+        "manage.py check names QUEUES the backend cannot route",
+        f"{DJANGO}/backend.py",
+        "        if self.queues != {DEFAULT_TASK_QUEUE_NAME}:\n",
+        "        if False:\n",
+        "test_manage_py_check_names_each_bad_option",
     ),
     m(
         "core-lists-retries-as-delayed",

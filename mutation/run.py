@@ -39,8 +39,11 @@ ROOTS = (
     "examples/adapter-sqlite/src",
     "packages/adapter-rabbitmq/src",
     "packages/adapter-nats/src",
+    "packages/framework-m-django/src",
 )
 TIMEOUT = 600
+# Suites that run in another hatch environment (Django 6 needs Python 3.12).
+ENVIRONMENTS = {"django": "django"}
 
 
 def check(mutant: Mutant) -> None:
@@ -71,7 +74,7 @@ def copy_tree(workdir: Path, mutant: Mutant | None) -> str:
 def run_tests(adapter: str, tests: tuple[str, ...], pythonpath: str) -> tuple[int, list[str], str]:
     """Run ``tests`` of ``adapter``'s suite; return the exit code, failed tests, output."""
     command = [
-        sys.executable, "-m", "pytest", SUITES[adapter], "-q", "-x", "-p", "no:cacheprovider",
+        interpreter(adapter), "-m", "pytest", SUITES[adapter], "-q", "-x", "-p", "no:cacheprovider",
         "-k", " or ".join(tests), "-o", "log_level=WARNING",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -86,6 +89,20 @@ def run_tests(adapter: str, tests: tuple[str, ...], pythonpath: str) -> tuple[in
     if re.search(r"^ERROR \S+::", done.stdout, re.MULTILINE):  # set-up broke: not a kill
         return 3, failed, done.stdout[-3000:]
     return done.returncode, failed, done.stdout[-3000:]
+
+
+def interpreter(adapter: str) -> str:
+    """The Python that runs ``adapter``'s suite: this one, or its hatch environment's."""
+    if adapter not in ENVIRONMENTS:
+        return sys.executable
+    found = subprocess.run(
+        ["hatch", "env", "find", ENVIRONMENTS[adapter]],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    python = Path(found.stdout.strip()) / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{adapter}: create its environment first: hatch env create django")
+    return str(python)
 
 
 def baseline(adapter: str, mutants: list[Mutant]) -> None:

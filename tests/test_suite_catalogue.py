@@ -45,8 +45,15 @@ def test_each_mutant_applies_and_names_suite_tests(mutant: object) -> None:
 
 
 def _defined_tests(suite: str) -> set[str]:
-    """The test functions a suite that is not a contract hook-up defines."""
-    return set(re.findall(r"^\s*(?:async )?def (test_\w+)", (REPO / suite).read_text(), re.M))
+    """The test functions a suite that is not a contract hook-up defines (a file, or
+    every test file of a directory)."""
+    path = REPO / suite
+    files = sorted(path.glob("test_*.py")) if path.is_dir() else [path]
+    return {
+        name
+        for f in files
+        for name in re.findall(r"^\s*(?:async )?def (test_\w+)", f.read_text(), re.M)
+    }
 
 
 def test_mutant_ids_are_unique() -> None:
