@@ -453,7 +453,6 @@ def throughput_groups(
         "enqueue one by one": [
             ("framework-m, no dedup id", partial(bench_enqueue, url, one_by_one, False)),
             ("framework-m, dedup id", partial(bench_enqueue, url, one_by_one, True)),
-            ("framework-m sync client, no dedup id", partial(bench_enqueue_sync, url, one_by_one)),
         ],
         "enqueue, 100 in flight": [
             ("framework-m, dedup id", partial(bench_enqueue_concurrent, url, n)),
@@ -478,6 +477,10 @@ def throughput_groups(
             for c in CONCURRENCIES
         ],
     }
+    if not url.startswith("memory:"):  # memory:// lives in one loop: no blocking client
+        groups["enqueue one by one"].append(
+            ("framework-m sync client, no dedup id", partial(bench_enqueue_sync, url, one_by_one))
+        )
     for measurement, rows_ in raw.items():
         count = one_by_one if measurement == "enqueue one by one" else n
         groups[measurement][:0] = [(name, partial(fn, count)) for name, fn in rows_]

@@ -89,33 +89,42 @@ def test_enqueue_by_name_and_its_errors_are_the_async_ones(client: SyncClient) -
     )
 
 
-def test_a_close_cuts_off_a_call_still_under_way_and_later_calls_raise(url: str) -> None:
+def test_a_close_waits_for_calls_under_way_says_so_and_later_calls_raise(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     client = connect_sync(url)
-    said: list[BaseException] = []
+    said: list[object] = []
+    started = threading.Event()
 
-    def hang() -> None:
-        try:
-            client.run(lambda b: asyncio.sleep(30), "sleeping")
-        except BaseException as exc:
-            said.append(exc)
+    async def slow(broker: object) -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "finished"
 
-    thread = threading.Thread(target=hang)
+    thread = threading.Thread(target=lambda: said.append(client.run(slow, "sleeping")))
     thread.start()
-    deadline = time.monotonic() + 5
-    while not client._calls:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    client.close(timeout=0.2)
+    assert started.wait(5)
+    client.close(timeout=0.1)
     thread.join(5)
-    assert len(said) == 1, said
-    assert isinstance(said[0], BrokerError), said
-    assert "closed before the broker answered" in str(said[0])
+    assert said == ["finished"]  # its own loop and connection: it ran to its end
+    assert "1 call(s) still under way in other threads" in caplog.text
     with pytest.raises(BrokerError, match="is closed"):
         client.enqueue("add", a=1, b=2)
     client.close()  # again: nothing
 
 
-def test_bad_urls_unreachable_brokers_and_calls_from_its_own_loop_are_refused(
+def test_a_thread_per_request_leaves_no_connection_behind(url: str) -> None:
+    with connect_sync(url) as client:
+        for n in range(5):  # a server that starts a thread per request
+            thread = threading.Thread(target=client.enqueue, args=("add",), kwargs={"a": n, "b": 1})
+            thread.start()
+            thread.join(10)
+        assert len(client._links) <= 2  # this thread's, and the last request's
+        closed = [link for link in client._links if link.loop.is_closed()]
+        assert closed == []
+
+
+def test_bad_urls_unreachable_brokers_memory_and_calls_from_async_code_are_refused(
     client: SyncClient,
 ) -> None:
     with pytest.raises(ConfigurationError):
@@ -125,8 +134,11 @@ def test_bad_urls_unreachable_brokers_and_calls_from_its_own_loop_are_refused(
     with pytest.raises(BrokerError):
         connect_sync("redis://127.0.0.1:1/0", timeout=5)
 
+    with pytest.raises(ConfigurationError, match="memory:// lives in one event loop"):
+        connect_sync("memory://")
+
     async def inside() -> None:
         client.status("0" * 32)
 
-    with pytest.raises(RuntimeError, match="from inside its own event loop"):
-        client.run(lambda b: inside(), "nesting")
+    with pytest.raises(RuntimeError, match="from async code would block its event loop"):
+        asyncio.run(inside())

@@ -1,30 +1,31 @@
-"""The blocking client: one connection a process, shared by its threads.
+"""The blocking client: connected once a process, shared by its threads.
 
-The client keeps the broker in an event loop of its own (:class:`~.loop.LoopThread`);
-each call hands a coroutine to that loop and blocks its thread until the broker answered,
-so any number of threads enqueue at once over one connection, their requests interleaved
-by the loop. Arguments are checked in the calling thread before anything is handed over.
+Each thread that calls the client runs its calls on an event loop of its own, over a
+connection of its own, opened at its first call: a call runs the broker's coroutine to
+its end in the calling thread (``run_until_complete``), with no hand-over to another
+thread, so a blocking enqueue costs what an awaited one does plus a few microseconds.
+Arguments are checked before anything is sent, and errors are the async API's.
 
 Forks and exits, the ways web servers run code:
 
 * A process forked after the client connected (gunicorn ``--preload``, uWSGI) leaves
-  the parent's connection alone: the child's first call opens its own loop and
-  connection. Locks are made anew in the child, so a lock held by another thread at the
-  fork cannot hang it.
-* At exit (or :meth:`SyncClient.close`) the calls under way are waited for, up to
-  :data:`CLOSE_WAIT` seconds, before the connection closes; a call still unanswered
-  then raises :class:`~.errors.BrokerError` in its thread, and the exit logs how many
-  were cut off. An enqueue that returned a job id is stored: nothing is buffered.
+  the parent's connections alone: the child's first call opens its own. Locks are made
+  anew in the child, so a lock another thread held at the fork cannot hang it.
+* At exit (or :meth:`SyncClient.close`) the calls under way in other threads are
+  waited for, up to :data:`CLOSE_WAIT` seconds, then every idle connection closes; the
+  exit logs how many calls were still under way. Nothing is buffered: an enqueue that
+  returned a job id is stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
-import concurrent.futures
 import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from ..control import jobs
 from ..errors import BrokerError, ConfigurationError
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobStatus
-from .loop import LoopThread
 
 log = logging.getLogger("framework_m.client")
 
@@ -88,17 +88,23 @@ class SyncJob(str):
         return self.client.cancel(self)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Link:
-    """The loop and the connected broker of one process."""
+    """One thread's loop and connection, in the process that opened them."""
 
     pid: int
-    thread: LoopThread
+    owner: weakref.ref[threading.Thread]
+    loop: asyncio.AbstractEventLoop
     broker: BrokerProtocol
+    busy: bool = False  # a call of its thread runs on it now
+
+    def orphaned(self) -> bool:
+        """Whether its thread has ended (a thread per request, say): nobody calls it."""
+        thread = self.owner()
+        return thread is None or not thread.is_alive()
 
 
 _CLIENTS: weakref.WeakSet[SyncClient] = weakref.WeakSet()
-_PARENTS: list[_Link] = []  # links a fork left behind: the parent's, never closed here
 
 
 class SyncClient:
@@ -112,15 +118,20 @@ class SyncClient:
             raise ConfigurationError(f"timeout must be a number of seconds, got {timeout!r}")
         if not (math.isfinite(timeout) and timeout > 0):
             raise ConfigurationError(f"timeout must be more than 0 seconds, got {timeout!r}")
+        if url.startswith("memory:"):
+            raise ConfigurationError(
+                "memory:// lives in one event loop: the blocking client cannot share it; "
+                "use the async API (connect) where the worker runs"
+            )
         self._url = url
         self.display_url = open_broker(url).display_url  # a bad URL is refused here
         self._sync_schema = sync_schema
         self._timeout = float(timeout)
         self._lock = threading.Lock()
-        self._link: _Link | None = None
-        self._calls: set[concurrent.futures.Future[Any]] = set()
+        self._local = threading.local()
+        self._links: list[_Link] = []  # every thread's, for close
         self._closed = False
-        self._linked()
+        self._linked()  # this thread's connection now: an unreachable broker raises here
         _CLIENTS.add(self)
 
     def __repr__(self) -> str:
@@ -187,7 +198,7 @@ class SyncClient:
         """Cancel ``job_id`` (:func:`~framework_m_core.cancel_job`)."""
         return self.run(lambda b: jobs.cancel_job(b, job_id), "cancelling a job")
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- the calling thread's loop ----------------------------------------------------------
 
     def run(
         self,
@@ -196,56 +207,55 @@ class SyncClient:
         *,
         wait: float = 0.0,
     ) -> T:
-        """``make(broker)`` run on the client's loop, its result or its error returned in
-        this thread; :class:`~.errors.BrokerError` when no answer came within the
-        client's timeout (plus ``wait``), or the client closed first: ``what`` happened
-        then or not."""
+        """``make(broker)`` run to its end on this thread's loop and connection; its
+        result or its error. :class:`~.errors.BrokerError` when no answer came within
+        the client's timeout (plus ``wait``): ``what`` happened then or not."""
+        if _in_async_code():
+            raise RuntimeError(
+                "a blocking framework-m call from async code would block its event loop: "
+                "await the async API (connect, handle.enqueue) there"
+            )
         link = self._linked()
-        future = link.thread.submit(make(link.broker))
-        with self._lock:
-            self._calls.add(future)
+        link.busy = True
         try:
-            return future.result(self._timeout + max(0.0, wait))
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return link.loop.run_until_complete(
+                asyncio.wait_for(make(link.broker), self._timeout + max(0.0, wait))
+            )
+        except TimeoutError:
             raise BrokerError(
                 f"{what} on {self.display_url}: no answer within {self._timeout:g}s "
                 "(it may have happened)"
             ) from None
-        except concurrent.futures.CancelledError:
-            raise BrokerError(
-                f"{what} on {self.display_url}: the client closed before the broker "
-                "answered (it may have happened)"
-            ) from None
         finally:
-            with self._lock:
-                self._calls.discard(future)
+            link.busy = False
 
     def _linked(self) -> _Link:
-        """This process's loop and connection, opened on its first call after a fork."""
+        """This thread's loop and connection, opened at its first call (and anew after
+        a fork)."""
+        if self._closed:
+            raise BrokerError(f"the client of {self.display_url} is closed")
+        link: _Link | None = getattr(self._local, "link", None)
+        if link is not None and link.pid == os.getpid():
+            return link
+        loop = asyncio.new_event_loop()
+        broker = open_broker(self._url)
+        try:
+            loop.run_until_complete(asyncio.wait_for(self._open(broker), self._timeout))
+        except TimeoutError:
+            loop.close()
+            raise BrokerError(
+                f"{self.display_url}: not connected within {self._timeout:g}s"
+            ) from None
+        except BaseException:
+            loop.close()
+            raise
+        link = _Link(os.getpid(), weakref.ref(threading.current_thread()), loop, broker)
+        self._local.link = link
         with self._lock:
-            if self._closed:
-                raise BrokerError(f"the client of {self.display_url} is closed")
-            link = self._link
-            if link is not None and link.pid == os.getpid():
-                return link
-            if link is not None:
-                _PARENTS.append(link)
-            thread = LoopThread(f"framework-m client {self.display_url}")
-            broker = open_broker(self._url)
-            try:
-                thread.submit(self._open(broker)).result(self._timeout)
-            except concurrent.futures.TimeoutError:
-                thread.stop(1.0)
-                raise BrokerError(
-                    f"{self.display_url}: not connected within {self._timeout:g}s"
-                ) from None
-            except BaseException:
-                thread.stop(1.0)
-                raise
-            self._link = _Link(os.getpid(), thread, broker)
-            self._calls = set()
-            return self._link
+            ended = [old for old in self._links if old.orphaned() and not old.busy]
+            self._links = [old for old in self._links if old not in ended] + [link]
+        _close_links(ended, self._timeout, self.display_url)  # those of threads gone
+        return link
 
     async def _open(self, broker: BrokerProtocol) -> None:
         await broker.connect()
@@ -257,34 +267,58 @@ class SyncClient:
             raise
 
     def close(self, timeout: float = CLOSE_WAIT) -> None:
-        """Wait up to ``timeout`` seconds for the calls under way, then close the
-        connection; a call still unanswered raises in its thread. Idempotent."""
+        """Wait up to ``timeout`` seconds for the calls under way in other threads, then
+        close every idle connection of this process. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            link, self._link = self._link, None
-            calls = set(self._calls)
-        if link is None or link.pid != os.getpid():
-            return
-        _, cut = concurrent.futures.wait(calls, timeout)
-        if cut:
+            links = [link for link in self._links if link.pid == os.getpid()]
+            self._links = []
+        mine = getattr(self._local, "link", None)
+        deadline = time.monotonic() + timeout
+        while any(link.busy and link is not mine for link in links):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        under_way = [link for link in links if link.busy and link is not mine]
+        if under_way:
             log.error(
-                "%s: %d call(s) still under way after %gs were cut off as the client "
-                "closed: whether they happened is unknown (each raised BrokerError)",
+                "%s: %d call(s) still under way in other threads after %gs as the client "
+                "closed: whether they happened is unknown",
                 self.display_url,
-                len(cut),
+                len(under_way),
                 timeout,
             )
-        try:
-            link.thread.submit(link.broker.close()).result(timeout)
-        except Exception as exc:
-            log.warning("%s: closing the connection failed (%s)", self.display_url, exc)
-        link.thread.stop(timeout)
+        idle = [link for link in links if link not in under_way]
+        _close_links(idle, timeout, self.display_url)
 
     def _forked(self) -> None:
-        """In a child process: a lock another thread held at the fork is not ours."""
+        """In a child process: the parent's connections are the parent's; a lock another
+        thread held at the fork is not ours."""
         self._lock = threading.Lock()
+        self._links = []
+
+
+def _in_async_code() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _close_links(links: list[_Link], timeout: float, url: str) -> None:
+    """Close each link's connection and loop, from this thread (none runs them now)."""
+    for link in links:
+        if link.loop.is_running() or link.loop.is_closed():
+            continue
+        try:
+            link.loop.run_until_complete(asyncio.wait_for(link.broker.close(), timeout))
+        except Exception as exc:
+            log.warning("%s: closing a connection failed (%s)", url, exc)
+        finally:
+            link.loop.close()
 
 
 def _close_all() -> None:
