@@ -83,6 +83,9 @@ SUITES = {
     "redis-failover": "tests/test_redis_failover.py",
     # A 3-node RabbitMQ cluster losing quorum under three ticking replicas.
     "rabbitmq-quorum": "tests/test_rabbitmq_quorum.py",
+    # The blocking client: threads, forks, closing.
+    "blocking": "packages/framework-m-core/tests/test_blocking_client.py",
+    "sync-client": "tests/test_sync_client.py",
     # The Django tasks backend and the worker's app of a Django project (Python 3.12).
     "django": "packages/framework-m-django/tests",
 }
@@ -1608,6 +1611,42 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if self.queues != {DEFAULT_TASK_QUEUE_NAME}:\n",
         "        if False:\n",
         "test_manage_py_check_names_each_bad_option",
+    ),
+    m(
+        "core-sync-child-uses-parent-connection",
+        "sync-client",
+        "a child forked after the client connected opens its own connection",
+        f"{CORE}/blocking/client.py",
+        "        if link is not None and link.pid == os.getpid():\n",
+        "        if link is not None:\n",
+        "test_jobs_enqueued_from_16_threads_and_a_forked_child_each_run_once",
+    ),
+    m(
+        "core-sync-fork-keeps-held-lock",
+        "sync-client",
+        "a lock another thread held at the fork cannot hang the child",
+        f"{CORE}/blocking/client.py",
+        "os.register_at_fork(after_in_child=_after_fork)\n",
+        "",
+        "test_jobs_enqueued_from_16_threads_and_a_forked_child_each_run_once",
+    ),
+    m(
+        "core-sync-ended-threads-keep-connections",
+        "blocking",
+        "the connections of threads that ended are closed",
+        f"{CORE}/blocking/client.py",
+        "            ended = [old for old in self._links if old.orphaned() and not old.busy]\n",
+        "            ended: list[_Link] = []\n",
+        "test_a_thread_per_request_leaves_no_connection_behind",
+    ),
+    m(
+        "core-sync-close-does-not-wait",
+        "blocking",
+        "close waits for the calls under way in other threads, and says so",
+        f"{CORE}/blocking/client.py",
+        "        under_way = [link for link in links if link.busy and link is not mine]\n",
+        "        under_way: list[_Link] = []\n",
+        "test_a_close_waits_for_calls_under_way_says_so_and_later_calls_raise",
     ),
     m(
         "core-lists-retries-as-delayed",

@@ -5,7 +5,9 @@ processes run what they enqueued."""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -34,7 +36,9 @@ def _ran(status: Path) -> Counter[str]:
 
 
 def _enqueue_in_child(client: SyncClient, out: str) -> None:
+    faulthandler.dump_traceback_later(30, exit=True)  # a hang shows where, then fails
     ids = [client.enqueue("marked") for _ in range(10)]
+    assert client._local.link.pid == os.getpid()  # its own connection, not the parent's
     Path(out).write_text("\n".join(ids))
 
 
@@ -57,14 +61,30 @@ def test_jobs_enqueued_from_16_threads_and_a_forked_child_each_run_once(
             threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(THREADS)]
             for t in threads:
                 t.start()
+            for t in threads:
+                t.join(60)
+            # Forked as a preloading server forks: after the client connected, here with
+            # 17 connections of the parent's threads, and with the client's lock held
+            # by another thread at that moment (a stdio lock held by a running thread
+            # would hang any child, whatever the client did: none runs at the fork).
+            held, release = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                with client._lock:
+                    held.set()
+                    release.wait(60)
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            assert held.wait(10)
             child_ids = tmp_path / "child.ids"
             child = multiprocessing.get_context("fork").Process(
                 target=_enqueue_in_child, args=(client, str(child_ids))
             )
             child.start()
-            for t in threads:
-                t.join(60)
             child.join(60)
+            release.set()
+            holder.join(10)
             assert child.exitcode == 0
             assert client.enqueue("marked")  # the parent's connection still works
             from_child = child_ids.read_text().split()
