@@ -114,7 +114,7 @@ def test_a_close_waits_for_calls_under_way_says_so_and_later_calls_raise(
 
 
 def test_a_thread_per_request_leaves_no_connection_behind(url: str) -> None:
-    with connect_sync(url) as client:
+    with connect_sync(url, sync_schema=True) as client:
         for n in range(5):  # a server that starts a thread per request
             thread = threading.Thread(target=client.enqueue, args=("add",), kwargs={"a": n, "b": 1})
             thread.start()
@@ -122,6 +122,7 @@ def test_a_thread_per_request_leaves_no_connection_behind(url: str) -> None:
         assert len(client._links) <= 2  # this thread's, and the last request's
         closed = [link for link in client._links if link.loop.is_closed()]
         assert closed == []
+        assert client._sync_schema is False  # synced by the first connection only
 
 
 def test_bad_urls_unreachable_brokers_memory_and_calls_from_async_code_are_refused(

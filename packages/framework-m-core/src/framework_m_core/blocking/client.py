@@ -131,7 +131,7 @@ class SyncClient:
         self._local = threading.local()
         self._links: list[_Link] = []  # every thread's, for close
         self._closed = False
-        self._linked()  # this thread's connection now: an unreachable broker raises here
+        self._linked().busy = False  # connected now: an unreachable broker raises here
         _CLIENTS.add(self)
 
     def __repr__(self) -> str:
@@ -215,8 +215,7 @@ class SyncClient:
                 "a blocking framework-m call from async code would block its event loop: "
                 "await the async API (connect, handle.enqueue) there"
             )
-        link = self._linked()
-        link.busy = True
+        link = self._linked()  # marked busy: a close now waits for this call
         try:
             return link.loop.run_until_complete(
                 asyncio.wait_for(make(link.broker), self._timeout + max(0.0, wait))
@@ -230,13 +229,18 @@ class SyncClient:
             link.busy = False
 
     def _linked(self) -> _Link:
-        """This thread's loop and connection, opened at its first call (and anew after
-        a fork)."""
-        if self._closed:
-            raise BrokerError(f"the client of {self.display_url} is closed")
+        """This thread's loop and connection, marked busy; opened at its first call (and
+        anew after a fork). Marked under the lock that :meth:`close` takes, so a close
+        either waits for the call or the call sees the client closed."""
         link: _Link | None = getattr(self._local, "link", None)
         if link is not None and link.pid == os.getpid():
+            with self._lock:
+                if self._closed:
+                    raise BrokerError(f"the client of {self.display_url} is closed")
+                link.busy = True
             return link
+        if self._closed:
+            raise BrokerError(f"the client of {self.display_url} is closed")
         loop = asyncio.new_event_loop()
         broker = open_broker(self._url)
         try:
@@ -249,12 +253,17 @@ class SyncClient:
         except BaseException:
             loop.close()
             raise
-        link = _Link(os.getpid(), weakref.ref(threading.current_thread()), loop, broker)
+        self._sync_schema = False  # synced once: other threads' connections need not
+        link = _Link(os.getpid(), weakref.ref(threading.current_thread()), loop, broker, True)
         self._local.link = link
         with self._lock:
             ended = [old for old in self._links if old.orphaned() and not old.busy]
             self._links = [old for old in self._links if old not in ended] + [link]
+            closed = self._closed
         _close_links(ended, self._timeout, self.display_url)  # those of threads gone
+        if closed:  # closed while this thread connected
+            _close_links([link], self._timeout, self.display_url)
+            raise BrokerError(f"the client of {self.display_url} is closed")
         return link
 
     async def _open(self, broker: BrokerProtocol) -> None:
