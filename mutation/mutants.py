@@ -1649,6 +1649,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "test_a_close_waits_for_calls_under_way_says_so_and_later_calls_raise",
     ),
     m(
+        "core-cancel-waiting-of-a-typo",
+        "console",
+        "a bulk cancel naming a job nobody announced is refused, changing nothing",
+        f"{CORE}/tracking/lists.py",
+        "    await steering.check_job(broker, job)\n",
+        "",
+        "test_bad_input_is_refused_with_why",
+    ),
+    m(
         "core-lists-retries-as-delayed",
         "console",
         "a retry waiting out its delay is listed as retrying, not delayed",

@@ -19,6 +19,7 @@ import pytest
 
 from framework_m_core import JobMessage, decode_message, open_broker
 from framework_m_core.adapters.registry import connected
+from framework_m_core.control import fleet
 from framework_m_core.control.shared import shared
 
 M = str(Path(sys.executable).with_name("m"))
@@ -498,6 +499,7 @@ def test_jobs_cancel_waiting_asks_then_cancels_the_held_jobs_of_one_job(
     async def enqueue() -> tuple[list[str], str]:
         async with connected(open_broker(url)) as broker:
             await broker.sync_schema()
+            await fleet.announce(broker, ["report", "other"], [])  # as a worker's start does
             held = [await broker.enqueue("report", n=1), await broker.enqueue_in(600, "report")]
             return held, await broker.enqueue("other")
 
@@ -518,5 +520,10 @@ def test_jobs_cancel_waiting_asks_then_cancels_the_held_jobs_of_one_job(
         assert asyncio.run(states([*held, other])) == ["cancelled", "cancelled", "queued"]
         assert main(argv) == 0
         assert capsys.readouterr().out == "no job of report is waiting\n"
+        typo = ["jobs", "cancel-waiting", "--job", "reprot", "--yes", "--broker", url]
+        assert main(typo) == 2  # as every command refuses a name nobody announced
+        said = capsys.readouterr().err
+        assert "'reprot' is no job any replica announced" in said, said
+        assert asyncio.run(states([other])) == ["queued"]
     finally:
         asyncio.run(ns.drop())

@@ -207,6 +207,7 @@ async def test_bad_input_is_refused_with_why(client: httpx.AsyncClient) -> None:
         ("/api/schedules/@nope/trigger", b"{}", "there is no runtime schedule 'nope'"),
         ("/api/runtime-schedules", b'{"id": "t1", "job": "nope", "every": 5}', "unknown job"),
         ("/api/jobs/never-enqueued/cancel", b"{}", "no status of job never-enqueued"),
+        ("/api/jobs/cancel-waiting", b'{"job": "nope"}', "'nope' is no job any replica"),
     ]
     for path, body, said in not_there:
         answer = await client.post(path, content=body, headers=bearer(TOKEN))

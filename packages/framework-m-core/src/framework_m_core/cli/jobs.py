@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.registry import connected
-from ..control import jobs
+from ..control import jobs, steering
 from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, UnknownJobError
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState, JobStatus
@@ -167,6 +167,7 @@ async def listed(args: argparse.Namespace, broker: BrokerProtocol) -> int:
 
 async def cancel_waiting(args: argparse.Namespace, broker: BrokerProtocol) -> int:
     async with connected(broker):
+        await steering.check_job(broker, args.job)  # a typo: one line, nothing done
         held = 0
         for state in lists.HELD:
             held += (await lists.jobs_in_state(broker, state, args.job))[1]

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-from ..control import activity, jobs, keys
+from ..control import activity, jobs, keys, steering
 from ..control.shared import shared
 from ..errors import ConfigurationError, MessageDecodeError
 from ..ports.capabilities import Capability
@@ -111,9 +111,12 @@ async def _held(
 async def cancel_held(broker: BrokerProtocol, job: str) -> int:
     """Cancel every job of ``job`` the broker holds (waiting, delayed or retrying) among
     the :data:`WAITING_READ` first in line, as :func:`~.control.jobs.cancel_job` would;
-    how many will now not run. Each is dropped by the worker that takes it."""
+    how many will now not run. Each is dropped by the worker that takes it. A name no
+    replica announced is refused (:class:`~.errors.NotFoundError`): a typo cancels
+    nothing and says so."""
     if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(f"{broker.display_url} keeps no shared state: no cancels")
+    await steering.check_job(broker, job)
     held = [item["job_id"] for _, item in await _held_jobs(broker, job) if item["job_id"] != "-"]
     return sum(await jobs.cancel_jobs(broker, held))
 
