@@ -1509,8 +1509,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "console",
         "a bulk cancel of one job's waiting jobs cancels no other job's",
         f"{CORE}/tracking/lists.py",
-        'held = [item["job_id"] for _, item in await _held_jobs(broker, job)',
-        'held = [item["job_id"] for _, item in await _held_jobs(broker, None)',
+        'return [item["job_id"] for _, item in await _held_jobs(broker, job)',
+        'return [item["job_id"] for _, item in await _held_jobs(broker, None)',
         "test_every_waiting_delayed_and_retrying_job_of_one_job_is_cancelled_and_no_other",
     ),
     m(

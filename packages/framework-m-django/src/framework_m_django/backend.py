@@ -62,6 +62,9 @@ class TaskBackend(BaseTaskBackend):
         self.timeout: Any = self.options.get("timeout", DEFAULT_TIMEOUT)
         self.max_attempts: Any = self.options.get("max_attempts", 3)
         self.task_modules: Any = self.options.get("task_modules", [])
+        self._option_problems: list[tuple[str, str]] | None = (
+            None  # the options' problems, once read
+        )
 
     # -- checks -------------------------------------------------------------------------
 
@@ -162,8 +165,12 @@ class TaskBackend(BaseTaskBackend):
         return task_result(task, status, self.alias)
 
     def _client(self) -> SyncClient:
-        if problems := self._problems():
-            raise InvalidTask(f"TASKS[{self.alias!r}]: {problems[0][1]}")
+        if (
+            self._option_problems is None
+        ):  # the options are the settings': checked once, not per task
+            self._option_problems = self._problems()
+        if self._option_problems:
+            raise InvalidTask(f"TASKS[{self.alias!r}]: {self._option_problems[0][1]}")
         return clients.client(self.broker_url, float(self.timeout))
 
 

@@ -35,10 +35,10 @@ def task_result(task: AnyTask, status: JobStatus, alias: str) -> AnyResult:
         task=task,
         id=status.job_id,
         status=_STATES.get(status.state, TaskResultStatus.READY),
-        enqueued_at=_when(status.enqueued_at),
-        started_at=_when(status.started_at),
-        finished_at=_when(status.finished_at),
-        last_attempted_at=_when(status.started_at),
+        enqueued_at=django_time(status.enqueued_at),
+        started_at=django_time(status.started_at),
+        finished_at=django_time(status.finished_at),
+        last_attempted_at=django_time(status.started_at),
         args=[],
         kwargs={},
         backend=alias,
@@ -50,7 +50,7 @@ def task_result(task: AnyTask, status: JobStatus, alias: str) -> AnyResult:
     return result
 
 
-def _when(unix: float | None) -> datetime | None:
+def django_time(unix: float | None) -> datetime | None:
     """A status time as Django keeps times: aware with USE_TZ, else naive local."""
     if unix is None:
         return None

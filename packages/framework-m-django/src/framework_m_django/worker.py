@@ -102,17 +102,17 @@ def _context(
         return []
     from django.tasks.base import TaskContext, TaskResult, TaskResultStatus
 
-    from .results import WORKER, _when
+    from .results import WORKER, django_time
 
     now = datetime.now(UTC).timestamp()
     result: AnyResult = TaskResult(
         task=task,
         id=ctx.job_id,
         status=TaskResultStatus.RUNNING,
-        enqueued_at=_when(ctx.enqueued_at.timestamp()),
-        started_at=_when(now),
+        enqueued_at=django_time(ctx.enqueued_at.timestamp()),
+        started_at=django_time(now),
         finished_at=None,
-        last_attempted_at=_when(now),
+        last_attempted_at=django_time(now),
         args=list(args or []),
         kwargs=dict(kwargs or {}),
         backend=task.backend,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..adapters.registry import connected
-from ..control import jobs, steering
+from ..control import jobs
 from ..errors import JobCancelledError, JobFailedError, ResultTimeoutError, UnknownJobError
 from ..ports.protocols import BrokerProtocol
 from ..ports.statuses import JobState, JobStatus
@@ -167,18 +167,15 @@ async def listed(args: argparse.Namespace, broker: BrokerProtocol) -> int:
 
 async def cancel_waiting(args: argparse.Namespace, broker: BrokerProtocol) -> int:
     async with connected(broker):
-        await steering.check_job(broker, args.job)  # a typo: one line, nothing done
-        held = 0
-        for state in lists.HELD:
-            held += (await lists.jobs_in_state(broker, state, args.job))[1]
+        held = await lists.held_ids(broker, args.job)  # a typo: one line, nothing done
         if not held:
             print(f"no job of {args.job} is waiting")
             return 0
-        question = f"cancel {held} waiting, delayed and retrying job(s) of {args.job}?"
+        question = f"cancel {len(held)} waiting, delayed and retrying job(s) of {args.job}?"
         if not args.yes and not confirmed(question):
             print("nothing done")
             return EXIT_NOT_DONE
-        count = await lists.cancel_held(broker, args.job)
+        count = sum(await jobs.cancel_jobs(broker, held))  # the jobs counted, no others
     print(f"cancelled {count} job(s) of {args.job}: none of them runs")
     return 0
 

@@ -128,10 +128,10 @@ async def finished_jobs(broker: BrokerProtocol, *, failed: bool) -> list[Settled
 async def job_runs(broker: BrokerProtocol, job_id: str) -> list[SettledRun]:
     """The settled deliveries of ``job_id`` the records still hold, oldest first: its
     attempts, as far back as the records reach (the failed ones longest)."""
-    found = [
-        *await finished_jobs(broker, failed=True),
-        *await finished_jobs(broker, failed=False),
-    ]
+    failed, ended = await asyncio.gather(
+        finished_jobs(broker, failed=True), finished_jobs(broker, failed=False)
+    )
+    found = [*failed, *ended]
     return sorted((r for r in found if r.job_id == job_id), key=lambda r: r.finished_at)
 
 

@@ -30,8 +30,7 @@ State = Literal["waiting", "delayed", "retrying", "running", "finished", "failed
 STATES: tuple[str, ...] = get_args(State)
 DEAD_READ = 10_000  # the latest dead letters a listing looks through
 WAITING_READ = 1_000  # the jobs first in line a listing of waiting ones looks through
-#: The states of the jobs the broker holds (:meth:`~.BrokerProtocol.waiting`).
-HELD: tuple[State, ...] = ("waiting", "delayed", "retrying")
+_HELD = ("waiting", "delayed", "retrying")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ async def jobs_in_state(
     """The jobs in ``state`` (of job ``job`` only, when given) as JSON-ready dicts:
     running oldest first, the others newest first; and how many there are in all (a
     replica lists its oldest runs, and counts the rest)."""
-    if state in HELD:
+    if state in _HELD:
         return await _held(broker, state, job)
     if Capability.STORE not in broker.capabilities and state != "dead":
         raise ConfigurationError(
@@ -108,17 +107,21 @@ async def _held(
     return items, len(items)
 
 
-async def cancel_held(broker: BrokerProtocol, job: str) -> int:
-    """Cancel every job of ``job`` the broker holds (waiting, delayed or retrying) among
-    the :data:`WAITING_READ` first in line, as :func:`~.control.jobs.cancel_job` would;
-    how many will now not run. Each is dropped by the worker that takes it. A name no
-    replica announced is refused (:class:`~.errors.NotFoundError`): a typo cancels
+async def held_ids(broker: BrokerProtocol, job: str) -> list[str]:
+    """The ids of the jobs of ``job`` the broker holds (waiting, delayed or retrying)
+    among the :data:`WAITING_READ` first in line, none cancelled already. A name no
+    replica announced is refused (:class:`~.errors.NotFoundError`): a typo finds
     nothing and says so."""
     if Capability.STORE not in broker.capabilities:
         raise ConfigurationError(f"{broker.display_url} keeps no shared state: no cancels")
     await steering.check_job(broker, job)
-    held = [item["job_id"] for _, item in await _held_jobs(broker, job) if item["job_id"] != "-"]
-    return sum(await jobs.cancel_jobs(broker, held))
+    return [item["job_id"] for _, item in await _held_jobs(broker, job) if item["job_id"] != "-"]
+
+
+async def cancel_held(broker: BrokerProtocol, job: str) -> int:
+    """Cancel the jobs :func:`held_ids` finds, as :func:`~.control.jobs.cancel_job`
+    would; how many will now not run. Each is dropped by the worker that takes it."""
+    return sum(await jobs.cancel_jobs(broker, await held_ids(broker, job)))
 
 
 async def _held_jobs(broker: BrokerProtocol, job: str | None) -> list[tuple[State, dict[str, Any]]]:
