@@ -67,6 +67,7 @@ _STDLIB = (
 )
 _THIRD_PARTY = (
     "nats|redis|aio_pika|aiormq|pamqp|pytest|_pytest|anyio|prometheus_client|opentelemetry"
+    "|sqlalchemy"
 )
 nitpick_ignore_regex = [
     (r"py:.*", rf"({_STDLIB})(\..+)?"),

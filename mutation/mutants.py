@@ -114,7 +114,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "core-validation",
         "memory",
         "invalid jobs are refused before sending",
-        f"{CORE}/ports/base.py",
+        f"{CORE}/ports/messages.py",
         "job_name=validate_job_name(job_name),",
         "job_name=job_name,",
         "test_an_invalid_job_is_refused",

@@ -59,7 +59,7 @@ def test_every_package_carries_the_license() -> None:
 # Where the project speaks of installing itself: its sources, READMEs, docs and examples.
 _HINTED = ["packages/*/src/**/*.py", "packages/*/README.md", "README.md", "docs/**/*.md"]
 _HINTED += ["examples/**/*.py", "examples/**/*.md", "deploy/**/*"]
-_OURS = re.compile(r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq|django))?(?:\[[^\]]*\])?$")
+_OURS = re.compile(r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq|django|outbox))?(?:\[[^\]]*\])?$")
 _PIP = re.compile(r"pip install ((?:[^`\"\n#(]|\n(?!\n))+)")
 _EXTRA = re.compile(r"(?<![/\w])framework-m-core\[\w+\]")  # outside a path: a bare name
 _BARE = re.compile(r"\binstall[ `'\"]{1,3}(framework-m(?:-\w+)?(?:\[[^\]]*\])?)", re.IGNORECASE)
@@ -70,13 +70,17 @@ def _readme_forms() -> tuple[set[str], set[str]]:
     readme = (REPO / "README.md").read_text()
     install = readme[readme.index("## Install") : readme.index("## Quick start")]
     assert "pip install ./packages/framework-m-core ./packages/adapter-redis" in install
-    folders = {"framework-m-core", *re.findall(r"\badapter-\w+|\bframework-m-django\b", install)}
+    folders = {
+        "framework-m-core",
+        *re.findall(r"\badapter-\w+|\bframework-m-django\b|\bframework-m-outbox\b", install),
+    }
     extras = set(re.findall(r"`\[(\w+)\]`", install))
     assert folders == {
         "framework-m-core", "adapter-redis", "adapter-nats", "adapter-rabbitmq",
-        "framework-m-django",
+        "framework-m-django", "framework-m-outbox",
     }  # fmt: skip
-    assert extras == {"metrics", "tracing", "console", "testing"}
+    # core's extras, and the outbox's (one per database)
+    assert extras == {"metrics", "tracing", "console", "testing", "postgresql", "mysql", "sqlite"}
     return folders, extras
 
 
@@ -129,5 +133,6 @@ def test_every_install_hint_gives_the_readme_s_command() -> None:
     for hint in hints:
         assert hint.startswith("pip install ./packages/"), hint
         assert not _wrong_hints(hint, folders, extras), hint
-    # every adapter the README installs has its scheme (core and Django's backend none)
-    assert len(hints) == len(folders - {"framework-m-django"})
+    # every adapter the README installs has its scheme (core, Django's backend and the
+    # outbox none)
+    assert len(hints) == len(folders - {"framework-m-django", "framework-m-outbox"})

@@ -38,7 +38,13 @@ from sphinx.domains.python import ObjectEntry, PythonDomain
 from sphinx.environment import BuildEnvironment
 from sphinx.pycode import ModuleAnalyzer
 
-OWN = ("framework_m_core", "framework_m_nats", "framework_m_redis", "framework_m_rabbitmq")
+OWN = (
+    "framework_m_core",
+    "framework_m_nats",
+    "framework_m_redis",
+    "framework_m_rabbitmq",
+    "framework_m_outbox",
+)
 CORE = "framework_m_core"
 PORTS = [
     "protocols", "store", "store_base", "records", "capabilities", "schema", "base", "messages",
@@ -61,6 +67,7 @@ ADAPTERS = {
     "nats": "framework_m_nats",
     "redis": "framework_m_redis",
     "rabbitmq": "framework_m_rabbitmq",
+    "outbox": "framework_m_outbox",
 }
 
 

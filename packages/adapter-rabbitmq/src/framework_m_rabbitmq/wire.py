@@ -14,6 +14,7 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
 from framework_m_core.ports import DeadLetter, Delivery, JobMessage
+from framework_m_core.ports.messages import derived_job_id
 
 DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
@@ -23,12 +24,9 @@ REASON_HEADER = "x-fm-reason"
 DEAD_AT_HEADER = "x-fm-dead-at"
 # Longest reason header, in bytes: a header frame must fit in frame_max (>= 4 KiB).
 REASON_BYTES = 2048
-_ID_NAMESPACE = uuid.UUID("6f1c1a52-6c1e-4d39-9a52-2f7b8f3c5e10")
 
-
-def dedup_job_id(deduplication_id: str) -> str:
-    """The job id of a job enqueued with ``deduplication_id`` (the same on every replica)."""
-    return uuid.uuid5(_ID_NAMESPACE, deduplication_id).hex
+#: The job id of a job enqueued with a deduplication id (the same on every replica).
+dedup_job_id = derived_job_id
 
 
 def with_derived_id(message: JobMessage) -> JobMessage:

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .control import jobs
 from .errors import BrokerError, ConfigurationError, InvalidJobError
 from .ports.base import BaseBroker
-from .ports.messages import delay_seconds
-from .ports.protocols import BrokerProtocol
+from .ports.messages import JobMessage, delay_seconds, due_time, new_message
+from .ports.protocols import BrokerProtocol, JobWriterProtocol, SyncJobWriterProtocol
 from .ports.statuses import JobStatus
 
 if TYPE_CHECKING:
@@ -71,7 +71,10 @@ class EnqueuedJob(str):
 
     def _kept(self) -> BrokerProtocol:
         if not isinstance(self.broker, BrokerProtocol):
-            raise BrokerError(f"{self.broker!r} is not a broker: it keeps no job statuses")
+            raise BrokerError(
+                f"{self.broker!r} is not a broker: it keeps no job statuses; ask the broker "
+                f"the job goes to (job_status(broker, job_id))"
+            )
         return self.broker
 
 
@@ -140,6 +143,8 @@ class JobHandle(Generic[P, R]):
 
     async def _send(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
         o = self._options
+        if isinstance(broker, JobWriterProtocol):
+            return await broker.write_job(self._message(job_kwargs))
         if isinstance(broker, BaseBroker):  # the message carries how long its status lasts
             at = o.at
             if at is None and o.delay is not None:
@@ -186,33 +191,91 @@ class JobHandle(Generic[P, R]):
 
     # -- from blocking code ---------------------------------------------------------------
 
-    def enqueue_sync(self, client: SyncClient, /, *args: P.args, **kwargs: P.kwargs) -> SyncJob:
+    def _message(self, job_kwargs: dict[str, Any]) -> JobMessage:
+        """The job as a writer (the outbox) stores it: checked, due time and keep set."""
+        o = self._options
+        at = o.at
+        if at is None and o.delay is not None:
+            at = time.time() + delay_seconds(o.delay)
+        due = None if at is None else due_time(at)
+        return new_message(
+            self.spec.name,
+            o.deduplication_id,
+            job_kwargs,
+            not_before=due,
+            keep=self.spec.keep_result,
+        )
+
+    @overload
+    def enqueue_sync(self, client: SyncClient, /, *args: P.args, **kwargs: P.kwargs) -> SyncJob: ...
+
+    @overload
+    def enqueue_sync(
+        self, client: SyncJobWriterProtocol, /, *args: P.args, **kwargs: P.kwargs
+    ) -> str: ...
+
+    def enqueue_sync(
+        self, client: SyncClient | SyncJobWriterProtocol, /, *args: P.args, **kwargs: P.kwargs
+    ) -> SyncJob | str:
         """:meth:`enqueue` from plain ``def`` code, through a
         :func:`~framework_m_core.connect_sync` client: the arguments are checked in the
-        calling thread, then this blocks until the broker stored the job."""
+        calling thread, then this blocks until the broker stored the job. Given a
+        writer (``Outbox(session)``), the job is written there, in its transaction."""
         job_kwargs = self._kwargs(args, kwargs)
+        if isinstance(client, SyncJobWriterProtocol):
+            return client.write_job_sync(self._message(job_kwargs))
         return client.job(client.run(lambda b: self._send(b, job_kwargs), f"enqueue {self.name}"))
 
+    @overload
+    def enqueue_in_sync(
+        self, client: SyncClient, delay: timedelta | float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> SyncJob: ...
+
+    @overload
     def enqueue_in_sync(
         self,
-        client: SyncClient,
+        client: SyncJobWriterProtocol,
         delay: timedelta | float,
         /,
         *args: P.args,
         **kwargs: P.kwargs,
-    ) -> SyncJob:
+    ) -> str: ...
+
+    def enqueue_in_sync(
+        self,
+        client: SyncClient | SyncJobWriterProtocol,
+        delay: timedelta | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncJob | str:
         """:meth:`enqueue_in` from plain ``def`` code (see :meth:`enqueue_sync`)."""
         held = self.with_options(deduplication_id=self._options.deduplication_id, delay=delay)
         return held.enqueue_sync(client, *args, **kwargs)
 
+    @overload
+    def enqueue_at_sync(
+        self, client: SyncClient, when: datetime | float, /, *args: P.args, **kwargs: P.kwargs
+    ) -> SyncJob: ...
+
+    @overload
     def enqueue_at_sync(
         self,
-        client: SyncClient,
+        client: SyncJobWriterProtocol,
         when: datetime | float,
         /,
         *args: P.args,
         **kwargs: P.kwargs,
-    ) -> SyncJob:
+    ) -> str: ...
+
+    def enqueue_at_sync(
+        self,
+        client: SyncClient | SyncJobWriterProtocol,
+        when: datetime | float,
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> SyncJob | str:
         """:meth:`enqueue_at` from plain ``def`` code (see :meth:`enqueue_sync`)."""
         held = self.with_options(deduplication_id=self._options.deduplication_id, at=when)
         return held.enqueue_sync(client, *args, **kwargs)

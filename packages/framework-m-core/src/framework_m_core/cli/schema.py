@@ -9,12 +9,14 @@ from ..adapters.registry import connected, open_broker
 from ..errors import ConfigurationError
 from ..ports.capabilities import Capability
 from .options import Subparsers, broker_arg, configure_logging
+from .outbox import outbox_arg, sync_table
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     g = sub.add_parser("sync-schema", help="sync the broker's schema with what the code needs")
     broker_arg(g)
     g.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    outbox_arg(g, "also create the outbox table in this database")
     return g
 
 
@@ -24,6 +26,17 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sync_schema(args: argparse.Namespace) -> int:
     configure_logging(args)
+    code = await _sync_broker(args)
+    if args.outbox_url:
+        changes = await sync_table(args.outbox_url, dry_run=args.dry_run)
+        for change in changes:
+            print(f"outbox: {change}{' (dry run)' if args.dry_run else ''}")
+        if not changes:
+            print("outbox: the table is in sync")
+    return code
+
+
+async def _sync_broker(args: argparse.Namespace) -> int:
     broker = open_broker(args.broker)
     async with connected(broker):
         plan = await broker.plan_schema()

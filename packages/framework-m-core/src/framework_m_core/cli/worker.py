@@ -38,6 +38,7 @@ from .options import (
     positive_int,
     seconds,
 )
+from .outbox import outbox_arg, relay
 
 log = logging.getLogger("framework_m.cli")
 
@@ -108,6 +109,13 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         help="check the schema read-only and refuse to start when it differs "
         "(run `m sync-schema` before deploying; env M_NO_SYNC_SCHEMA=1)",
     )
+    outbox_arg(w, "relay the outbox table of this database to the broker")
+    w.add_argument(
+        "--no-outbox",
+        action="store_true",
+        default=env_flag("M_NO_OUTBOX"),
+        help="relay no outbox though one is configured (env M_NO_OUTBOX=1)",
+    )
     return w
 
 
@@ -159,6 +167,17 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         observer = Metrics(args.concurrency, broker, schedules=schedules, ticker=ticker is not None)
     if ticker is not None:
         ticker.observer = observer or ticker.observer
+    relays = []
+    if args.outbox_url and not args.no_outbox:
+        relays.append(
+            relay(
+                args.outbox_url,
+                broker,
+                sync_schema=not args.no_sync_schema,
+                clock_skew=args.clock_skew,
+                observer=observer,
+            )
+        )
     worker = Worker(
         app,
         broker,
@@ -169,6 +188,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         sync_schema=not args.no_sync_schema,
         observer=observer,
         stall_warning=STALL_WARNING if args.stall_warning is None else args.stall_warning,
+        relays=relays,
     )
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(signals_stop(worker))  # first: a SIGTERM in start-up stops cleanly

@@ -31,7 +31,7 @@ from ..about import __version__
 from ..errors import BrokerError
 from ..ports.protocols import BrokerProtocol
 from . import keys
-from .checks import is_count
+from .checks import is_count, is_unix_time
 from .runtime_schedules import contention_pause
 from .shared import shared
 
@@ -70,6 +70,9 @@ class Replica:
     #: ``dead_lettered``, ``skipped``, ``expired``, ``cancelled``); empty from a replica
     #: of a version that did not say.
     counts: Mapping[str, int] = field(default_factory=dict)
+    #: What its outbox relay last saw (``rows`` waiting, ``oldest`` age in seconds,
+    #: ``failing`` rows whose publish failed, ``seen_at``); empty without a relay.
+    outbox: Mapping[str, float] = field(default_factory=dict)
 
 
 def new_replica_id() -> str:
@@ -102,6 +105,13 @@ def _counts(found: object) -> dict[str, int]:
     if not isinstance(found, dict):
         return {}
     return {str(k): v for k, v in found.items() if is_count(v) and isinstance(k, str)}
+
+
+def _numbers(found: object) -> dict[str, float]:
+    """An entry's outbox figures as far as they are finite numbers >= 0."""
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): float(v) for k, v in found.items() if isinstance(k, str) and is_unix_time(v)}
 
 
 def _valid(entry: object) -> bool:
@@ -143,7 +153,8 @@ async def list_replicas(broker: BrokerProtocol, now: float | None = None) -> lis
         for replica_id, entry in _decode(None if record is None else record.value, key).items():
             if entry["seen_at"] >= now - QUIET:
                 fields = {name: entry[name] for name in _FIELDS}
-                out.append(Replica(id=replica_id, **fields, counts=_counts(entry.get("counts"))))
+                counts, outbox = _counts(entry.get("counts")), _numbers(entry.get("outbox"))
+                out.append(Replica(id=replica_id, **fields, counts=counts, outbox=outbox))
     return sorted(out, key=lambda r: (r.host, r.pid, r.id))
 
 
@@ -151,13 +162,14 @@ class RollEntry:
     """A worker's entry in the roll: written at once, renewed every ``interval`` seconds
     until :meth:`close`, removed by :meth:`leave`.
 
-    ``describe`` gives what changes between beats: ``(ticking, running, counts)``.
+    ``describe`` gives what changes between beats: ``(ticking, running, counts,
+    outbox)``.
     """
 
     def __init__(
         self,
         broker: BrokerProtocol,
-        describe: Callable[[], tuple[bool, int, Mapping[str, int]]],
+        describe: Callable[[], tuple[bool, int, Mapping[str, int], Mapping[str, float]]],
         *,
         concurrency: int,
         interval: float = HEARTBEAT,
@@ -174,14 +186,16 @@ class RollEntry:
         self._failing = False
 
     def entry(self, now: float) -> dict[str, Any]:
-        ticking, running, counts = self.describe()
+        ticking, running, counts, outbox = self.describe()
         host, pid, _ = self.id.rsplit(":", 2)
         replica = Replica(
             self.id, host, int(pid), __version__, ticking, running, self.concurrency,
-            self.started_at, now, dict(counts),
+            self.started_at, now, dict(counts), dict(outbox),
         )  # fmt: skip
         out = asdict(replica)
         del out["id"]
+        if not outbox:
+            del out["outbox"]
         return out
 
     async def beat(self) -> None:

@@ -108,6 +108,9 @@ class Metrics(Observer):
         self.lag: defaultdict[str, _Histogram] = defaultdict(_Histogram)
         self.loop_lag_seconds = 0.0  # the latest
         self.loop_stalls = 0
+        self.outbox: tuple[int, float | None, int] | None = None  # rows, oldest, failing
+        self.outbox_relays = 0
+        self.outbox_failures = 0
         self.registry = prom.CollectorRegistry()
         self.registry.register(_Collector(self))
 
@@ -133,6 +136,15 @@ class Metrics(Observer):
             self.queue = None
             self.broker_errors["stats"] += 1
             log.debug("queue stats of %s not sampled: %s", broker.display_url, exc)
+
+    def outbox_seen(self, rows: int, oldest: float | None, failing: int) -> None:
+        self.outbox = (rows, oldest, failing)
+
+    def outbox_relayed(self, count: int) -> None:
+        self.outbox_relays += count
+
+    def outbox_failed(self, count: int) -> None:
+        self.outbox_failures += count
 
     def broker_connected(self, up: bool) -> None:
         if up and not self.connected and self.broker_errors["receive"]:
@@ -293,6 +305,37 @@ class _Collector:
             m.loop_stalls,
         )
         yield from _broker_families(m)
+        yield from _outbox_families(m)
+
+
+def _outbox_families(m: Metrics) -> Iterator[Any]:
+    """The outbox relay's numbers, once it counted its table (none without a relay)."""
+    if m.outbox is None:
+        return
+    rows, oldest, failing = m.outbox
+    yield GaugeMetricFamily(
+        "frameworkm_outbox_rows", "Rows waiting in the outbox table at the relay's last count", rows
+    )
+    yield GaugeMetricFamily(
+        "frameworkm_outbox_oldest_age_seconds",
+        "Age of the oldest row waiting in the outbox table (0 when none waits)",
+        oldest or 0.0,
+    )
+    yield GaugeMetricFamily(
+        "frameworkm_outbox_failing_rows",
+        "Rows waiting in the outbox table whose publish failed at least once",
+        failing,
+    )
+    yield CounterMetricFamily(
+        "frameworkm_outbox_relayed",
+        "Outbox rows this replica published and deleted",
+        m.outbox_relays,
+    )
+    yield CounterMetricFamily(
+        "frameworkm_outbox_publish_failures",
+        "Outbox rows whose publish failed on this replica (tried again with backoff)",
+        m.outbox_failures,
+    )
 
 
 def _broker_families(m: Metrics) -> Iterator[Any]:

@@ -67,3 +67,15 @@ class Observer:
 
     def broker_error(self, operation: BrokerOperation) -> None:
         """A call to the broker failed (it may be retried)."""
+
+    def outbox_seen(self, rows: int, oldest: float | None, failing: int) -> None:
+        """The outbox relay counted the rows waiting in its table: ``oldest`` is the age
+        in seconds of the oldest (None: none waits), ``failing`` how many of them a
+        publish failed for."""
+
+    def outbox_relayed(self, count: int) -> None:
+        """The outbox relay published ``count`` rows (the broker stored or deduplicated
+        them) and deleted them."""
+
+    def outbox_failed(self, count: int) -> None:
+        """Publishing ``count`` outbox rows failed; they stay and are tried again."""

@@ -26,12 +26,21 @@ from .base import DEFAULT_MAX_JOB_SIZE, BaseBroker, BrokerSettings, max_job_size
 from .batching import Calls, PassBatch, answer, failing_all
 from .capabilities import Capability, as_capabilities
 from .greeting import Heard, heard_at, not_the_server
-from .messages import JobMessage, decode_message, tick_deduplication_id
+from .messages import (
+    JobMessage,
+    decode_message,
+    derived_job_id,
+    new_message,
+    tick_deduplication_id,
+)
 from .protocols import (
     BrokerProtocol,
     ConsumerProtocol,
     JobQueueProtocol,
+    JobWriterProtocol,
+    RelayProtocol,
     SchemaSyncProtocol,
+    SyncJobWriterProtocol,
     TickerProtocol,
 )
 from .records import (
@@ -75,11 +84,13 @@ __all__ = [
     "InvalidRecordError",
     "JobMessage",
     "JobQueueProtocol",
+    "JobWriterProtocol",
     "MessageDecodeError",
     "PassBatch",
     "PublishResult",
     "QueueStats",
     "Record",
+    "RelayProtocol",
     "SchemaChange",
     "SchemaConflictError",
     "SchemaMissingError",
@@ -87,16 +98,19 @@ __all__ = [
     "SchemaRaceError",
     "SchemaSyncProtocol",
     "StoreProtocol",
+    "SyncJobWriterProtocol",
     "TickerProtocol",
     "Waiting",
     "Write",
     "answer",
     "as_capabilities",
     "decode_message",
+    "derived_job_id",
     "failing_all",
     "heard_at",
     "host_ports",
     "max_job_size",
+    "new_message",
     "not_the_server",
     "options_of",
     "query_params",

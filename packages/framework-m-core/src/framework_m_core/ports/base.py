@@ -4,7 +4,6 @@ the schema-sync template and the connected guard."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from abc import abstractmethod
@@ -19,7 +18,13 @@ from ..errors import BrokerError, ConfigurationError, InvalidJobError, SchemaCon
 from ..observability import tracing
 from . import statuses
 from .capabilities import Capability, as_capabilities
-from .messages import JobMessage, due_time, validate_deduplication_id, validate_job_name
+from .messages import (
+    JobMessage,
+    due_time,
+    new_message,
+    validate_deduplication_id,
+    validate_job_name,
+)
 from .protocols import BrokerProtocol
 from .records import BatchJob, BrokerStats, EnqueueMemo, PublishResult
 from .schema import SchemaPlan, SchemaRaceError
@@ -129,7 +134,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
     async def enqueue(
         self, job_name: str, /, deduplication_id: str | None = None, **kwargs: Any
     ) -> str:
-        return (await self._send(_message(job_name, deduplication_id, kwargs))).job_id
+        return (await self._send(new_message(job_name, deduplication_id, kwargs))).job_id
 
     async def enqueue_at(
         self,
@@ -142,7 +147,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         if Capability.DELAYED_ENQUEUE not in self.capabilities:
             return await super().enqueue_at(when, job_name, deduplication_id, **kwargs)
         due = due_time(when)
-        message = _message(job_name, deduplication_id, kwargs, not_before=due)
+        message = new_message(job_name, deduplication_id, kwargs, not_before=due)
         return (await self._send(message)).job_id
 
     async def enqueue_job(
@@ -160,9 +165,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         if at is not None and Capability.DELAYED_ENQUEUE not in self.capabilities:
             return await super().enqueue_at(at, job_name, deduplication_id, **kwargs)
         due = None if at is None else due_time(at)
-        message = _message(job_name, deduplication_id, kwargs, not_before=due)
-        if keep is not None:
-            message = dataclasses.replace(message, keep=keep)
+        message = new_message(job_name, deduplication_id, kwargs, not_before=due, keep=keep)
         return (await self._send(message)).job_id
 
     async def publish(self, message: JobMessage) -> PublishResult:
@@ -307,7 +310,7 @@ class BaseBroker(BrokerProtocol, Generic[S]):
 
     async def enqueue_many(self, jobs: Iterable[BatchJob]) -> list[str]:
         messages = [
-            self._prepare(_message(job.job_name, job.deduplication_id, dict(job.kwargs)))
+            self._prepare(new_message(job.job_name, job.deduplication_id, dict(job.kwargs)))
             for job in jobs
         ]
         if tracing.active():  # a span for each, as enqueue() makes
@@ -408,20 +411,3 @@ class BaseBroker(BrokerProtocol, Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-def _message(
-    job_name: str,
-    deduplication_id: str | None,
-    kwargs: dict[str, Any],
-    not_before: float | None = None,
-) -> JobMessage:
-    """A new job, validated (InvalidJobError); ``not_before`` only while in the future."""
-    now = time.time()
-    return JobMessage(
-        job_name=validate_job_name(job_name),
-        kwargs=kwargs,
-        deduplication_id=validate_deduplication_id(deduplication_id),
-        enqueued_at=now,
-        not_before=not_before if not_before is not None and not_before > now else None,
-    )

@@ -36,6 +36,8 @@ import json
 import math
 import os
 import re
+import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -64,6 +66,16 @@ _VALID_NAMES: set[str] = set()
 def new_job_id() -> str:
     """A fresh, globally unique job id (128 random bits, hex)."""
     return os.urandom(16).hex()
+
+
+_DERIVED_ID_NAMESPACE = uuid.UUID("6f1c1a52-6c1e-4d39-9a52-2f7b8f3c5e10")
+
+
+def derived_job_id(deduplication_id: str) -> str:
+    """The job id that ``deduplication_id`` gives, the same in every process: what a
+    broker that cannot say which copy it kept (RabbitMQ) and the outbox, which names a
+    job before any broker sees it, call the job."""
+    return uuid.uuid5(_DERIVED_ID_NAMESPACE, deduplication_id).hex
 
 
 def validate_job_name(name: object) -> str:
@@ -169,6 +181,27 @@ def meta_problem(meta: object) -> str | None:
         if not isinstance(value, str) or len(value) > _META_VALUE_MAX or not value.isprintable():
             return f"value of {key!r} is not a printable string of at most {_META_VALUE_MAX}"
     return None
+
+
+def new_message(
+    job_name: str,
+    deduplication_id: str | None,
+    kwargs: dict[str, Any],
+    *,
+    not_before: float | None = None,
+    keep: float | None = None,
+) -> JobMessage:
+    """A new job, its name and deduplication id validated (:class:`InvalidJobError`);
+    ``not_before`` kept only while it is in the future."""
+    now = time.time()
+    return JobMessage(
+        job_name=validate_job_name(job_name),
+        kwargs=kwargs,
+        deduplication_id=validate_deduplication_id(deduplication_id),
+        enqueued_at=now,
+        not_before=not_before if not_before is not None and not_before > now else None,
+        keep=keep,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,3 +438,54 @@ class TickerProtocol(Protocol):
     @abstractmethod
     def stop(self) -> None:
         """Ask :meth:`run` to return; no new slot is published after this call."""
+
+
+@runtime_checkable
+class RelayProtocol(Protocol):
+    """Moves jobs written elsewhere (an outbox table) into the broker, beside the worker.
+
+    ``m worker`` runs each relay it is given in its task tree, as it runs the ticker: a
+    relay that dies stops the worker.
+    """
+
+    #: What the worker calls it in its logs ("outbox relay").
+    name: str
+
+    @abstractmethod
+    def check(self, dedup_window: float) -> None:
+        """Raise :class:`~.errors.ConfigurationError` when the relay must not start: when
+        a job it published before a crash could be published again after the broker's
+        dedup window (``dedup_window`` seconds) has forgotten the first copy."""
+
+    @abstractmethod
+    async def run(self) -> None:
+        """Relay until :meth:`stop`. Out-of-reach sources and brokers are logged and tried
+        again; only what cannot go on (a missing table the relay may not create) raises."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the jobs it is publishing got their answer."""
+
+    def described(self) -> dict[str, float]:
+        """What the relay last saw, for the replica roll (say, rows waiting and the age of
+        the oldest); empty when it has not looked yet."""
+        return {}
+
+
+@runtime_checkable
+class JobWriterProtocol(Protocol):
+    """Where a job is written as it is, to reach a broker later (the outbox)."""
+
+    @abstractmethod
+    async def write_job(self, message: JobMessage) -> str:
+        """Store ``message`` (validated by the caller, as :func:`~.messages.new_message`
+        makes it) to be published; return the id the job will have on the broker."""
+
+
+@runtime_checkable
+class SyncJobWriterProtocol(Protocol):
+    """:class:`JobWriterProtocol` for plain ``def`` code."""
+
+    @abstractmethod
+    def write_job_sync(self, message: JobMessage) -> str:
+        """:meth:`JobWriterProtocol.write_job`, blocking."""

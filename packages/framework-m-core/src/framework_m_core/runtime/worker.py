@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..observability.observer import Observer
 from ..ports.capabilities import Capability
-from ..ports.protocols import BrokerProtocol, TickerProtocol
+from ..ports.protocols import BrokerProtocol, RelayProtocol, TickerProtocol
 from ..ports.records import Delivery
 from .events import first_of, reraise_if_cancelled
 from .execution import Execution, WorkerStats, released_jobs
@@ -78,6 +78,9 @@ class Worker:
     :param heartbeat: seconds between renewals of this worker's entry in the replica
         roll (:mod:`~framework_m_core.control.replicas`, brokers with shared state);
         0: not listed.
+    :param relays: what runs beside the consumer and moves jobs into the broker (the
+        outbox relay of ``m worker --outbox-url``), each checked at :meth:`prepare`,
+        supervised like the ticker and stopped with the worker.
     :param stall_warning: seconds the event loop may stay blocked (a handler blocking
         it) before a warning names the jobs running and where it is stuck
         (:mod:`~framework_m_core.runtime.stalls`); 0: not watched.
@@ -98,6 +101,7 @@ class Worker:
         threads: int | None = None,
         heartbeat: float = replicas.HEARTBEAT,
         stall_warning: float = STALL_WARNING,
+        relays: Sequence[RelayProtocol] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -106,6 +110,7 @@ class Worker:
         self.app = app
         self.broker = broker
         self.ticker = ticker
+        self.relays = list(relays)
         self.concurrency = concurrency
         self.shutdown_timeout = shutdown_timeout
         self.fetch_timeout = fetch_timeout
@@ -150,6 +155,8 @@ class Worker:
             self._stopping.set()
             if self.ticker is not None:
                 self.ticker.stop()
+            for relay in self.relays:
+                relay.stop()
 
     def abort(self) -> None:
         """Stop now: running jobs are cancelled and released to the broker."""
@@ -168,6 +175,8 @@ class Worker:
         """
         if self.ticker is not None:
             self.ticker.check()  # against the configured window: refuse before changing anything
+        for relay in self.relays:
+            relay.check(self.broker.dedup_window)
         if self.sync_schema:
             plan = await self.broker.sync_schema()
             if not plan.in_sync:
@@ -185,6 +194,8 @@ class Worker:
         self._check_leases()
         if self.ticker is not None:
             self.ticker.check()
+        for relay in self.relays:
+            relay.check(self.broker.dedup_window)
         self._prepared = True
         self._observer.broker_connected(True)
 
@@ -284,15 +295,9 @@ class Worker:
             async with asyncio.TaskGroup() as tree:
                 if self.ticker is not None:
                     tree.create_task(self._supervised("ticker", self.ticker.run()), name="ticker")
-                progress = tree.create_task(self._report_progress(), name="progress")
-                helpers = [progress]
-                if self._execution.cancels.on:
-                    helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
-                if self.heartbeat is not None:
-                    helpers.append(tree.create_task(self.heartbeat.run(), name="heartbeat"))
-                    helpers.append(tree.create_task(self._announce(), name="announce"))
-                if self.watchdog is not None:
-                    helpers.append(tree.create_task(self.watchdog.run(), name="watchdog"))
+                for relay in self.relays:
+                    tree.create_task(self._supervised(relay.name, relay.run()), name=relay.name)
+                helpers = self._start_helpers(tree)
                 try:
                     await self._supervised("consumer", self._consume())
                 finally:
@@ -321,6 +326,19 @@ class Worker:
         if self._failure is not None:
             raise WorkerFailedError(self._failure)
 
+    def _start_helpers(self, tree: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        """Progress lines, cancel marks, the roll's heartbeat, the stall watchdog: the
+        tasks cancelled once the consumer stopped."""
+        helpers = [tree.create_task(self._report_progress(), name="progress")]
+        if self._execution.cancels.on:
+            helpers.append(tree.create_task(self._execution.cancels.run(), name="cancels"))
+        if self.heartbeat is not None:
+            helpers.append(tree.create_task(self.heartbeat.run(), name="heartbeat"))
+            helpers.append(tree.create_task(self._announce(), name="announce"))
+        if self.watchdog is not None:
+            helpers.append(tree.create_task(self.watchdog.run(), name="watchdog"))
+        return helpers
+
     def _running_jobs(self) -> list[str]:
         """The jobs running now, as ``name[id]`` (for the stall watchdog's thread)."""
         try:
@@ -333,15 +351,16 @@ class Worker:
         scheduled = [spec.name for spec in self.app.scheduled()]
         await fleet.announce_quietly(self.broker, self.app.jobs, scheduled)
 
-    def _described(self) -> tuple[bool, int, dict[str, int]]:
-        """For the replica roll: ticking or not, handlers running, and the deliveries
-        settled since it started by outcome."""
+    def _described(self) -> tuple[bool, int, dict[str, int], dict[str, float]]:
+        """For the replica roll: ticking or not, handlers running, the deliveries
+        settled since it started by outcome, and what its relays last saw."""
         s = self.stats
         counts = {
             "succeeded": s.succeeded, "retried": s.retried, "dead_lettered": s.dead_lettered,
             "skipped": s.skipped, "expired": s.expired, "cancelled": s.cancelled,
         }  # fmt: skip
-        return self.ticker is not None, len(self._inflight) - self._waiting, counts
+        seen = {k: v for relay in self.relays for k, v in relay.described().items()}
+        return self.ticker is not None, len(self._inflight) - self._waiting, counts, seen
 
     async def _leave_roll(self) -> None:
         """Take this worker off the replica roll; if the broker does not answer in time,
