@@ -6,6 +6,7 @@ job runs."""
 from __future__ import annotations
 
 import random
+import re
 import signal
 import threading
 import time
@@ -140,3 +141,67 @@ def test_committed_jobs_run_once_and_rolled_back_ones_never_while_relays_are_kil
         if any(pid not in killed_pids for _, pid in sorted(its)[:-1])
     ]
     assert unexplained == []
+
+
+def test_an_operator_sees_the_outbox_in_metrics_status_and_the_log(
+    procs: Processes, tmp_path: Path
+) -> None:
+    from framework_m_core.testing.proxy import free_port
+
+    from .test_metrics import scrape
+
+    port = free_port()
+    with synced_namespace(SERVERS["redis"]) as url, scratch_database("postgresql") as db:
+        created = procs.m("sync-schema", "--broker", url, "--outbox-url", db)
+        assert created.wait(60) == 0, created.output
+        assert "outbox: created table framework_m_outbox" in created.output
+        again = procs.m("sync-schema", "--broker", url, "--outbox-url", db)
+        assert again.wait(60) == 0, again.output
+        assert "outbox: the table is in sync" in again.output
+        engine = sa.create_engine(db, poolclass=sa.NullPool)
+        with Session(engine) as session, session.begin():  # a job no broker will take
+            job_id = Outbox(session).enqueue_sync("marked")
+            session.execute(sa.update(outbox).values(body='{"v": 1}'))
+        engine.dispose()
+        password_db = db.replace("postgres@", "postgres:s3cret@")  # trust auth: any password
+        worker = procs.m(
+            "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
+            "--outbox-url", password_db, "--http", f"127.0.0.1:{port}",
+        )  # fmt: skip
+        worker.wait_for("outbox relay on postgresql\\+psycopg://postgres:\\*\\*\\*@", timeout=30)
+        worker.wait_for(f"publish of job {job_id} .* failed, attempt 1", timeout=30)
+        deadline = time.monotonic() + 30
+        while scrape(port).get(("frameworkm_outbox_failing_rows", "")) != 1.0:
+            assert time.monotonic() < deadline, "the failing row never showed in /metrics"
+            time.sleep(0.2)
+        sample = scrape(port)
+        assert sample[("frameworkm_outbox_rows", "")] == 1.0
+        assert sample[("frameworkm_outbox_oldest_age_seconds", "")] > 0
+        assert sample[("frameworkm_outbox_publish_failures_total", "")] >= 1
+        deadline = time.monotonic() + 40  # the roll is renewed every 10 s
+        while True:
+            shown = procs.m("status", "--broker", url)
+            assert shown.wait(30) == 0, shown.output
+            if "1 failing" in shown.output:
+                break
+            assert time.monotonic() < deadline, shown.output
+            time.sleep(1)
+        assert re.search(r"outbox +1 row\(s\) waiting, oldest [0-9.]+s, 1 failing", shown.output)
+        assert "s3cret" not in worker.output + shown.output
+        stop_all([worker])
+
+
+def test_a_relay_the_dedup_window_cannot_cover_is_refused_at_start(procs: Processes) -> None:
+    with synced_namespace(SERVERS["redis"]) as url:
+        worker = procs.m(
+            "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
+            "--no-scheduler", "--clock-skew", "95", "--outbox-url", "sqlite:///unused.db",
+        )  # fmt: skip
+        assert worker.wait(60) == 2, worker.output
+        assert "claim of 30s plus the tolerated clock skew of 95s" in worker.output
+        bad = procs.m(
+            "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
+            "--outbox-url", "oracle://db/app",
+        )  # fmt: skip
+        assert bad.wait(60) == 2, bad.output
+        assert "not 'oracle'" in bad.output

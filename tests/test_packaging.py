@@ -59,7 +59,9 @@ def test_every_package_carries_the_license() -> None:
 # Where the project speaks of installing itself: its sources, READMEs, docs and examples.
 _HINTED = ["packages/*/src/**/*.py", "packages/*/README.md", "README.md", "docs/**/*.md"]
 _HINTED += ["examples/**/*.py", "examples/**/*.md", "deploy/**/*"]
-_OURS = re.compile(r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq|django|outbox))?(?:\[[^\]]*\])?$")
+_OURS = re.compile(
+    r"^framework[-_]m(?:[-_](?:core|nats|redis|rabbitmq|django|outbox))?(?:\[[^\]]*\])?$"
+)
 _PIP = re.compile(r"pip install ((?:[^`\"\n#(]|\n(?!\n))+)")
 _EXTRA = re.compile(r"(?<![/\w])framework-m-core\[\w+\]")  # outside a path: a bare name
 _BARE = re.compile(r"\binstall[ `'\"]{1,3}(framework-m(?:-\w+)?(?:\[[^\]]*\])?)", re.IGNORECASE)

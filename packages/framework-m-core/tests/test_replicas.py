@@ -127,3 +127,31 @@ async def test_a_worker_with_heartbeat_0_is_not_listed(memory: MemoryBroker) -> 
     async with running_worker(_app(), memory, heartbeat=0) as worker:
         assert worker.heartbeat is None
         assert await list_replicas(memory) == []
+
+
+async def test_the_latest_outbox_count_among_the_replicas_is_the_one_shown(
+    memory: MemoryBroker,
+) -> None:
+    plain = RollEntry(memory, lambda: (True, 0, {}, {}), concurrency=1)
+    old = RollEntry(
+        memory, lambda: (True, 0, {}, {"rows": 5, "oldest": 2.0, "seen_at": 100.0}), concurrency=1
+    )
+    new = RollEntry(
+        memory,
+        lambda: (False, 0, {}, {"rows": 3, "oldest": 1.5, "failing": 1, "seen_at": 200.0}),
+        concurrency=1,
+    )
+    assert replicas.outbox_seen(await list_replicas(memory)) is None
+    for entry in (plain, old, new):
+        await entry.beat()
+    found = await list_replicas(memory)
+    assert {r.id: dict(r.outbox) for r in found}[plain.id] == {}
+    assert replicas.outbox_seen(found) == replicas.OutboxSeen(3, 1.5, 1, 200.0, new.id)
+    record = await shared(memory).read_state(new.key)
+    assert record is not None
+    entries = json.loads(record.value)["replicas"]
+    entries[new.id]["outbox"] = {"rows": "many", "oldest": -1, "seen_at": 300.0}
+    value = json.dumps({"replicas": entries}).encode()
+    assert await shared(memory).write_state(new.key, value, version=record.version)
+    [listed] = [r for r in await list_replicas(memory) if r.id == new.id]
+    assert dict(listed.outbox) == {"seen_at": 300.0}  # what is not a number >= 0 is left out

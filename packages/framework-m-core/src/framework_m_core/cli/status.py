@@ -8,11 +8,12 @@ import asyncio
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 from ..adapters.registry import connected, open_broker
 from ..app import App, load_app
-from ..control import keys
+from ..control import keys, replicas
 from ..control.shared import shared
 from ..errors import BrokerError
 from ..ports.capabilities import Capability
@@ -76,6 +77,7 @@ async def status(args: argparse.Namespace) -> int:
                     "schema_changes": [str(change) for change in plan.changes],
                     "schema_warnings": list(plan.warnings),
                     "oldest_waiting": await _oldest(broker, plan.in_sync),
+                    "outbox": await _outbox(broker),
                     **({} if app is None else {"running": await _running(app, broker)}),
                 }
             )
@@ -115,6 +117,27 @@ async def _oldest(broker: BrokerProtocol, in_sync: bool) -> dict[str, Any] | Non
             raise
         return None
     return None if oldest is None else dataclasses.asdict(oldest)
+
+
+async def _outbox(broker: BrokerProtocol) -> dict[str, Any] | None:
+    """The outbox as the replicas' relays last counted it; None without one."""
+    if Capability.STORE not in broker.capabilities:
+        return None
+    seen = replicas.outbox_seen(await replicas.list_replicas(broker))
+    return None if seen is None else dataclasses.asdict(seen)
+
+
+def _outbox_row(r: dict[str, Any]) -> list[tuple[str, str]]:
+    seen = r["outbox"]
+    if seen is None:
+        return []
+    ago = max(0.0, time.time() - seen["seen_at"])
+    text = f"{seen['rows']:,} row(s) waiting"
+    if seen["rows"]:
+        text += f", oldest {seen['oldest']:.1f}s"
+    if seen["failing"]:
+        text += f", {seen['failing']:,} failing"
+    return [("outbox", f"{text} (counted {ago:.0f}s ago by {seen['replica']})")]
 
 
 def _waited(r: dict[str, Any]) -> list[tuple[str, str]]:
@@ -162,6 +185,7 @@ def _print_status(r: dict[str, Any]) -> None:
         *([("node", r["node"])] if r["node"] else []),
         ("ready", count("ready")),
         *_waited(r),
+        *_outbox_row(r),
         ("reserved", count("reserved") + (" (with retries)" if _retries_reserved(r) else "")),
         ("scheduled", _scheduled(r)),
         ("dead letters", count("dead_letters")),

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..about import __version__
 from ..control.activity import RunningJob
-from ..control.replicas import Replica
+from ..control.replicas import OutboxSeen, Replica
 from ..control.settled import SettledRun
 from ..ports.messages import MAX_ID_LENGTH, MAX_NAME_LENGTH
 from ..ports.records import QueueStats
@@ -242,13 +242,15 @@ def document() -> dict[str, Any]:
                 },
             ),
             "/api/queues": _read(
-                "The broker's counts now, the job first in line, and the last hour's samples",
+                "The broker's counts now, the job first in line, the outbox as the relays last "
+                "counted it, and the last hour's samples",
                 {
                     "type": "object",
                     "required": [
                         "queue",
                         "counts",
                         "oldest_waiting",
+                        "outbox",
                         "waiting_listed",
                         "samples",
                         "sample_every",
@@ -257,6 +259,7 @@ def document() -> dict[str, Any]:
                         "queue": {"type": "string"},
                         "counts": _or_null("QueueStats"),
                         "oldest_waiting": _or_null("OldestWaiting"),
+                        "outbox": _or_null("OutboxSeen"),
                         "waiting_listed": {"type": "boolean"},
                         "samples": {
                             "type": "array",
@@ -359,6 +362,7 @@ def document() -> dict[str, Any]:
                 "RunningJob": schema_of(RunningJob, running_for=float),
                 "QueueStats": schema_of(QueueStats),
                 "OldestWaiting": schema_of(OldestWaiting),
+                "OutboxSeen": schema_of(OutboxSeen),
                 "WaitingJob": schema_of(HeldJob),
                 "DeadJob": schema_of(DeadJob),
                 "Replica": schema_of(Replica, age=float, jobs=dict[str, int]),

@@ -281,10 +281,14 @@ class Views:
         if Capability.QUEUE_STATS in self.broker.capabilities:
             counts = dataclasses.asdict(await self.broker.queue_stats())
         oldest = await lists.oldest_waiting(self.broker)
+        outbox = None
+        if self.stateful:
+            outbox = replicas.outbox_seen(await replicas.list_replicas(self.broker))
         return {
             "queue": self.broker.display_url,
             "counts": counts,
             "oldest_waiting": None if oldest is None else dataclasses.asdict(oldest),
+            "outbox": None if outbox is None else dataclasses.asdict(outbox),
             "waiting_listed": Capability.WAITING_INSPECTION in self.broker.capabilities,
             "samples": list(self.samples),
             "sample_every": SAMPLE_EVERY,

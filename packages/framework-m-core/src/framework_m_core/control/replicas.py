@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -73,6 +73,30 @@ class Replica:
     #: What its outbox relay last saw (``rows`` waiting, ``oldest`` age in seconds,
     #: ``failing`` rows whose publish failed, ``seen_at``); empty without a relay.
     outbox: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSeen:
+    """The outbox table as the relay that counted it last saw it."""
+
+    rows: int  # rows waiting
+    oldest: float  # the age of the oldest, seconds (0: none waits)
+    failing: int  # rows whose publish failed at least once
+    seen_at: float  # when it counted, by its clock
+    replica: str  # the id of the replica whose relay counted
+
+
+def outbox_seen(found: Sequence[Replica]) -> OutboxSeen | None:
+    """The latest count of the outbox among ``found`` replicas' entries; None when no
+    replica relays an outbox."""
+    counted = [r for r in found if "seen_at" in r.outbox]
+    if not counted:
+        return None
+    r = max(counted, key=lambda r: r.outbox["seen_at"])
+    o = r.outbox
+    return OutboxSeen(
+        int(o.get("rows", 0)), o.get("oldest", 0.0), int(o.get("failing", 0)), o["seen_at"], r.id
+    )
 
 
 def new_replica_id() -> str:

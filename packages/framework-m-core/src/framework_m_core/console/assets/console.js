@@ -327,6 +327,11 @@ async function loadOverview() {
   }
   const oldest = queues.oldest_waiting;
   if (queues.waiting_listed) tile(tiles, "oldest waiting", oldest ? `${oldest.age === null ? "?" : oldest.age.toFixed(1)} s (${oldest.job})` : "none");
+  const outbox = queues.outbox;
+  if (outbox) {
+    tile(tiles, "outbox rows waiting", outbox.rows ? `${outbox.rows} (oldest ${outbox.oldest.toFixed(1)} s)` : "none");
+    if (outbox.failing) tile(tiles, "outbox rows failing", outbox.failing);
+  }
   chart($("#throughput"), samples, [["reserved", "settled", settled], ["dead", "failed", rate(samples, "failed")]], "jobs/s");
   const body = $("#overview-replicas tbody");
   body.replaceChildren();
