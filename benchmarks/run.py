@@ -226,6 +226,22 @@ async def bench_drain(
             return n / (time.perf_counter() - t0)
 
 
+async def bench_outbox_relay(url: str, n: int) -> float:
+    """One outbox relay publishing ``n`` committed rows from PostgreSQL (outbox_rows.py)."""
+    from outbox_rows import relay_throughput
+
+    async with fresh(url) as broker:
+        return await relay_throughput(broker, n)
+
+
+async def bench_outbox_latency(url: str, samples: int) -> list[float]:
+    """Commit of an outbox row on PostgreSQL -> handler start (outbox_rows.py)."""
+    from outbox_rows import commit_to_start
+
+    async with fresh(url) as broker:
+        return await commit_to_start(broker, samples)
+
+
 async def bench_latency(url: str, samples: int) -> list[float]:
     """Enqueue -> handler start, one job at a time, a worker at its defaults waiting."""
     app = App()
@@ -460,6 +476,10 @@ def throughput_groups(
         "enqueue a batch": [
             ("framework-m enqueue_many, dedup ids", partial(bench_enqueue_many, url, n)),
         ],
+        "outbox relay": [
+            ("framework-m enqueue, 100 in flight", partial(bench_enqueue_concurrent, url, n)),
+            ("outbox relay, from PostgreSQL", partial(bench_outbox_relay, url, n)),
+        ],
         "drain no-op jobs": [
             ("framework-m worker, defaults", partial(bench_drain, url, n)),
             ("framework-m worker, metrics on", partial(bench_drain, url, n, True)),
@@ -524,7 +544,10 @@ async def run(
                 done([Row(f"{label} {measurement}", *result[:2], "/s", result[2])
                       for result in results])  # fmt: skip
         if wanted(LATENCY, only):
-            latency = [("framework-m worker, defaults", partial(bench_latency, url, samples))]
+            latency = [
+                ("framework-m worker, defaults", partial(bench_latency, url, samples)),
+                ("outbox on PostgreSQL, from commit", partial(bench_outbox_latency, url, samples)),
+            ]
             latency += [(name, partial(fn, samples)) for name, fn in other.get(LATENCY, [])]
             done(await latency_rows(label, latency, deadline))
         for busy, measurement, subject in TICKER_CPU:

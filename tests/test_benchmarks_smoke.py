@@ -22,10 +22,14 @@ ROWS = [
     "enqueue one",
     "enqueue, 100",
     "enqueue a",
+    "outbox relay",
+    "outbox relay",
     "drain no-op",
     "drain no-op",
     "drain no-op",
     "drain no-op",
+    "latency, idle",
+    "latency, idle",
     "latency, idle",
     "latency, idle",
     "ticker CPU,",
@@ -46,10 +50,10 @@ def test_benchmark_harness_runs_prints_rows_as_they_come_and_its_duration() -> N
     assert [" ".join(line.split()[1:3]) for line in streamed.splitlines()[1:]] == ROWS
     assert [" ".join(line.split()[1:3]) for line in table.splitlines()[1 : len(ROWS) + 1]] == ROWS
     assert "the run took" in table.splitlines()[-1]
-    p50, p99 = (float(line.split()[-3]) for line in streamed.splitlines()[9:11])
+    p50, p99 = (float(streamed.splitlines()[i].split()[-3]) for i in (11, 13))
     assert 0 < p50 <= p99, "latency rows: p50 and p99 of the same samples, in ms"
     drains = bench("--quick", "--only", "drain").communicate(timeout=120)[0]
-    assert [" ".join(line.split()[1:3]) for line in drains.splitlines()[1:4]] == ROWS[4:7]
+    assert [" ".join(line.split()[1:3]) for line in drains.splitlines()[1:4]] == ROWS[6:9]
     sweep = bench("--quick", "--only", "concurrency").communicate(timeout=120)[0]
     subjects = [line.split("worker, ")[1].split()[:2] for line in sweep.splitlines()[1:7]]
     assert subjects == [["concurrency", c] for c in ("1", "10", "25", "50", "100", "200")]
