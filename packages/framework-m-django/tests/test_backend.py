@@ -108,6 +108,12 @@ def test_manage_py_check_names_each_bad_option() -> None:
         ({"broker_url": "memory://"}, "framework_m_django.E003"),
         ({"broker_url": "redis://127.0.0.1:6379/0?nonsense=1"}, "framework_m_django.E004"),
         ({"broker_url": "redis://127.0.0.1:6379/0", "timeout": 0}, "framework_m_django.E005"),
+        ({"broker_url": "redis://127.0.0.1:6379/0", "outbox": "nope"}, "framework_m_django.E009"),
+        # the example project has no database unless SHOP_DATABASE_URL is set: a dummy one
+        (
+            {"broker_url": "redis://127.0.0.1:6379/0", "outbox": "default"},
+            "framework_m_django.E011",
+        ),
     ]
     for options, code in cases:
         with override_settings(TASKS={"default": {"BACKEND": "framework_m_django.TaskBackend",

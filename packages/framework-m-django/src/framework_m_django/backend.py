@@ -42,13 +42,15 @@ if TYPE_CHECKING:
     from .registry import AnyResult, AnyTask
 
 #: The OPTIONS a backend reads; any other is refused by ``manage.py check``.
-OPTIONS = ("broker_url", "timeout", "max_attempts", "task_modules")
+OPTIONS = ("broker_url", "timeout", "max_attempts", "task_modules", "outbox")
 
 
 class TaskBackend(BaseTaskBackend):
     """Django's tasks on framework-m: ``OPTIONS = {"broker_url": ...}``, and optionally
     ``timeout`` (seconds an enqueue waits for the broker, 30), ``max_attempts`` (of each
-    task, 3) and ``task_modules`` (modules defining tasks besides each app's ``tasks``)."""
+    task, 3), ``task_modules`` (modules defining tasks besides each app's ``tasks``) and
+    ``outbox`` (a database alias: enqueue writes an outbox row in that database's
+    transaction, for ``m worker --outbox-url`` to relay; needs framework-m-outbox)."""
 
     task_class = FrameworkMTask
     supports_defer = True
@@ -62,6 +64,7 @@ class TaskBackend(BaseTaskBackend):
         self.timeout: Any = self.options.get("timeout", DEFAULT_TIMEOUT)
         self.max_attempts: Any = self.options.get("max_attempts", 3)
         self.task_modules: Any = self.options.get("task_modules", [])
+        self.outbox: Any = self.options.get("outbox")
         self._option_problems: list[tuple[str, str]] | None = (
             None  # the options' problems, once read
         )
@@ -96,6 +99,8 @@ class TaskBackend(BaseTaskBackend):
             isinstance(m, str) for m in self.task_modules
         ):
             found.append(("E007", "task_modules must be a list of module names"))
+        if self.outbox is not None:
+            found += _outbox_problems(self.outbox)
         if self.queues != {DEFAULT_TASK_QUEUE_NAME}:
             found.append((
                 "E008",
@@ -118,17 +123,30 @@ class TaskBackend(BaseTaskBackend):
         self, task: AnyTask, args: Sequence[Any], kwargs: dict[str, Any]
     ) -> AnyResult:
         """Store a job of ``task`` (held until ``run_after``, when set) once its arguments
-        bind to the function and are JSON; blocks until the broker stored it."""
+        bind to the function and are JSON; blocks until the broker stored it, or with
+        ``outbox`` writes its row in that database's current transaction."""
         self.validate_task(task)
         job_kwargs = _arguments(task, args, kwargs)
-        client = self._client()
+        self._check_options()
+        name = task.module_path
+        when = None if task.run_after is None else _aware(task.run_after)
         try:
-            if task.run_after is not None:
-                job = client.enqueue_at(_aware(task.run_after), task.module_path, **job_kwargs)
+            if self.outbox is not None:  # a row in the current transaction of that database
+                from django.db import connections
+
+                from framework_m_outbox import Outbox
+
+                outbox = Outbox(connections[self.outbox])
+                if when is not None:
+                    job: str = outbox.enqueue_at_sync(when, name, **job_kwargs)
+                else:
+                    job = outbox.enqueue_sync(name, **job_kwargs)
+            elif when is not None:
+                job = self._client().enqueue_at(when, name, **job_kwargs)
             else:
-                job = client.enqueue(task.module_path, **job_kwargs)
+                job = self._client().enqueue(name, **job_kwargs)
         except InvalidJobError as exc:
-            raise InvalidTask(f"{task.module_path}: {exc}") from None
+            raise InvalidTask(f"{name}: {exc}") from None
         result = TaskResult(
             task=task,
             id=str(job),
@@ -164,14 +182,35 @@ class TaskBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(f"{result_id}: {status.job_name} is no task here")
         return task_result(task, status, self.alias)
 
-    def _client(self) -> SyncClient:
-        if (
-            self._option_problems is None
-        ):  # the options are the settings': checked once, not per task
+    def _check_options(self) -> None:
+        if self._option_problems is None:  # the settings': checked once, not per task
             self._option_problems = self._problems()
         if self._option_problems:
             raise InvalidTask(f"TASKS[{self.alias!r}]: {self._option_problems[0][1]}")
+
+    def _client(self) -> SyncClient:
+        self._check_options()
         return clients.client(self.broker_url, float(self.timeout))
+
+
+def _outbox_problems(alias: object) -> list[tuple[str, str]]:
+    """What keeps OPTIONS' ``outbox`` from naming a database an outbox can be in."""
+    from django.db import connections
+
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return [("E009", f"outbox must be an alias of DATABASES, got {alias!r}")]
+    try:
+        import framework_m_outbox  # noqa: F401
+    except ImportError:
+        return [
+            ("E010", "outbox needs framework-m-outbox: pip install ./packages/framework-m-outbox")
+        ]
+    vendor = connections[alias].vendor
+    if vendor not in ("postgresql", "mysql", "sqlite"):
+        return [
+            ("E011", f"outbox: database {alias!r} is {vendor}, not PostgreSQL, MySQL or SQLite")
+        ]
+    return []
 
 
 def _arguments(task: AnyTask, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ transaction, for the relays of ``m worker --outbox-url`` to publish once committ
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -24,9 +25,11 @@ from framework_m_core.ports import (
 )
 from framework_m_core.ports.messages import delay_seconds, due_time, new_job_id
 
-from .table import outbox
+from .table import TABLE_NAME, outbox
 
 Target = Session | sa.Connection | AsyncSession | AsyncConnection
+#: The databases a Django connection may be on (its ``vendor``).
+DJANGO_VENDORS = ("postgresql", "mysql", "sqlite")
 
 
 def outbox_deduplication_id(row_id: str) -> str:
@@ -62,8 +65,9 @@ def row(message: JobMessage, now: float | None = None) -> dict[str, Any]:
 
 class Outbox(JobQueueProtocol):
     """A job queue in the caller's database transaction: each enqueue inserts a row
-    through ``session_or_connection`` (a SQLAlchemy ``Session`` or ``Connection``, or
-    their async kinds) and commits nothing. Rolled back, the job never runs; committed,
+    through ``session_or_connection`` (a SQLAlchemy ``Session`` or ``Connection``, their
+    async kinds, or a Django connection such as ``django.db.connection``) and commits
+    nothing. Rolled back, the job never runs; committed,
     a relay publishes it once.
 
     ``await job.enqueue(Outbox(async_session), ...)`` and
@@ -72,20 +76,23 @@ class Outbox(JobQueueProtocol):
     is relayed to; the job has a status there once relayed.
     """
 
-    def __init__(self, session_or_connection: Target) -> None:
-        if not isinstance(session_or_connection, Target):
+    def __init__(self, session_or_connection: Target | Any) -> None:
+        target: Any = session_or_connection
+        if not isinstance(target, Target) and not _is_django(target):
             raise ConfigurationError(
-                "Outbox takes a SQLAlchemy Session or Connection, or an AsyncSession or "
-                f"AsyncConnection, got {type(session_or_connection).__name__}"
+                "Outbox takes a SQLAlchemy Session or Connection, an AsyncSession or "
+                "AsyncConnection, or a Django connection (django.db.connection), got "
+                f"{type(target).__name__}"
             )
-        self.target = session_or_connection
+        if _is_django(target) and target.vendor not in DJANGO_VENDORS:
+            raise ConfigurationError(
+                "the outbox keeps its table in PostgreSQL, MariaDB/MySQL or SQLite, not "
+                f"{target.vendor!r}"
+            )
+        self.target = target
 
     def __repr__(self) -> str:
         return f"Outbox({type(self.target).__name__})"
-
-    @property
-    def is_async(self) -> bool:
-        return isinstance(self.target, AsyncSession | AsyncConnection)
 
     # -- the writer ports (what handles call) ----------------------------------------------
 
@@ -155,6 +162,10 @@ class Outbox(JobQueueProtocol):
 
     async def _insert_async(self, rows: list[dict[str, Any]]) -> list[str]:
         target = self.target
+        if _is_django(target):  # its connections are per thread: Django's own hand-over
+            sync_to_async: Any = importlib.import_module("asgiref.sync").sync_to_async
+            ids: list[str] = await sync_to_async(self._insert_sync)(rows)
+            return ids
         if not isinstance(target, AsyncSession | AsyncConnection):
             raise ConfigurationError(
                 f"Outbox of a sync {type(target).__name__}: use enqueue_sync (or give "
@@ -170,5 +181,24 @@ class Outbox(JobQueueProtocol):
                 f"Outbox of an {type(target).__name__}: await enqueue (the sync calls "
                 "need a Session or Connection)"
             )
-        target.execute(sa.insert(outbox), rows)
+        if _is_django(target):
+            _insert_django(target, rows)
+        else:
+            target.execute(sa.insert(outbox), rows)
         return [r["job_id"] for r in rows]
+
+
+def _is_django(target: object) -> bool:
+    """Whether ``target`` is a Django database connection (known by its shape: the
+    outbox does not import Django)."""
+    return all(hasattr(target, name) for name in ("vendor", "cursor", "settings_dict"))
+
+
+def _insert_django(connection: Any, rows: list[dict[str, Any]]) -> None:
+    """``rows`` inserted through a Django connection's cursor, in its transaction (an
+    ``atomic`` block, or autocommit)."""
+    columns = list(rows[0])
+    marks = ", ".join(["%s"] * len(columns))
+    statement = f"INSERT INTO {TABLE_NAME} ({', '.join(columns)}) VALUES ({marks})"
+    with connection.cursor() as cursor:
+        cursor.executemany(statement, [tuple(row[c] for c in columns) for row in rows])
