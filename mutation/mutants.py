@@ -16,6 +16,7 @@ SQLITE = "examples/adapter-sqlite/src/framework_m_sqlite"
 RABBIT = "packages/adapter-rabbitmq/src/framework_m_rabbitmq"
 NATS = "packages/adapter-nats/src/framework_m_nats"
 DJANGO = "packages/framework-m-django/src/framework_m_django"
+OUTBOX = "packages/framework-m-outbox/src/framework_m_outbox"
 
 # The contract suite's hook-up of each adapter.
 SUITES = {
@@ -88,6 +89,9 @@ SUITES = {
     "sync-client": "tests/test_sync_client.py",
     # The Django tasks backend and the worker's app of a Django project (Python 3.12).
     "django": "packages/framework-m-django/tests",
+    # The outbox: rows in the caller's transaction, relayed once (PostgreSQL, MariaDB,
+    # SQLite).
+    "outbox": "packages/framework-m-outbox/tests/test_outbox.py",
 }
 
 
@@ -1581,8 +1585,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "django",
         "a task enqueued with run_after runs no sooner",
         f"{DJANGO}/backend.py",
-        "            if task.run_after is not None:\n",
-        "            if False:\n",
+        "        when = None if task.run_after is None else _aware(task.run_after)\n",
+        "        when = None\n",
         "test_results_values_errors_and_delayed_runs_come_back_through_get_result",
     ),
     m(
@@ -2843,5 +2847,86 @@ MUTANTS: tuple[Mutant, ...] = (
         "                [(keys.status(status.job_id), encode_status(status, result_json), ttl)]\n"
         "            )",
         "test_the_statuses_of_runs_ending_in_one_pass_go_in_one_send",
+    ),
+    m(
+        "outbox-commits-for-the-caller",
+        "outbox",
+        "a job written to the outbox is part of the caller's transaction: rolled back, none",
+        f"{OUTBOX}/outbox.py",
+        "            target.execute(sa.insert(outbox), rows)\n",
+        "            target.execute(sa.insert(outbox), rows)\n            target.commit()\n",
+        "test_a_sync_session_writes_rows_only_when_its_transaction_commits",
+    ),
+    m(
+        "outbox-job-id-not-fixed",
+        "outbox",
+        "the id an outbox enqueue returns is the job's id on the broker",
+        f"{OUTBOX}/outbox.py",
+        "message = dataclasses.replace(message, id=derived_job_id(dedup), deduplication_id=dedup)",
+        "message = dataclasses.replace(message, deduplication_id=dedup)",
+        "test_a_sync_session_writes_rows_only_when_its_transaction_commits",
+    ),
+    m(
+        "outbox-published-without-dedup-id",
+        "outbox",
+        "a row published twice (a relay died after publishing) runs once",
+        f"{OUTBOX}/relay.py",
+        "        await self.broker.publish(message)",
+        "        await self.broker.publish(dataclasses.replace(message, deduplication_id=None))",
+        "test_rows_a_dead_relay_claimed_are_published_once_its_claim_lapses",
+    ),
+    m(
+        "outbox-claims-ignored",
+        "outbox",
+        "rows another relay claimed are left to it until the claim lapses",
+        f"{OUTBOX}/relay.py",
+        "        due = sa.and_(c.next_try_at <= now, c.claimed_until <= now)",
+        "        due = c.next_try_at <= now",
+        "test_rows_a_dead_relay_claimed_are_published_once_its_claim_lapses",
+    ),
+    m(
+        "outbox-rows-kept",
+        "outbox",
+        "a row is deleted once the broker answered its publish",
+        f"{OUTBOX}/relay.py",
+        "                await conn.execute(sa.delete(outbox).where(outbox.c.id.in_(published)))",
+        "                pass",
+        "test_the_relay_publishes_committed_rows_once_and_deletes_them",
+    ),
+    m(
+        "outbox-failures-dropped",
+        "outbox",
+        "a row whose publish failed stays and is tried again",
+        f"{OUTBOX}/relay.py",
+        "            if error is None:\n                published.append(row.id)",
+        "            if True:\n                published.append(row.id)",
+        "test_a_failed_publish_keeps_the_row_and_tries_again_with_backoff",
+    ),
+    m(
+        "outbox-window-unchecked",
+        "outbox",
+        "a claim the broker's dedup window cannot cover is refused",
+        f"{OUTBOX}/relay.py",
+        "        if self.lease + self.clock_skew >= dedup_window:",
+        "        if False:",
+        "test_a_claim_the_dedup_window_cannot_cover_is_refused",
+    ),
+    m(
+        "outbox-late-rows-unchecked",
+        "outbox",
+        "a row past the dedup window whose job the broker has is not sent again",
+        f"{OUTBOX}/relay.py",
+        "        late = [row for row in claimed if now - row.first_tried_at > margin]",
+        "        late: list[_Claimed] = []",
+        "test_a_row_past_the_dedup_window_is_not_sent_again_when_the_broker_has_it",
+    ),
+    m(
+        "outbox-claims-lock-gaps",
+        "outbox",
+        "a claim never holds up the application's inserts (MariaDB: READ COMMITTED)",
+        f"{OUTBOX}/database.py",
+        '        options["isolation_level"] = "READ COMMITTED"',
+        "        pass",
+        "test_a_claim_in_progress_never_holds_up_the_application_s_inserts",
     ),
 )

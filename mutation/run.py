@@ -40,6 +40,7 @@ ROOTS = (
     "packages/adapter-rabbitmq/src",
     "packages/adapter-nats/src",
     "packages/framework-m-django/src",
+    "packages/framework-m-outbox/src",
 )
 TIMEOUT = 600
 # Suites that run in another hatch environment (Django 6 needs Python 3.12).

@@ -19,6 +19,7 @@ from framework_m_core.errors import ConfigurationError, InvalidJobError, SchemaM
 from framework_m_core.ports import BatchJob, Delivery, decode_message, derived_job_id
 from framework_m_core.testing import receive_all, wait_until
 from framework_m_outbox import Outbox, OutboxRelay, sync_schema
+from framework_m_outbox.database import engine as database_engine
 from framework_m_outbox.database import parse
 from framework_m_outbox.table import outbox
 
@@ -260,3 +261,56 @@ async def test_without_schema_sync_a_missing_table_stops_the_relay(
     relay = OutboxRelay(database, memory, sync_schema=False)
     with pytest.raises(SchemaMissingError, match="m sync-schema --outbox-url"):
         await asyncio.wait_for(relay.run(), 20)
+
+
+async def test_a_row_past_the_dedup_window_is_not_sent_again_when_the_broker_has_it(
+    database: str, memory: MemoryBroker
+) -> None:
+    await sync_schema(database)
+    engine = sa.create_engine(database, poolclass=sa.NullPool)
+    with Session(engine) as session, session.begin():
+        stored = send_receipt.enqueue_sync(Outbox(session), order_id=1)
+        lost = send_receipt.enqueue_sync(Outbox(session), order_id=2)
+    published = await memory.publish(decode_message(_rows(database)[0].body.encode()))
+    assert published.job_id == stored
+    long_ago = time.time() - 1000  # every relay was away longer than the window
+    with engine.begin() as conn:
+        conn.execute(sa.update(outbox).values(first_tried_at=long_ago))
+    engine.dispose()
+    relay = OutboxRelay(database, memory, poll=0.05)
+    task = asyncio.create_task(relay.run())
+    try:
+        await wait_until(lambda: relay.relayed == 2, timeout=10, what="both rows settled")
+    finally:
+        relay.stop()
+        await asyncio.wait_for(task, 10)
+    assert memory.stats.duplicates == 0  # the stored one was looked up, not sent again
+    assert sorted(_job_id(d) for d in await receive_all(memory)) == sorted([stored, lost])
+    assert _rows(database) == []
+
+
+@pytest.mark.parametrize("database", ["postgresql", "mariadb"], indirect=True)
+async def test_a_claim_in_progress_never_holds_up_the_application_s_inserts(
+    database: str, memory: MemoryBroker
+) -> None:
+    await sync_schema(database)
+    engine = sa.create_engine(database, poolclass=sa.NullPool)
+    with Session(engine) as session, session.begin():
+        send_receipt.enqueue_sync(Outbox(session), order_id=1)
+    relay = OutboxRelay(database, memory)
+    relay.check(memory.dedup_window)
+    claiming = database_engine(parse(database))
+    try:
+        async with claiming.begin() as conn:  # a relay's claim, its transaction still open
+            assert len(await relay._claim(conn, time.time())) == 1
+            with engine.connect() as app:
+                if app.dialect.name == "postgresql":
+                    app.execute(sa.text("SET lock_timeout = '2s'"))
+                else:
+                    app.execute(sa.text("SET innodb_lock_wait_timeout = 2"))
+                send_receipt.enqueue_sync(Outbox(app), order_id=2)
+                app.commit()
+    finally:
+        await claiming.dispose()
+        engine.dispose()
+    assert len(_rows(database)) == 2
