@@ -191,7 +191,9 @@ def test_an_operator_sees_the_outbox_in_metrics_status_and_the_log(
         stop_all([worker])
 
 
-def test_a_relay_the_dedup_window_cannot_cover_is_refused_at_start(procs: Processes) -> None:
+def test_the_relay_is_on_with_an_outbox_url_unless_no_outbox_and_refuses_what_cannot_hold(
+    procs: Processes, tmp_path: Path
+) -> None:
     with synced_namespace(SERVERS["redis"]) as url:
         worker = procs.m(
             "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
@@ -199,6 +201,18 @@ def test_a_relay_the_dedup_window_cannot_cover_is_refused_at_start(procs: Proces
         )  # fmt: skip
         assert worker.wait(60) == 2, worker.output
         assert "claim of 30s plus the tolerated clock skew of 95s" in worker.output
+        off = procs.m(
+            "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
+            "--no-outbox", env={"M_OUTBOX_URL": "sqlite:///unused.db"},
+        )  # fmt: skip
+        off.wait_for("worker starting: .* outbox=off", timeout=30)
+        on = procs.m(
+            "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
+            env={"M_OUTBOX_URL": f"sqlite:///{tmp_path / 'app.db'}"},
+        )  # fmt: skip
+        on.wait_for("worker starting: .* outbox=relayed", timeout=30)
+        on.wait_for("outbox schema: created table framework_m_outbox", timeout=30)
+        stop_all([off, on])
         bad = procs.m(
             "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
             "--outbox-url", "oracle://db/app",

@@ -4,8 +4,10 @@ transaction through handles and by name, sync and async, and relayed to a broker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,6 +33,17 @@ app = App()
 @app.job(keep_result=60)
 async def send_receipt(ctx: JobContext, order_id: int, to: str = "") -> None:
     """A job the tests enqueue through the outbox (never run here)."""
+
+
+@contextlib.asynccontextmanager
+async def relaying(relay: OutboxRelay) -> AsyncIterator[None]:
+    """``relay`` running for the block; stopped, and its end awaited, after."""
+    task = asyncio.create_task(relay.run())
+    try:
+        yield
+    finally:
+        relay.stop()
+        await asyncio.wait_for(task, 10)
 
 
 def _job_id(delivery: Delivery) -> str:
@@ -167,13 +180,9 @@ async def test_the_relay_publishes_committed_rows_once_and_deletes_them(
         ]
     engine.dispose()
     relay = OutboxRelay(database, memory, poll=0.05, batch=7)
-    task = asyncio.create_task(relay.run())
-    try:
+    async with relaying(relay):
         await wait_until(lambda: relay.relayed == 33, timeout=20, what="33 rows relayed")
         got = await receive_all(memory, quiet=1.0)
-    finally:
-        relay.stop()
-        await asyncio.wait_for(task, 10)
     assert sorted(_job_id(d) for d in got) == sorted({*ids, held, *twice})
     assert twice[0] == twice[1]
     assert memory.stats.duplicates == 1
@@ -205,17 +214,13 @@ async def test_a_failed_publish_keeps_the_row_and_tries_again_with_backoff(
         job = send_receipt.enqueue_sync(Outbox(session), order_id=1)
     engine.dispose()
     relay = OutboxRelay(database, broker, poll=0.05)
-    task = asyncio.create_task(relay.run())
-    try:
+    async with relaying(relay):
         await wait_until(lambda: broker.fails == 1, timeout=10, what="two failures")
         [row] = _rows(database)
         assert row.attempts >= 1
         assert "the broker is away" in row.last_error
         await wait_until(lambda: relay.relayed == 1, timeout=20, what="the row relayed")
-    finally:
-        relay.stop()
-        await asyncio.wait_for(task, 10)
-        await broker.close()
+    await broker.close()
     assert [_job_id(d) for d in await receive_all(memory)] == [job]
     said = [r.getMessage() for r in caplog.records if "publish of job" in r.getMessage()]
     assert len(said) == 3
@@ -235,14 +240,10 @@ async def test_rows_a_dead_relay_claimed_are_published_once_its_claim_lapses(
         conn.execute(sa.update(outbox).values(claimed_until=now + 1.0, first_tried_at=now))
     engine.dispose()
     relay = OutboxRelay(database, memory, poll=0.05)
-    task = asyncio.create_task(relay.run())
-    try:
+    async with relaying(relay):
         await asyncio.sleep(0.5)
         assert relay.relayed == 0  # still claimed
         await wait_until(lambda: relay.relayed == 1, timeout=10, what="the lapsed claim relayed")
-    finally:
-        relay.stop()
-        await asyncio.wait_for(task, 10)
     assert dead_relay_published.job_id == job
     assert [_job_id(d) for d in await receive_all(memory)] == [job]  # the copy dropped
     assert memory.stats.duplicates == 1
@@ -278,12 +279,8 @@ async def test_a_row_past_the_dedup_window_is_not_sent_again_when_the_broker_has
         conn.execute(sa.update(outbox).values(first_tried_at=long_ago))
     engine.dispose()
     relay = OutboxRelay(database, memory, poll=0.05)
-    task = asyncio.create_task(relay.run())
-    try:
+    async with relaying(relay):
         await wait_until(lambda: relay.relayed == 2, timeout=10, what="both rows settled")
-    finally:
-        relay.stop()
-        await asyncio.wait_for(task, 10)
     assert memory.stats.duplicates == 0  # the stored one was looked up, not sent again
     assert sorted(_job_id(d) for d in await receive_all(memory)) == sorted([stored, lost])
     assert _rows(database) == []

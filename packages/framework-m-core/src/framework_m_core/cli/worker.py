@@ -203,7 +203,8 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
         if not await worker.connect(args.connect_timeout):
             return  # stopped while waiting for the broker
         log.info(
-            "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d pid=%d",
+            "worker starting: role=%s broker=%s app=%s jobs=%d schedules=%d concurrency=%d "
+            "pid=%d outbox=%s",
             "worker" if ticker is None else "ticker+worker",
             broker.display_url,
             args.app,
@@ -211,6 +212,7 @@ async def _run_worker(app: App, broker: BrokerProtocol, args: argparse.Namespace
             sum(1 for _ in app.scheduled()),
             args.concurrency,
             os.getpid(),
+            "relayed" if relays else "off",
         )
         await worker.run()
 
