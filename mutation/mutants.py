@@ -2929,4 +2929,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass",
         "test_a_claim_in_progress_never_holds_up_the_application_s_inserts",
     ),
+    m(
+        "outbox-delay-lost",
+        "outbox",
+        "a delayed job for a broker that cannot hold it waits in the table until due",
+        f"{OUTBOX}/relay.py",
+        "        if message.not_before is not None and not self._holds_jobs:",
+        "        if False:",
+        "test_a_broker_that_cannot_hold_a_delayed_job_gets_it_from_the_table_when_due",
+    ),
 )

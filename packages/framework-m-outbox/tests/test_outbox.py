@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from framework_m_core import App, JobContext
 from framework_m_core.adapters.memory import MemoryBroker
 from framework_m_core.errors import ConfigurationError, InvalidJobError, SchemaMissingError
-from framework_m_core.ports import BatchJob, Delivery, decode_message, derived_job_id
+from framework_m_core.ports import BatchJob, Capability, Delivery, decode_message, derived_job_id
 from framework_m_core.testing import receive_all, wait_until
 from framework_m_outbox import Outbox, OutboxRelay, sync_schema
 from framework_m_outbox.database import engine as database_engine
@@ -311,3 +311,34 @@ async def test_a_claim_in_progress_never_holds_up_the_application_s_inserts(
         await claiming.dispose()
         engine.dispose()
     assert len(_rows(database)) == 2
+
+
+class _NoDelays(MemoryBroker):
+    """A memory broker that, like some brokers, cannot hold a job until it is due."""
+
+    capabilities = MemoryBroker.capabilities - {Capability.DELAYED_ENQUEUE}
+
+
+async def test_a_broker_that_cannot_hold_a_delayed_job_gets_it_from_the_table_when_due(
+    database: str, memory: MemoryBroker
+) -> None:
+    await sync_schema(database)
+    broker = _NoDelays(memory.settings)
+    await broker.connect()
+    engine = sa.create_engine(database, poolclass=sa.NullPool)
+    with Session(engine) as session, session.begin():
+        now = send_receipt.enqueue_sync(Outbox(session), order_id=1)
+        later = send_receipt.enqueue_in_sync(Outbox(session), 1.5, order_id=2)
+    due = time.time() + 1.5
+    engine.dispose()
+    relay = OutboxRelay(database, broker, poll=0.05)
+    async with relaying(relay):
+        await wait_until(lambda: relay.relayed == 1, timeout=10, what="the due row relayed")
+        [waiting] = _rows(database)
+        assert waiting.job_id == later
+        assert waiting.attempts == 0  # waiting for its time is no failure
+        assert waiting.last_error is None
+        await wait_until(lambda: relay.relayed == 2, timeout=10, what="the delayed row relayed")
+    assert time.time() >= due - 0.01
+    await broker.close()
+    assert [_job_id(d) for d in await receive_all(memory)] == [now, later]

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from framework_m_core.control import jobs
 from framework_m_core.errors import ConfigurationError, FrameworkMError, SchemaMissingError
 from framework_m_core.observability.observer import Observer
-from framework_m_core.ports import BrokerProtocol, RelayProtocol, decode_message
+from framework_m_core.ports import BrokerProtocol, Capability, RelayProtocol, decode_message
 from framework_m_core.ports.statuses import JobState
 
 from . import database, table
@@ -54,6 +55,14 @@ BACKOFF_MIN = 0.5
 BACKOFF_MAX = 30.0
 #: Seconds between attempts while the database is out of reach, at most.
 DATABASE_BACKOFF_MAX = 10.0
+
+
+class _Deferred(Exception):
+    """A delayed job for a broker that cannot hold one: its row waits until ``until``."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__(until)
+        self.until = until
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +131,10 @@ class OutboxRelay(RelayProtocol):
                 "twice; widen the broker's dedup window"
             )
         self._window = dedup_window
+
+    @property
+    def _holds_jobs(self) -> bool:
+        return Capability.DELAYED_ENQUEUE in self.broker.capabilities
 
     def stop(self) -> None:
         self._stopping.set()
@@ -230,10 +243,16 @@ class OutboxRelay(RelayProtocol):
             claimed = await self._claim(conn, now)
         if not claimed:
             return 0
-        published, failed = await self._publish(claimed, now)
+        published, failed, deferred = await self._publish(claimed, now)
         async with engine.begin() as conn:
             if published:
                 await conn.execute(sa.delete(outbox).where(outbox.c.id.in_(published)))
+            for row_id, until in deferred.items():
+                await conn.execute(
+                    sa.update(outbox)
+                    .where(outbox.c.id == row_id)
+                    .values(next_try_at=until, claimed_until=0.0, first_tried_at=None)
+                )
             for row_id, (attempts, error) in failed.items():
                 retry_at = time.time() + min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (attempts - 1))
                 self._retry_at = min(self._retry_at or retry_at, retry_at)
@@ -282,9 +301,10 @@ class OutboxRelay(RelayProtocol):
 
     async def _publish(
         self, claimed: Sequence[_Claimed], now: float
-    ) -> tuple[list[str], dict[str, tuple[int, str]]]:
-        """Publish each claimed row; the ids the broker answered for, and the failed
-        ones with their attempt count and error."""
+    ) -> tuple[list[str], dict[str, tuple[int, str]], dict[str, float]]:
+        """Publish each claimed row; the ids the broker answered for, the failed ones
+        with their attempt count and error, and the delayed ones a broker that cannot
+        hold them leaves to wait in the table, with their due time."""
         stale = await self._already_stored(claimed, now)
         tasks = {
             row.id: asyncio.create_task(self._publish_one(row))
@@ -293,7 +313,7 @@ class OutboxRelay(RelayProtocol):
         }
         if tasks:  # answers are awaited at most half the claim: the rest is tried again
             await asyncio.wait(tasks.values(), timeout=self.lease / 2)
-        published, failed = list(stale), {}
+        published, failed, deferred = list(stale), {}, {}
         for row in claimed:
             task = tasks.get(row.id)
             if task is None:
@@ -302,6 +322,9 @@ class OutboxRelay(RelayProtocol):
             if not task.done():
                 task.cancel()
                 error = f"no answer from the broker within {self.lease / 2:g}s"
+            elif isinstance(task.exception(), _Deferred):
+                deferred[row.id] = cast(_Deferred, task.exception()).until
+                continue
             elif task.exception() is not None:
                 exc = task.exception()
                 error = f"{type(exc).__name__}: {exc}"
@@ -319,7 +342,7 @@ class OutboxRelay(RelayProtocol):
                 backoff,
                 error,
             )
-        return published, failed
+        return published, failed, deferred
 
     async def _publish_one(self, row: _Claimed) -> None:
         message = decode_message(row.body.encode())
@@ -327,6 +350,8 @@ class OutboxRelay(RelayProtocol):
             raise FrameworkMError(f"the row's body names job {message.id}, not {row.job_id}")
         if message.not_before is not None and message.not_before <= time.time():
             message = dataclasses.replace(message, not_before=None)
+        if message.not_before is not None and not self._holds_jobs:
+            raise _Deferred(message.not_before)  # the broker cannot hold it: the row does
         await self.broker.publish(message)
 
     async def _already_stored(self, claimed: Sequence[_Claimed], now: float) -> set[str]:
