@@ -77,7 +77,7 @@ async def status(args: argparse.Namespace) -> int:
                     "schema_changes": [str(change) for change in plan.changes],
                     "schema_warnings": list(plan.warnings),
                     "oldest_waiting": await _oldest(broker, plan.in_sync),
-                    "outbox": await _outbox(broker),
+                    "outbox": await _outbox(broker, plan.in_sync),
                     **({} if app is None else {"running": await _running(app, broker)}),
                 }
             )
@@ -119,11 +119,18 @@ async def _oldest(broker: BrokerProtocol, in_sync: bool) -> dict[str, Any] | Non
     return None if oldest is None else dataclasses.asdict(oldest)
 
 
-async def _outbox(broker: BrokerProtocol) -> dict[str, Any] | None:
-    """The outbox as the replicas' relays last counted it; None without one."""
+async def _outbox(broker: BrokerProtocol, in_sync: bool) -> dict[str, Any] | None:
+    """The outbox as the replicas' relays last counted it; None without one (or while
+    the schema is not in place: no replica has written the roll)."""
     if Capability.STORE not in broker.capabilities:
         return None
-    seen = replicas.outbox_seen(await replicas.list_replicas(broker))
+    try:
+        found = await replicas.list_replicas(broker)
+    except BrokerError:
+        if in_sync:
+            raise
+        return None
+    seen = replicas.outbox_seen(found)
     return None if seen is None else dataclasses.asdict(seen)
 
 
