@@ -75,6 +75,8 @@ def test_tasks_enqueued_in_atomic_blocks_run_once_when_committed_and_never_when_
             procs.m("worker", "--broker", broker_url, "--outbox-url", url, env=env)
             for _ in range(2)
         ]
+        for w in workers:  # a SIGTERM before its handlers are set would kill it
+            w.wait_for("worker starting: .* outbox=relayed", timeout=60)
         deadline = time.monotonic() + 60
         while not set(committed) <= set(_orders(log)):
             assert time.monotonic() < deadline, [w.output[-2000:] for w in workers]
