@@ -197,10 +197,10 @@ def test_the_relay_is_on_with_an_outbox_url_unless_no_outbox_and_refuses_what_ca
     with synced_namespace(SERVERS["redis"]) as url:
         worker = procs.m(
             "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
-            "--no-scheduler", "--clock-skew", "95", "--outbox-url", "sqlite:///unused.db",
+            "--no-scheduler", "--clock-skew", "117", "--outbox-url", "sqlite:///unused.db",
         )  # fmt: skip
         assert worker.wait(60) == 2, worker.output
-        assert "claim of 30s plus the tolerated clock skew of 95s" in worker.output
+        assert "claim of 1.5s plus the tolerated clock skew of 117s" in worker.output
         off = procs.m(
             "worker", "--app", "framework_m_core.testing.recorder", "--broker", url,
             "--no-outbox", env={"M_OUTBOX_URL": "sqlite:///unused.db"},

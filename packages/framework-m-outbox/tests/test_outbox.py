@@ -254,6 +254,13 @@ async def test_a_claim_the_dedup_window_cannot_cover_is_refused(memory: MemoryBr
     with pytest.raises(ConfigurationError, match="dedup window of 120s"):
         relay.check(memory.dedup_window)
     OutboxRelay("sqlite:///x.db", memory, lease=30.0, clock_skew=5.0).check(120.0)
+    fitted = OutboxRelay("sqlite:///x.db", memory, clock_skew=5.0)
+    fitted.check(120.0)
+    assert fitted.lease == 30.0
+    fitted.check(30.0)  # a short window: a shorter claim, inside it
+    assert fitted.lease == 12.5
+    with pytest.raises(ConfigurationError, match="claim lasts 2s at least"):
+        OutboxRelay("sqlite:///x.db", memory, clock_skew=1.0).check(4.0)
 
 
 async def test_without_schema_sync_a_missing_table_stops_the_relay(

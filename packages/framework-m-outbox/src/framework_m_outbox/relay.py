@@ -39,8 +39,11 @@ from .table import outbox
 
 log = logging.getLogger("framework_m.outbox")
 
-#: Seconds a pass's claim holds its rows: another relay takes them after that.
+#: Seconds a pass's claim holds its rows at most: another relay takes them after that.
+#: Below it, half of what the dedup window leaves after the clock skew.
 LEASE = 30.0
+#: The shortest claim a relay runs with: a dedup window leaving less is refused.
+MIN_LEASE = 2.0
 #: Rows claimed at most per pass.
 BATCH = 200
 #: Seconds between looks at the table when no notification wakes the relay.
@@ -82,6 +85,8 @@ class OutboxRelay(RelayProtocol):
     :param sync_schema: create the table at start when missing; False only checks it.
     :param clock_skew: clock difference tolerated between replicas, seconds (claims are
         judged by each relay's clock).
+    :param lease: seconds a claim holds its rows (default: :data:`LEASE`, or half of what
+        the broker's dedup window leaves after ``clock_skew`` when that is less).
     """
 
     name = "outbox relay"
@@ -94,11 +99,11 @@ class OutboxRelay(RelayProtocol):
         sync_schema: bool = True,
         clock_skew: float = 0.0,
         observer: Observer | None = None,
-        lease: float = LEASE,
+        lease: float | None = None,
         batch: int = BATCH,
         poll: float = POLL,
     ) -> None:
-        if lease <= 0 or batch < 1 or poll <= 0:
+        if (lease is not None and lease <= 0) or batch < 1 or poll <= 0:
             raise ValueError("lease and poll must be > 0, batch >= 1")
         self.url = database.parse(url)
         self.display_url = database.display(self.url)
@@ -106,7 +111,8 @@ class OutboxRelay(RelayProtocol):
         self.sync_schema = sync_schema
         self.clock_skew = clock_skew
         self.observer = observer or Observer()
-        self.lease = lease
+        self._lease = lease  # None: from the dedup window, at check()
+        self.lease = LEASE if lease is None else lease
         self.batch = batch
         self.poll = poll
         self.relayed = 0
@@ -123,12 +129,15 @@ class OutboxRelay(RelayProtocol):
         return f"<OutboxRelay {self.display_url}>"
 
     def check(self, dedup_window: float) -> None:
-        if self.lease + self.clock_skew >= dedup_window:
+        if self._lease is None:
+            self.lease = min(LEASE, (dedup_window - self.clock_skew) / 2)
+        if self.lease + self.clock_skew >= dedup_window or self.lease < MIN_LEASE:
             raise ConfigurationError(
                 f"the outbox relay's claim of {self.lease:g}s plus the tolerated clock skew "
                 f"of {self.clock_skew:g}s must stay below the broker's dedup window of "
-                f"{dedup_window:g}s: a row published again after a relay died could run "
-                "twice; widen the broker's dedup window"
+                f"{dedup_window:g}s, and a claim lasts {MIN_LEASE:g}s at least: a row "
+                "published again after a relay died could run twice; widen the broker's "
+                "dedup window"
             )
         self._window = dedup_window
 
