@@ -156,7 +156,8 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
     env["FM_OVERLAP_LOG"] = str(tmp_path / "overlap.log")
     env["FM_SLOW_LOG"] = str(tmp_path / "slow.log")
     try:
-        workers = procs.workers(url, 2, env=env)
+        outbox = f"sqlite:///{tmp_path / 'app.db'}"  # the relays' count shows on the page
+        workers = procs.workers(url, 2, "--outbox-url", outbox, env=env)
         port = free_port()
         process = procs.m(
             "console", "--app", RECORDER_APP, "--broker", url, "--http", f"127.0.0.1:{port}",
@@ -170,6 +171,7 @@ def test_the_console_lists_and_steers_a_fleet_over_http_and_in_a_browser(
         _the_page_requeues_a_dead_letter(page, console, url, status, tmp_path / "marker")
         _the_page_shows_a_schedule_s_history(page, console, workers)
         _the_page_lists_jobs_by_state(page, console, url)
+        _the_overview_shows_the_outbox(page, console)
         _pictures(page)
         assert TOKEN not in process.output
         stop_all(workers)
@@ -506,6 +508,18 @@ def _the_page_opens_on_the_overview(tab: Page, workers: list[Process]) -> None:
     labels = chart.locator("text.axis").all_text_contents()
     assert "jobs/s" in labels
     assert sum(1 for t in labels if len(t) == 8 and t.count(":") == 2) == 3  # the times
+
+
+def _the_overview_shows_the_outbox(page: tuple[Page, list[str]], console: Console) -> None:
+    """The relays' latest count of the outbox table (none waits) is an overview tile."""
+    tab, errors = page
+    poll("the outbox counted in the roll", lambda: console.get("/api/queues")["outbox"] is not None)
+    seen = console.get("/api/queues")["outbox"]
+    assert (seen["rows"], seen["failing"]) == (0, 0)
+    tab.click("nav button[data-tab=overview]")
+    tile = tab.locator("#overview .tiles dt", has_text="outbox rows waiting").locator("+ dd")
+    tile.filter(has_text="none").wait_for()
+    assert errors == [], errors
 
 
 def _pictures(page: tuple[Page, list[str]]) -> None:
