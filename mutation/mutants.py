@@ -2907,7 +2907,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "outbox",
         "a claim the broker's dedup window cannot cover is refused",
         f"{OUTBOX}/relay.py",
-        "        if self.lease + self.clock_skew >= dedup_window:",
+        "        if self.lease + self.clock_skew >= dedup_window or self.lease < MIN_LEASE:",
         "        if False:",
         "test_a_claim_the_dedup_window_cannot_cover_is_refused",
     ),
