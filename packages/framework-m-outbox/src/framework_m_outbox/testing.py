@@ -33,9 +33,11 @@ def scratch_database(kind: str, directory: Path | None = None) -> Iterator[str]:
     if kind == "postgresql":
         server = sa.make_url(POSTGRESQL_URL).set(drivername="postgresql+psycopg")
         create, drop = f"CREATE DATABASE {name}", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        wait = "SET lock_timeout = '30s'"
     elif kind == "mariadb":
         server = sa.make_url(MARIADB_URL).set(drivername="mysql+pymysql")
         create, drop = f"CREATE DATABASE {name}", f"DROP DATABASE IF EXISTS {name}"
+        wait = "SET SESSION lock_wait_timeout = 30"  # a process left holding a lock
     else:
         raise ValueError(f"no scratch database of kind {kind!r}")
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
@@ -46,6 +48,7 @@ def scratch_database(kind: str, directory: Path | None = None) -> Iterator[str]:
             yield server.set(database=name).render_as_string(hide_password=False)
         finally:
             with admin.connect() as conn:
+                conn.execute(sa.text(wait))
                 conn.execute(sa.text(drop))
     finally:
         admin.dispose()
