@@ -57,7 +57,7 @@ def row(message: JobMessage, now: float | None = None) -> dict[str, Any]:
         "job_name": message.job_name,
         "body": body.decode(),
         "created_at": now,
-        "next_try_at": now,
+        "next_try_at": 0.0,  # due at once: relays compare it with their own clocks
         "claimed_until": 0.0,
         "attempts": 0,
     }

@@ -289,7 +289,9 @@ class OutboxRelay(RelayProtocol):
         values = {"claimed_until": now + self.lease, "first_tried_at": first}
         columns = (c.id, c.job_id, c.body, c.attempts, c.first_tried_at)
         if conn.dialect.name == "sqlite":  # one writer at a time: no row locks to skip
-            first_due = sa.select(c.id).where(due).order_by(c.next_try_at).limit(self.batch)
+            first_due = (
+                sa.select(c.id).where(due).order_by(c.next_try_at, c.created_at).limit(self.batch)
+            )
             statement = (
                 sa.update(outbox).where(c.id.in_(first_due)).values(values).returning(*columns)
             )
@@ -298,7 +300,7 @@ class OutboxRelay(RelayProtocol):
             query = (
                 sa.select(*columns)
                 .where(due)
-                .order_by(c.next_try_at)
+                .order_by(c.next_try_at, c.created_at)
                 .limit(self.batch)
                 .with_for_update(skip_locked=True)
             )

@@ -7,7 +7,8 @@ One row is one job waiting to be published::
     job_name        the job's name, for operators reading the table
     body            the job message, JSON, exactly as the relay publishes it
     created_at      unix seconds, by the writer's clock
-    next_try_at     unix seconds: not published before (later after a failure)
+    next_try_at     unix seconds, by a relay's clock: not published before (0 when
+                    written: due at once, whatever the writer's clock says)
     claimed_until   unix seconds: a relay publishes it until then; 0 when unclaimed
     first_tried_at  unix seconds of the first publish, by the relay's clock (or NULL)
     attempts        publishes that failed
@@ -53,7 +54,7 @@ outbox = sa.Table(
     sa.Column("first_tried_at", sa.Double(), nullable=True),
     sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("last_error", sa.String(ERROR_LENGTH), nullable=True),
-    sa.Index(f"{TABLE_NAME}_next_try_at", "next_try_at"),
+    sa.Index(f"{TABLE_NAME}_due", "next_try_at", "created_at"),
 )
 
 _PG_FUNCTION = f"""
