@@ -263,7 +263,7 @@ class OutboxRelay(RelayProtocol):
                     .values(next_try_at=until, claimed_until=0.0, first_tried_at=None)
                 )
             for row_id, (attempts, error) in failed.items():
-                retry_at = time.time() + min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (attempts - 1))
+                retry_at = time.time() + _backoff(attempts)
                 self._retry_at = min(self._retry_at or retry_at, retry_at)
                 await conn.execute(
                     sa.update(outbox)
@@ -343,14 +343,13 @@ class OutboxRelay(RelayProtocol):
                 published.append(row.id)
                 continue
             failed[row.id] = (row.attempts + 1, error)
-            backoff = min(BACKOFF_MAX, BACKOFF_MIN * 2**row.attempts)
             log.warning(
                 "outbox relay: publish of job %s (row %s) failed, attempt %d; trying again "
                 "in %.1fs: %s",
                 row.job_id,
                 row.id,
                 row.attempts + 1,
-                backoff,
+                _backoff(row.attempts + 1),
                 error,
             )
         return published, failed, deferred
@@ -426,6 +425,11 @@ class OutboxRelay(RelayProtocol):
             "failing": float(failing_rows),
             "seen_at": now,
         }
+
+
+def _backoff(attempts: int) -> float:
+    """Seconds before a row whose publish failed ``attempts`` times is tried again."""
+    return float(min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (attempts - 1)))
 
 
 def _short(exc: BaseException) -> str:
