@@ -3,6 +3,7 @@ asked again, keeps its one place; a place freed here is taken again in one write
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import nats.errors
@@ -11,6 +12,7 @@ import pytest
 from framework_m_core.errors import BrokerError
 from framework_m_core.ports.store import Write, place_key
 from framework_m_nats import NatsBroker
+from framework_m_nats.store import _Held
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +70,37 @@ async def test_a_place_freed_here_is_taken_again_without_a_read(
     assert released == extended
     assert extended[0] is not None
     assert reads == [], "a place freed here, extended and released, was read"
+
+
+async def test_a_claim_reading_again_lets_the_event_loop_turn(
+    broker: NatsBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that finds a free place with a write of it under way here reads again;
+    a read that ended (its clean-up not yet run) is not what it awaits again, or it
+    would never yield and the write it waits for could never land."""
+    store, key = broker.store, "turning"
+    place = place_key(key, 0)
+    first = await store.claim(key, 1, b"first", TTL)
+    assert first is not None
+    await store.write([Write(first.key, None, first.version)])
+    store._known.taken(place)  # not known free: the claim reads
+    loop = asyncio.get_running_loop()
+    store._known._writing[place] = 1  # a write of the place under way, for 0.2 s
+    loop.call_later(0.2, store._known._writing.pop, place)
+    ended: asyncio.Future[list[_Held]] = loop.create_future()
+    ended.set_result([_Held(None, 0)])
+    store._reading[(store._known.landed, (place,))] = ended
+    asked = 0
+    under_way = store._known.under_way
+
+    def counted(k: str) -> bool:
+        nonlocal asked
+        asked += 1
+        if asked > 10_000:
+            raise AssertionError("the claim spins without yielding")
+        return under_way(k)
+
+    monkeypatch.setattr(store._known, "under_way", counted)
+    claim = await store.claim(key, 1, b"me", TTL)
+    assert claim is not None
+    assert claim.key == place

@@ -310,7 +310,9 @@ class NatsStore(BaseStore):
     async def _read_places(self, kv: KeyValue, keys: list[str]) -> list[_Held]:
         shape = (self._known.landed, tuple(keys))
         reading = self._reading.get(shape)
-        if reading is None:
+        # A read that ended is not shared: its result is what a claim that must read
+        # again has seen, and awaiting it would not yield (its callback not yet run).
+        if reading is None or reading.done():
             reading = asyncio.ensure_future(asyncio.gather(*(self._held(kv, k) for k in keys)))
             self._reading[shape] = reading
             reading.add_done_callback(partial(_done_reading, self._reading, shape))
@@ -340,7 +342,8 @@ def _done_reading(
     shape: tuple[int, tuple[str, ...]],
     future: asyncio.Future[list[_Held]],
 ) -> None:
-    reading.pop(shape, None)
+    if reading.get(shape) is future:
+        del reading[shape]
     if not future.cancelled():
         future.exception()  # retrieved: every claim waiting on it raised it already
 
