@@ -18,7 +18,9 @@ Measured per broker:
                           (the consume ceiling), a worker at its defaults emptying
                           a queue (keeping each job's status, the default), keeping
                           none (keep_result=0), with metrics on, with a fleet-wide limit on the
-                          job (concurrency=50: a lease per run, nobody waits), then
+                          job (concurrency=50: a lease per run, nobody waits), with
+                          a rate on it (rate_limit=1000/s per i: a place spent per
+                          run, nobody waits), then
                           peers (50 tasks at once)
   latency, idle worker    enqueue -> handler start, one job at a time (--samples),
                           p50 and p99 rows, framework-m at its defaults, then peers
@@ -173,16 +175,18 @@ async def running(worker: Worker) -> AsyncIterator[None]:
 
 
 def noop_app(
-    n: int, limit: int | None = None, keep: float = DEFAULT_KEEP
+    n: int, limit: int | None = None, keep: float = DEFAULT_KEEP, rate: str | None = None
 ) -> tuple[App, asyncio.Event]:
     """An app whose one job, ``noop(i)``, does nothing (with ``concurrency=limit`` when
-    given, keeping its status for ``keep`` seconds); the event is set once it ran ``n``
-    times."""
+    given, keeping its status for ``keep`` seconds, with ``rate_limit=rate`` per ``i``
+    when given); the event is set once it ran ``n`` times."""
     app = App()
     done = asyncio.Event()
     ran = 0
 
-    @app.job(concurrency=limit, keep_result=keep)
+    @app.job(
+        concurrency=limit, keep_result=keep, rate_limit=rate, rate_key=None if rate is None else "i"
+    )
     async def noop(ctx: JobContext, i: int) -> None:
         nonlocal ran
         ran += 1
@@ -209,12 +213,14 @@ async def bench_drain(
     concurrency: int | None = None,
     limit: int | None = None,
     keep: float = DEFAULT_KEEP,
+    rate: str | None = None,
 ) -> float:
     """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
     ``concurrency`` is given; the job with ``concurrency=limit`` when given (a lease
     taken and released by every run); ``keep=0``: enqueued keeping no status (as
-    through its handle), so that nothing is written."""
-    app, done = noop_app(n, limit, keep)
+    through its handle), so that nothing is written; ``rate``: the job with that
+    ``rate_limit`` per ``i`` (a place spent by every run, none waits)."""
+    app, done = noop_app(n, limit, keep, rate)
     async with fresh(url) as broker:
         await fill(broker, n, keep)
         concurrency = concurrency or DEFAULT_CONCURRENCY
@@ -490,6 +496,10 @@ def throughput_groups(
             (
                 "framework-m worker, job concurrency=50",
                 partial(bench_drain, url, n, False, None, DEFAULT_CONCURRENCY),
+            ),
+            (
+                "framework-m worker, job rate_limit=1000/s per i",
+                partial(bench_drain, url, n, False, None, None, DEFAULT_KEEP, "1000/s"),
             ),
         ],
         "concurrency sweep": [

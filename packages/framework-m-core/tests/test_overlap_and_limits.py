@@ -245,7 +245,8 @@ async def test_a_limit_on_a_broker_without_leases_is_refused_at_start(queue_name
 
     async with _NoLeases(MemorySettings(queue_name)) as broker:
         with pytest.raises(
-            ConfigurationError, match="has no store for leases, which concurrency= needs"
+            ConfigurationError,
+            match="has no store for leases, which concurrency= and rate_limit= need",
         ):
             async with running_worker(app, broker):
                 pass

@@ -55,6 +55,8 @@ CORE = [
     "PROJECT",
     "PublishResult",
     "QueueStats",
+    "Rate",
+    "parse_rate",
     "Schedule",
     "ScheduleDescription",
     "ScheduleError",

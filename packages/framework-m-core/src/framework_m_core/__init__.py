@@ -58,6 +58,7 @@ from .ports.records import (
 from .ports.schema import SchemaChange, SchemaPlan, SchemaRaceError
 from .ports.statuses import JobState, JobStatus
 from .ports.store import StoreProtocol
+from .rates import Rate, parse_rate
 from .runtime.worker import Worker
 from .scheduling.schedules import Cron, Every, Schedule, cron, every
 from .scheduling.ticker import Ticker
@@ -99,6 +100,7 @@ __all__ = [
     "MessageDecodeError",
     "PublishResult",
     "QueueStats",
+    "Rate",
     "ResultTimeoutError",
     "Schedule",
     "ScheduleDescription",
@@ -131,6 +133,7 @@ __all__ = [
     "job_status",
     "load_app",
     "open_broker",
+    "parse_rate",
     "tick_deduplication_id",
     "wait_result",
 ]

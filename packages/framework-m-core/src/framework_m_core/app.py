@@ -86,6 +86,8 @@ class App:
         overlap: Overlap = "skip",
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        rate_limit: str | None = None,
+        rate_key: str | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -107,6 +109,8 @@ class App:
         overlap: Overlap = "skip",
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        rate_limit: str | None = None,
+        rate_key: str | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -140,6 +144,11 @@ class App:
             replica; the others wait, without using an attempt (needs leases).
         :param concurrency_key: the keyword argument whose value has a ``concurrency``
             limit of its own (``"tenant"``: at most N runs per tenant).
+        :param rate_limit: at most this many starts in any period across every replica:
+            ``"10/s"``, ``"600/m"``, ``"5/10s"`` (units s, m, h, d); a run over it waits,
+            without using an attempt, until a start frees (needs leases).
+        :param rate_key: the keyword argument whose value has a ``rate_limit`` of its
+            own (``"tenant"``: that rate per tenant).
         :param catchup_window: seconds (or a timedelta): a slot that no replica could
             enqueue in time (every replica was down, the broker out of reach) is still
             enqueued, once, while it is at most this old (default: never; needs a broker
@@ -173,6 +182,8 @@ class App:
                 overlap=overlap,
                 concurrency=concurrency,
                 concurrency_key=concurrency_key,
+                rate_limit=rate_limit,
+                rate_key=rate_key,
                 catchup_window=(
                     catchup_window.total_seconds()
                     if isinstance(catchup_window, timedelta)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .errors import JobDefinitionError
 from .ports.messages import MAX_KEEP
+from .rates import Rate, parse_rate
 from .scheduling.schedules import Schedule
 
 if TYPE_CHECKING:
@@ -114,12 +115,15 @@ class JobSpec:
     overlap: Overlap = "skip"  # scheduled jobs only
     concurrency: int | None = None  # runs at once across every replica; None: no limit
     concurrency_key: str | None = None  # the kwarg whose every value has that limit
+    rate_limit: str | None = None  # starts per period across every replica ("10/s")
+    rate_key: str | None = None  # the kwarg whose every value has that rate
     catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
     catchup: Catchup = "latest"
     keep_result: float = DEFAULT_KEEP  # seconds a finished run's status and result are kept
     # Read once here: every delivery's kwargs are checked against the handler's signature.
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     blocking: bool = field(init=False, repr=False, compare=False)  # a plain ``def`` handler
+    rate: Rate | None = field(init=False, repr=False, compare=False)  # ``rate_limit`` read
     _kwargs: _KwargsRule | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -179,19 +183,32 @@ class JobSpec:
                 f"job {self.name!r}: concurrency must be an integer from 1 to "
                 f"{MAX_CONCURRENCY}, or None; got {n!r}"
             )
-        key = self.concurrency_key
-        if key is None:
-            return
-        if n is None:
-            raise JobDefinitionError(f"job {self.name!r}: concurrency_key needs concurrency=N")
+        if self.concurrency_key is not None:
+            if n is None:
+                raise JobDefinitionError(f"job {self.name!r}: concurrency_key needs concurrency=N")
+            self._check_kwarg("concurrency_key", self.concurrency_key, signature)
+        rate = None
+        if self.rate_limit is not None:
+            try:
+                rate = parse_rate(self.rate_limit)
+            except ValueError as exc:
+                raise JobDefinitionError(f"job {self.name!r}: rate_limit: {exc}") from None
+        object.__setattr__(self, "rate", rate)
+        if self.rate_key is not None:
+            if rate is None:
+                raise JobDefinitionError(f"job {self.name!r}: rate_key needs rate_limit=")
+            self._check_kwarg("rate_key", self.rate_key, signature)
+
+    def _check_kwarg(self, option: str, key: object, signature: inspect.Signature) -> None:
+        """Refuse ``key`` as the name of a keyword argument (``option``) the handler
+        does not take."""
         params = list(signature.parameters.values())[1:]
         takes = any(p.name == key and p.kind is not p.VAR_POSITIONAL for p in params) or any(
             p.kind is p.VAR_KEYWORD for p in params
         )
         if not isinstance(key, str) or not takes:
             raise JobDefinitionError(
-                f"job {self.name!r}: concurrency_key {key!r} is not a keyword argument "
-                "of the handler"
+                f"job {self.name!r}: {option} {key!r} is not a keyword argument of the handler"
             )
 
     def _check_catchup(self) -> None:
@@ -220,9 +237,11 @@ class JobSpec:
 
     @property
     def leased(self) -> bool:
-        """Whether runs of this job take leases (an overlap policy or a limit)."""
-        return self.concurrency is not None or (
-            self.schedule is not None and self.overlap != "allow"
+        """Whether runs of this job take leases (an overlap policy, a limit or a rate)."""
+        return (
+            self.concurrency is not None
+            or self.rate_limit is not None
+            or (self.schedule is not None and self.overlap != "allow")
         )
 
     def kwargs_problem(self, kwargs: Mapping[str, object]) -> str | None:

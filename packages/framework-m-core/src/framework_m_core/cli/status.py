@@ -38,7 +38,7 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
         "--app",
         default=os.environ.get("M_APP"),
         help="also show, per job with an overlap policy or a limit, the runs going on "
-        "now and where (env M_APP)",
+        "now and where, and per job with a rate, the starts spent (env M_APP)",
     )
     return st
 
@@ -78,7 +78,7 @@ async def status(args: argparse.Namespace) -> int:
                     "schema_warnings": list(plan.warnings),
                     "oldest_waiting": await _oldest(broker, plan.in_sync),
                     "outbox": await _outbox(broker, plan.in_sync),
-                    **({} if app is None else {"running": await _running(app, broker)}),
+                    **({} if app is None else await _app_rows(app, broker)),
                 }
             )
     if args.json:
@@ -87,6 +87,10 @@ async def status(args: argparse.Namespace) -> int:
     for report in reports:
         _print_status(report)
     return 0
+
+
+async def _app_rows(app: App, broker: BrokerProtocol) -> dict[str, Any]:
+    return {"running": await _running(app, broker), "rates": await _rates(app, broker)}
 
 
 async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
@@ -102,8 +106,25 @@ async def _running(app: App, broker: BrokerProtocol) -> dict[str, list[str]]:
         if spec.concurrency is not None and spec.concurrency_key is None:
             key = keys.concurrency(spec.name, spec.concurrency_key, {})
             found += await shared(broker).lease_holders(key, limit=spec.concurrency)
-        if spec.leased:
+        if spec.concurrency is not None or (spec.schedule is not None and spec.overlap != "allow"):
             out[spec.name] = sorted(set(found))
+    return out
+
+
+async def _rates(app: App, broker: BrokerProtocol) -> dict[str, dict[str, Any]]:
+    """Per job with a rate (one without ``rate_key``), its starts in the last period
+    (by the clocks of the replicas that logged them)."""
+    if Capability.STORE not in broker.capabilities:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for spec in app.jobs.values():
+        if spec.rate is None or spec.rate_key is not None:
+            continue
+        key = keys.rate(spec.name, None, {})
+        logged = await shared(broker).read_starts(key)
+        spent = sum(1 for at in logged.starts if at > now - spec.rate.period)
+        out[spec.name] = {"rate": str(spec.rate), "spent": spent, "limit": spec.rate.limit}
     return out
 
 
@@ -203,6 +224,9 @@ def _print_status(r: dict[str, Any]) -> None:
     ]
     for job, holders in r.get("running", {}).items():
         rows.append((f"running {job}", ", ".join(holders) or "-"))
+    for job, rate in r.get("rates", {}).items():
+        spent = f"{rate['spent']} of {rate['limit']} starts spent ({rate['rate']})"
+        rows.append((f"rate {job}", spent))
     width = max(16, *(len(label) + 1 for label, _ in rows))  # a long job name's row too
     for label, text in rows:
         print(f"{label:<{width}}{text}")

@@ -24,6 +24,8 @@ name                               kind        what
 ``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
 ``concurrency:{job}``              lease       the places of a job's limit; with a key,
 ``concurrency:{job}:{kwarg}={v}``              one per JSON value ``v`` of that kwarg
+``rate:{job}``                     memo        the starts of a job's rate in its last
+``rate:{job}:{kwarg}={v}``                     period; with a key, one per value
 =================================  ==========  =============================================
 
 A name too long or not printable (a job's or a kwarg's) becomes its readable start and a
@@ -153,10 +155,20 @@ def overlap_wait(job: str) -> str:
 def concurrency(job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
     """The limit's lease for a run of ``job`` with ``kwargs``: one per value of its
     ``concurrency_key`` ``key`` (one for the job without a key)."""
+    return _per_value("concurrency", job, key, kwargs)
+
+
+def rate(job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
+    """The memo logging the starts of ``job`` under its rate: one per value of its
+    ``rate_key`` ``key`` (one for the job without a key)."""
+    return _per_value("rate", job, key, kwargs)
+
+
+def _per_value(kind: str, job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
     if key is None:
-        return _bounded(f"concurrency:{job}")
+        return _bounded(f"{kind}:{job}")
     value = json.dumps(kwargs.get(key), sort_keys=True, separators=(",", ":"), default=str)
-    return _bounded(f"concurrency:{job}:{key}={value}")
+    return _bounded(f"{kind}:{job}:{key}={value}")
 
 
 def _bounded(key: str) -> str:

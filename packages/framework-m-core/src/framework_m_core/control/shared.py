@@ -16,6 +16,7 @@ record is a record without a ttl. A memo is a record with one, kept in the broke
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -29,7 +30,14 @@ from . import checks, keys
 if TYPE_CHECKING:
     from ..ports.protocols import BrokerProtocol
 
-__all__ = ["Shared", "StateEntry", "shared"]
+__all__ = ["Shared", "StartLog", "StateEntry", "shared"]
+
+
+class StartLog(NamedTuple):
+    """A rate's log of starts as :meth:`Shared.read_starts` found it."""
+
+    starts: tuple[float, ...]
+    version: int | None
 
 
 class StateEntry(NamedTuple):
@@ -142,6 +150,34 @@ class Shared:
         records = await self._store().read(places)
         return [r.value.decode() for r in records if r is not None]
 
+    # -- rates: each key's log of starts --------------------------------------------------
+
+    async def read_starts(self, key: str) -> StartLog:
+        """The starts logged under ``key`` (unix times, by the clocks of the replicas
+        that logged them) and the log's version (None: no log)."""
+        name = keys.memo(checks.memo_key(key))
+        (record,) = await self._expiring().read([name])
+        if record is None:
+            return StartLog((), None)
+        return StartLog(_starts(record.value), record.version)
+
+    async def write_starts(
+        self, key: str, starts: Sequence[float], version: int | None, *, ttl: float
+    ) -> int | None:
+        """Log ``starts`` under ``key`` for ``ttl`` seconds when the log's version is
+        still ``version`` (None: when there is none); the new version, or None when
+        another write came first."""
+        value = " ".join(f"{start:.3f}" for start in starts).encode()
+        condition = checks.state_version(version)
+        write = Write(
+            keys.memo(checks.memo_key(key)),
+            checks.memo_value(value),
+            condition,
+            checks.memo_ttl(ttl),
+        )
+        (new,) = await self._expiring().write([write])
+        return new
+
     # -- state records -------------------------------------------------------------------
 
     async def read_state(self, key: str) -> StateEntry | None:
@@ -219,6 +255,16 @@ class Shared:
             return []
         records = await self._expiring().read([keys.memo(checks.memo_key(k)) for k in names])
         return [None if record is None else record.value for record in records]
+
+
+def _starts(value: bytes) -> tuple[float, ...]:
+    """The starts of a log as written (a value that does not read as one: none, so the
+    next start writes the log anew)."""
+    try:
+        starts = tuple(float(part) for part in value.split())
+    except ValueError:
+        return ()
+    return starts if all(math.isfinite(start) for start in starts) else ()
 
 
 def _entry(record: Record | None) -> StateEntry | None:

@@ -18,7 +18,7 @@ import bisect
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..ports.capabilities import Capability
@@ -96,6 +96,7 @@ class Metrics(Observer):
         self._sampled_at = -_SAMPLE_REUSE
         self.running_jobs = 0
         self.waiting_jobs: defaultdict[str, int] = defaultdict(int)
+        self.rate_waiting_jobs: defaultdict[str, int] = defaultdict(int)
         self.ticks: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.last_slot: dict[str, int] = {}
         self.next_slots: dict[str, int] = {}
@@ -206,6 +207,9 @@ class Metrics(Observer):
     def waiting(self, job: str, delta: int) -> None:
         self.waiting_jobs[job] += delta
 
+    def rate_waiting(self, job: str, delta: int) -> None:
+        self.rate_waiting_jobs[job] += delta
+
 
 class _Collector:
     """Builds the metric families from a :class:`Metrics` at scrape time."""
@@ -225,23 +229,19 @@ class _Collector:
         for (job, outcome), value in sorted(m.ticks.items()):
             ticks.add_metric([job, outcome], value)
         yield ticks
-        last = GaugeMetricFamily(
+        yield _gauge(
             "frameworkm_tick_last_slot_timestamp_seconds",
             "The latest slot known enqueued (by any replica), as a unix time",
-            labels=["schedule"],
+            "schedule",
+            m.last_slot,
         )
-        for job, slot in sorted(m.last_slot.items()):
-            last.add_metric([job], slot)
-        yield last
-        upcoming = GaugeMetricFamily(
+        yield _gauge(
             "frameworkm_tick_next_slot_timestamp_seconds",
             "The next slot this replica's ticker waits for, as a unix time: one past the "
             "present by more than a tick means no ticker moved on",
-            labels=["schedule"],
+            "schedule",
+            m.next_slots,
         )
-        for job, slot in sorted(m.next_slots.items()):
-            upcoming.add_metric([job], slot)
-        yield upcoming
         jobs = CounterMetricFamily(
             "frameworkm_jobs",
             "Deliveries settled, by outcome (skipped: the schedule's previous run was "
@@ -275,15 +275,7 @@ class _Collector:
                 family.add_metric([job], hist.buckets(), hist.total)
             yield family
         yield GaugeMetricFamily("frameworkm_jobs_running", "Handlers running", m.running_jobs)
-        waiting = GaugeMetricFamily(
-            "frameworkm_jobs_waiting",
-            "Runs waiting for a concurrency limit's place, their schedule's running run or"
-            " their own run in this process",
-            labels=["job_name"],
-        )
-        for job, value in sorted(m.waiting_jobs.items()):
-            waiting.add_metric([job], value)
-        yield waiting
+        yield from _waiting_families(m)
         yield GaugeMetricFamily("frameworkm_concurrency", "Handlers allowed at once", m.concurrency)
         yield GaugeMetricFamily(
             "frameworkm_schedules",
@@ -306,6 +298,32 @@ class _Collector:
         )
         yield from _broker_families(m)
         yield from _outbox_families(m)
+
+
+def _waiting_families(m: Metrics) -> Iterator[Any]:
+    """Runs waiting, and of them those waiting for a start under a rate."""
+    yield _gauge(
+        "frameworkm_jobs_waiting",
+        "Runs waiting for a concurrency limit's place, a start under a rate, their"
+        " schedule's running run or their own run in this process",
+        "job_name",
+        m.waiting_jobs,
+    )
+    yield _gauge(
+        "frameworkm_jobs_rate_waiting",
+        "Runs waiting for a start under their job's rate_limit (counted in"
+        " frameworkm_jobs_waiting too)",
+        "job_name",
+        m.rate_waiting_jobs,
+    )
+
+
+def _gauge(name: str, doc: str, label: str, values: Mapping[str, float]) -> Any:
+    """A gauge with one sample per entry of ``values``, labelled ``label``."""
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
 
 
 def _outbox_families(m: Metrics) -> Iterator[Any]:

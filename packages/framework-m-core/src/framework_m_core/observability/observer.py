@@ -55,6 +55,10 @@ class Observer:
         running run under ``buffer_one``, or, delivered again, their own run going on in
         this process) changed by ``delta``."""
 
+    def rate_waiting(self, job: str, delta: int) -> None:
+        """The number of runs of ``job`` waiting for a start under its ``rate_limit``
+        changed by ``delta`` (they count in :meth:`waiting` too)."""
+
     def loop_lag(self, seconds: float) -> None:
         """The event loop woke ``seconds`` later than asked, a few times a second."""
 

@@ -48,6 +48,7 @@ from .deadlines import Deadlines
 from .fences import Fence
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
+from .rates import Rates, Start
 from .run_leases import RunLeases
 from .statuses import RunningStatuses, StatusWriter
 
@@ -209,6 +210,8 @@ class Execution:
         #: Places of limits kept between this worker's runs of a key (:mod:`.places`).
         self.places = KeptPlaces(broker)
         self.heartbeats = Heartbeats(broker, self.places)
+        #: Starts spent under rate limits, one queue per key (:mod:`.rates`).
+        self.rates = Rates(broker)
         self._cancellations: dict[str, Cancellation] = {}  # by job id, of runs going on
         self._fences: dict[int, Fence] = {}  # by id() of the deliveries being processed
         broker.watch_losses(self._lost)
@@ -334,7 +337,11 @@ class Execution:
                 await self._finished_before(delivery, message, done)
                 return
         schedule = _schedule_of(spec, message)
-        kept = spec.concurrency is not None or (schedule is not None and spec.overlap != "allow")
+        kept = (
+            spec.concurrency is not None
+            or spec.rate is not None
+            or (schedule is not None and spec.overlap != "allow")
+        )
         if not (kept and self.leases):
             if await self._still_held(spec, message, delivery, "before it started"):
                 await self._traced(spec, message, delivery, None)
@@ -346,7 +353,7 @@ class Execution:
         run = RunLeases(self.places, self._release, limit)
         try:
             if await self._admit(spec, schedule, message, delivery, holder, limit, run.held):
-                if await self._still_held(spec, message, delivery, "before it started"):
+                if await self._rated(spec, message, delivery, run.held):
                     await self._traced(spec, message, delivery, run)
             else:
                 self._if_lost(spec, message, delivery, "while it waited")
@@ -510,6 +517,61 @@ class Execution:
                 return None
         finally:
             self.heartbeats.stop(beat)
+
+    async def _rated(
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        held: Sequence[tuple[str, str]],
+    ) -> bool:
+        """Whether the handler is to be called right away: the run still holds its
+        delivery and, under a rate, its start is logged (waiting for room); False once
+        the delivery was lost."""
+        if spec.rate is None:
+            return await self._still_held(spec, message, delivery, "before it started")
+        key = keys.rate(spec.name, spec.rate_key, message.kwargs)
+        start: Start | None = await self.rates.now(key, spec.rate)
+        if start is None:
+            start = await self._wait_start(spec, delivery, self.rates.start(key, spec.rate), held)
+        while start is not None:
+            if not await self._still_held(spec, message, delivery, "before it started"):
+                return False
+            if self.rates.in_time(start):
+                return True
+            start = await self._wait_start(spec, delivery, self.rates.renew(start), held)
+        self._if_lost(spec, message, delivery, "while it waited")
+        return False
+
+    async def _wait_start(
+        self,
+        spec: JobSpec,
+        delivery: Delivery,
+        starting: Awaitable[Start],
+        held: Sequence[tuple[str, str]],
+    ) -> Start | None:
+        """``starting``, the delivery and ``held`` kept alive meanwhile; None once the
+        delivery is lost (:mod:`.fences`)."""
+        fence = self._fences.get(id(delivery))
+        alive = self.heartbeats.start(delivery, held, fence)
+        waiter = asyncio.ensure_future(starting)
+        if fence is not None:
+            fence.on_lost(waiter.cancel)
+        self.observer.rate_waiting(spec.name, 1)
+        try:
+            with self._waiting(spec):
+                return await waiter
+        except asyncio.CancelledError:
+            if fence is not None and fence.lost is not None and waiter.cancelled():
+                current = asyncio.current_task()
+                if current is None or not current.cancelling():
+                    return None
+            raise
+        finally:
+            self.observer.rate_waiting(spec.name, -1)
+            if fence is not None:
+                fence.on_lost(None)
+            self.heartbeats.stop(alive)
 
     @contextlib.contextmanager
     def _waiting(self, spec: JobSpec) -> Iterator[None]:

@@ -204,10 +204,13 @@ class Worker:
         if Capability.STORE in self.broker.capabilities:
             return
         jobs = self.app.jobs.values()
-        limited = sorted(spec.name for spec in jobs if spec.concurrency is not None)
+        limited = sorted(
+            spec.name for spec in jobs if spec.concurrency is not None or spec.rate is not None
+        )
         if limited:
             raise ConfigurationError(
-                f"{self.broker.display_url} has no store for leases, which concurrency= needs "
+                f"{self.broker.display_url} has no store for leases, which concurrency= and "
+                "rate_limit= need "
                 f"(jobs {', '.join(limited)}): use a broker that has them"
             )
         kept = sorted(spec.name for spec in jobs if spec.leased)

@@ -17,7 +17,8 @@ append ``name job_id pid attempt [start|stopped]``, and ``fails_until(marker)`` 
 attempt) raises while the file ``marker`` is missing, else appends ``fails_until job_id
 pid attempt ok``. With $FM_FENCE_LOG set, ``fenced(n)`` (``concurrency=3``) appends
 ``start``, four ``step`` lines 0.25 s apart and ``end`` as ``kind time n pid attempt``,
-or ``stop`` when it is cancelled.
+or ``stop`` when it is cancelled. With $FM_RATE_LOG set, ``rated(n, tenant)``
+(``rate_limit="10/s"`` per tenant) appends ``start time tenant n pid attempt``.
 """
 
 from __future__ import annotations
@@ -168,3 +169,11 @@ if os.environ.get("FM_FENCE_LOG"):
             note("stop")
             raise
         note("end")
+
+
+if os.environ.get("FM_RATE_LOG"):
+
+    @app.job(rate_limit="10/s", rate_key="tenant")
+    async def rated(ctx: JobContext, n: int, tenant: str) -> None:
+        line = f"start {time.time():.6f} {tenant} {n} {os.getpid()} {ctx.attempt}\n"
+        _append("FM_RATE_LOG", line)

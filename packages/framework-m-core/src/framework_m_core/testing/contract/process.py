@@ -8,6 +8,7 @@ processes against the test's URL, killing one with SIGKILL.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import math
 import signal
@@ -27,6 +28,7 @@ from ...errors import JobFailedError
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message, new_job_id
 from ...ports.protocols import BrokerProtocol
+from ...ports.records import BatchJob
 from ...ports.statuses import JobState
 from ..helpers import connected, receive_all, wait_until
 from ..namespaces import with_credentials, with_option
@@ -231,6 +233,39 @@ class ProcessContract(ContractBase):
         assert most_at_once(runs, time.time()) == 2
         assert len({pid for _, _, _, pid, _ in runs}) >= 2  # the replicas shared the work
         assert list(await shared(broker).lease_holders("concurrency:limited", limit=2)) == []
+
+    @requires(Capability.CROSS_PROCESS, Capability.STORE)
+    async def test_a_rate_limit_per_key_holds_across_worker_processes(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """rate_limit="10/s" per tenant across three worker-only replicas: 200 jobs of
+        two tenants, no second of either starting more than 10, each run once, the
+        tenants done within 10% of each other."""
+        log = tmp_path / "rate.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_RATE_LOG": str(log)}
+        # Five places each: a worker holds at most ten deliveries, so the waiting runs
+        # spread over the replicas and their heartbeats keep a 1 s reservation.
+        args = ("--no-scheduler", "--concurrency", "5")
+        workers = await asyncio.to_thread(procs.workers, broker_url, 3, *args, env=env)
+        began = time.time()
+        await broker.enqueue_many(
+            [BatchJob("rated", {"n": n, "tenant": "ab"[n % 2]}) for n in range(200)]
+        )
+        await asyncio.to_thread(wait_for_line, log, "start", 120, 200)
+        await asyncio.to_thread(stop_all, workers)
+        runs = [line.split() for line in log.read_text().splitlines()]
+        said = "\n".join(line for w in workers for line in w.lines if "WARNING" in line)
+        assert sorted(int(n) for _, _, _, n, _, _ in runs) == list(range(200)), said
+        assert all(attempt == "1" for *_, attempt in runs), said
+        assert len({pid for _, _, _, _, pid, _ in runs}) >= 2  # the replicas shared the work
+        took = {}
+        for tenant in "ab":
+            starts = sorted(float(at) for _, at, who, _, _, _ in runs if who == tenant)
+            busiest = max(bisect.bisect_left(starts, at + 1.0) - i for i, at in enumerate(starts))
+            assert busiest <= 10, f"tenant {tenant}: {busiest} starts within one second"
+            took[tenant] = starts[-1] - began
+            assert took[tenant] >= 9.0  # 100 starts at 10 a second
+        assert abs(took["a"] - took["b"]) <= 0.1 * max(took.values()), took
 
     @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_obey_pause_trigger_and_resume_of_a_schedule(
