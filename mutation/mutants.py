@@ -59,6 +59,8 @@ SUITES = {
     "fences": "packages/framework-m-core/tests/test_fences.py",
     # rate_limit= and rate_key= in one process.
     "rates": "packages/framework-m-core/tests/test_rate_limits.py",
+    # raise Snooze: the same job later, no attempt used, bounded.
+    "snooze": "packages/framework-m-core/tests/test_snooze.py",
     # overlap= and concurrency= in one process.
     "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
     # The names a fleet announces, and steering's checks against them.
@@ -3011,5 +3013,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if reading is None or reading.done():",
         "        if reading is None:",
         "test_a_claim_reading_again_lets_the_event_loop_turn",
+    ),
+    m(
+        "snooze-as-failure",
+        "snooze",
+        "a snooze uses no attempt: the same job runs again later",
+        f"{CORE}/runtime/execution.py",
+        "        if failure is not None and failure.snooze is not None:\n",
+        "        if False:\n",
+        "test_a_snoozed_job_runs_again_later_as_the_same_job_without_an_attempt",
+    ),
+    m(
+        "snooze-unbounded",
+        "snooze",
+        "a job snoozing past its max_snoozes fails an attempt",
+        f"{CORE}/runtime/execution.py",
+        "        if snoozes_of(message) >= spec.max_snoozes:\n",
+        "        if False:\n",
+        "test_a_job_snoozing_past_its_max_snoozes_fails_an_attempt",
+    ),
+    m(
+        "snooze-not-delayed",
+        "snooze",
+        "a snoozed job runs no sooner than asked",
+        f"{CORE}/ports/messages.py",
+        "        not_before=time.time() + seconds if seconds > 0 else None,",
+        "        not_before=None,",
+        "test_a_snoozed_job_runs_again_later_as_the_same_job_without_an_attempt",
+    ),
+    m(
+        "rabbitmq-snooze-new-id",
+        "rabbitmq",
+        "a snoozed job's copy keeps the job's id (not one derived from its dedup id)",
+        f"{RABBIT}/wire.py",
+        "    if message.deduplication_id is None or SNOOZES in message.meta:",
+        "    if message.deduplication_id is None:",
+        "test_a_snoozed_job_runs_again_as_the_same_job_with_no_attempt_used",
     ),
 )

@@ -56,6 +56,7 @@ CORE = [
     "PublishResult",
     "QueueStats",
     "Rate",
+    "Snooze",
     "parse_rate",
     "Schedule",
     "ScheduleDescription",

@@ -14,7 +14,7 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
 from framework_m_core.ports import DeadLetter, Delivery, JobMessage
-from framework_m_core.ports.messages import derived_job_id
+from framework_m_core.ports.messages import SNOOZES, derived_job_id
 
 DEDUP_HEADER = "x-deduplication-header"
 ATTEMPTS_HEADER = "x-fm-attempts"  # attempts before this copy (retries republish)
@@ -31,8 +31,9 @@ dedup_job_id = derived_job_id
 
 def with_derived_id(message: JobMessage) -> JobMessage:
     """``message`` with the job id its deduplication id gives (RabbitMQ does not say which
-    message it kept, so every replica must name the job alike)."""
-    if message.deduplication_id is None:
+    message it kept, so every replica must name the job alike); a snoozed job's copy
+    keeps the id it has."""
+    if message.deduplication_id is None or SNOOZES in message.meta:
         return message
     return dataclasses.replace(message, id=dedup_job_id(message.deduplication_id))
 

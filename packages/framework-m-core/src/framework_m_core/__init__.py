@@ -36,7 +36,7 @@ from .errors import (
     WorkerFailedError,
 )
 from .handles import EnqueuedJob, JobHandle
-from .jobs import JobContext, JobSpec
+from .jobs import JobContext, JobSpec, Snooze
 from .ports.base import BaseBroker
 from .ports.capabilities import Capability
 from .ports.messages import JobMessage, decode_message, tick_deduplication_id
@@ -112,6 +112,7 @@ __all__ = [
     "SchemaPlan",
     "SchemaRaceError",
     "SchemaSyncProtocol",
+    "Snooze",
     "StateEntry",
     "StoreProtocol",
     "SyncClient",

@@ -17,7 +17,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from .errors import AppLoadError, InvalidJobError, JobDefinitionError
 from .handles import JobHandle
-from .jobs import DEFAULT_KEEP, Catchup, Handler, JobContext, JobSpec, Overlap, State
+from .jobs import (
+    DEFAULT_KEEP,
+    DEFAULT_MAX_SNOOZES,
+    Catchup,
+    Handler,
+    JobContext,
+    JobSpec,
+    Overlap,
+    State,
+)
 from .ports.messages import validate_job_name
 from .scheduling.schedules import Schedule, to_schedule
 
@@ -88,6 +97,7 @@ class App:
         concurrency_key: str | None = None,
         rate_limit: str | None = None,
         rate_key: str | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -111,6 +121,7 @@ class App:
         concurrency_key: str | None = None,
         rate_limit: str | None = None,
         rate_key: str | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -149,6 +160,8 @@ class App:
             without using an attempt, until a start frees (needs leases).
         :param rate_key: the keyword argument whose value has a ``rate_limit`` of its
             own (``"tenant"``: that rate per tenant).
+        :param max_snoozes: how many times a run may ``raise Snooze(seconds)`` (run again
+            then, not counted as an attempt); one more counts as a failed attempt.
         :param catchup_window: seconds (or a timedelta): a slot that no replica could
             enqueue in time (every replica was down, the broker out of reach) is still
             enqueued, once, while it is at most this old (default: never; needs a broker
@@ -184,6 +197,7 @@ class App:
                 concurrency_key=concurrency_key,
                 rate_limit=rate_limit,
                 rate_key=rate_key,
+                max_snoozes=max_snoozes,
                 catchup_window=(
                     catchup_window.total_seconds()
                     if isinstance(catchup_window, timedelta)

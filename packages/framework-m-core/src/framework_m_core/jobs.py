@@ -8,7 +8,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -27,12 +27,39 @@ OVERLAP_POLICIES: tuple[str, ...] = get_args(Overlap)
 Catchup = Literal["latest", "all"]
 CATCHUP_POLICIES: tuple[str, ...] = get_args(Catchup)
 MAX_CONCURRENCY = 1000
+#: The most snoozes a job may be given (``max_snoozes=``), and the longest one.
+MAX_SNOOZES = 10_000
+MAX_SNOOZE = 86_400.0
+DEFAULT_MAX_SNOOZES = 20
 MAX_CATCHUP_WINDOW = 366 * 86400.0
 #: Seconds a finished run's status and result are kept unless the job says otherwise.
 DEFAULT_KEEP = 3600.0
 
 # ``async def handler(ctx, **kwargs)``, or a plain ``def`` run in the worker's thread pool.
 Handler = Callable[..., Any]
+
+
+class Snooze(Exception):
+    """Raised by a handler: run the job again in ``seconds`` (or a timedelta), not
+    counted as an attempt (an API answered 429: ``raise Snooze(retry_after)``).
+
+    The job's delivery is settled and a copy with the same id is stored, due then;
+    its status reads ``scheduled`` meanwhile. A job snoozes at most its
+    ``max_snoozes`` times (20 by default); one more counts as a failed attempt.
+    """
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and 0 <= value <= MAX_SNOOZE)
+        ):
+            raise ValueError(
+                f"a snooze lasts 0 to {MAX_SNOOZE:g} seconds (or a timedelta), got {seconds!r}"
+            )
+        super().__init__(f"snoozed for {value:g}s")
+        self.seconds = float(value)
 
 
 class State(SimpleNamespace):
@@ -117,6 +144,7 @@ class JobSpec:
     concurrency_key: str | None = None  # the kwarg whose every value has that limit
     rate_limit: str | None = None  # starts per period across every replica ("10/s")
     rate_key: str | None = None  # the kwarg whose every value has that rate
+    max_snoozes: int = DEFAULT_MAX_SNOOZES  # ``Snooze`` s a job may be given
     catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
     catchup: Catchup = "latest"
     keep_result: float = DEFAULT_KEEP  # seconds a finished run's status and result are kept
@@ -175,6 +203,7 @@ class JobSpec:
                 f"job {self.name!r}: keep_result must be 0 (keep nothing) to {MAX_KEEP:g} "
                 f"seconds; got {keep!r}"
             )
+        self._check_snoozes()
         n = self.concurrency
         if n is not None and (
             isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY
@@ -187,6 +216,9 @@ class JobSpec:
             if n is None:
                 raise JobDefinitionError(f"job {self.name!r}: concurrency_key needs concurrency=N")
             self._check_kwarg("concurrency_key", self.concurrency_key, signature)
+        self._check_rate(signature)
+
+    def _check_rate(self, signature: inspect.Signature) -> None:
         rate = None
         if self.rate_limit is not None:
             try:
@@ -198,6 +230,18 @@ class JobSpec:
             if rate is None:
                 raise JobDefinitionError(f"job {self.name!r}: rate_key needs rate_limit=")
             self._check_kwarg("rate_key", self.rate_key, signature)
+
+    def _check_snoozes(self) -> None:
+        snoozes = self.max_snoozes
+        if (
+            isinstance(snoozes, bool)
+            or not isinstance(snoozes, int)
+            or not 0 <= snoozes <= MAX_SNOOZES
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: max_snoozes must be an integer from 0 to {MAX_SNOOZES}, "
+                f"got {snoozes!r}"
+            )
 
     def _check_kwarg(self, option: str, key: object, signature: inspect.Signature) -> None:
         """Refuse ``key`` as the name of a keyword argument (``option``) the handler

@@ -36,8 +36,10 @@ _ROUNDS = 10
 #: How a delivery ended. ``retried``: the attempt failed and another follows;
 #: ``dead_lettered``: the last one failed; ``skipped``: its schedule's previous run
 #: still went on (``overlap="skip"``); ``expired``: stored past its slot's grace (a
-#: missed slot).
-Outcome = Literal["succeeded", "retried", "dead_lettered", "skipped", "expired", "cancelled"]
+#: missed slot); ``snoozed``: the handler asked to run again later (a copy is stored).
+Outcome = Literal[
+    "succeeded", "retried", "dead_lettered", "skipped", "expired", "cancelled", "snoozed"
+]
 OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 #: The outcomes of a failed attempt.
 FAILED: frozenset[str] = frozenset({"retried", "dead_lettered"})

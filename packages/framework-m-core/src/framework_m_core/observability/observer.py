@@ -21,6 +21,7 @@ JobOutcome = Literal[
     "cancelled",
     "already_finished",
     "lost",
+    "snoozed",
 ]
 BrokerOperation = Literal["publish", "receive", "settle", "stats", "lease", "state", "memo"]
 UNKNOWN_JOB = "unknown"

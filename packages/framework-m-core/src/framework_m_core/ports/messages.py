@@ -32,6 +32,7 @@ is ever unpickled or evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -270,6 +271,30 @@ class JobMessage:
                 )
             out += f',"keep":{float(self.keep)!r}'
         return out
+
+
+#: The meta entry counting a job's snoozes (:class:`~framework_m_core.jobs.Snooze`).
+SNOOZES = "snoozes"
+
+
+def snoozes_of(message: JobMessage) -> int:
+    """How many times ``message``'s job was snoozed before this copy (0: never)."""
+    count = message.meta.get(SNOOZES, "0")
+    return int(count) if count.isdigit() else 0
+
+
+def snoozed(message: JobMessage, seconds: float) -> JobMessage:
+    """The copy of ``message`` a snooze stores: the same job (id, kwargs, enqueue time,
+    slot), due in ``seconds``, its snoozes counted, no deadline, and a deduplication id
+    of its own (``snooze:{id}:{n}``) so that a snooze asked again stores one copy."""
+    count = snoozes_of(message) + 1
+    return dataclasses.replace(
+        message,
+        deduplication_id=f"snooze:{message.id}:{count}",
+        not_after=None,
+        not_before=time.time() + seconds if seconds > 0 else None,
+        meta={**message.meta, SNOOZES: str(count)},
+    )
 
 
 def decode_message(body: bytes) -> JobMessage:

@@ -26,7 +26,7 @@ from ..control.replicas import new_replica_id
 from ..control.settled import Outcome
 from ..control.shared import shared
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
-from ..jobs import JobContext, JobSpec
+from ..jobs import JobContext, JobSpec, Snooze
 from ..observability import tracing
 from ..observability.logs import JobLogAdapter, job_logger
 from ..observability.observer import UNKNOWN_JOB, Observer
@@ -38,6 +38,8 @@ from ..ports.messages import (
     caught_up,
     decode_message,
     schedule_of,
+    snoozed,
+    snoozes_of,
 )
 from ..ports.protocols import BrokerProtocol
 from ..ports.records import Delivery
@@ -73,6 +75,7 @@ class WorkerStats:
     cancelled: int = 0  # jobs cancelled by request, before or while they ran: acked
     # redeliveries of jobs an earlier attempt finished, its ack lost: acked, not run
     already_finished: int = 0
+    snoozed: int = 0  # runs that asked to run again later (Snooze): stored again, acked
     # runs whose delivery the broker took back (a freeze past its reservation): stopped
     # or never started, no status written, not settled (:mod:`.fences`)
     lost: int = 0
@@ -112,6 +115,7 @@ def released_jobs(named: list[str], count: int) -> str:
 class _Failure:
     reason: str
     error: BaseException | None = None  # the handler's exception, for its traceback
+    snooze: float | None = None  # seconds the handler asked to be run again in (Snooze)
 
 
 _CANCELLED = _Failure("cancelled by request")  # not a failure: acked, never retried
@@ -636,6 +640,10 @@ class Execution:
             await self.running_statuses.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
         label = f"{spec.name}[{message.id}]"
+        if failure is not None and failure.snooze is not None:
+            failure = await self._snooze(spec, message, delivery, span, failure.snooze, duration)
+            if failure is None:
+                return
         if not await self._still_held(spec, message, delivery, "while it ran"):
             tracing.finished(span, "lost", None, fence.lost if fence else None)
         elif failure is _CANCELLED:
@@ -681,6 +689,42 @@ class Execution:
                     delay,
                     "" if trace is None else "\n" + trace,
                 )
+
+    async def _snooze(
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        span: object,
+        seconds: float,
+        duration: float,
+    ) -> _Failure | None:
+        """Store the job again, due in ``seconds``, and ack this delivery: the next run
+        is the same job (its id) with no attempt used (:class:`~..jobs.Snooze`). None
+        once settled so (or lost); the failure the attempt counts as when the job
+        snoozed its ``max_snoozes`` times already."""
+        if snoozes_of(message) >= spec.max_snoozes:
+            return _Failure(
+                f"snoozed {snoozes_of(message)} times, its max_snoozes, and asked for "
+                f"{seconds:g}s more"
+            )
+        if not await self._still_held(spec, message, delivery, "while it ran (snoozing)"):
+            fence = self._fences.get(id(delivery))
+            tracing.finished(span, "lost", None, fence.lost if fence else None)
+            return None
+        tracing.finished(span, "snoozed", None, None)
+        label = f"{spec.name}[{message.id}]"
+        again = snoozed(message, seconds)
+        count = snoozes_of(again)
+        why = f"snoozed for {seconds:g}s ({count} of max_snoozes={spec.max_snoozes})"
+        await self.broker.publish(again)
+        await self.statuses.retrying(spec, message, delivery.attempt, why, seconds)
+        if await self._settle(label, "ack", lambda: self.broker.ack(delivery)):
+            self._ended(message, delivery, "snoozed", None, why)
+            self.stats.snoozed += 1
+            self.observer.job_finished(spec.name, "snoozed", duration)
+            _job_log(message, delivery).info("%s %s", label, why)
+        return None
 
     def _ended(
         self,
@@ -860,6 +904,8 @@ class Execution:
             return _Failure("TimeoutError raised by the handler", exc), None
         except ResultError as exc:
             return _Failure(f"ResultError: {exc}"), None
+        except Snooze as exc:
+            return _Failure(str(exc), None, exc.seconds), None
         except Exception as exc:
             return _Failure(f"{type(exc).__name__}: {exc}", exc), None
         finally:

@@ -10,12 +10,14 @@ from typing import Any
 
 from ...app import App
 from ...control import steering
+from ...control.jobs import job_status
 from ...errors import BrokerError
-from ...jobs import JobContext
+from ...jobs import JobContext, Snooze
 from ...ports.capabilities import Capability
 from ...ports.messages import JobMessage, decode_message
 from ...ports.protocols import BrokerProtocol
 from ...ports.records import Delivery
+from ...ports.statuses import JobState
 from ...runtime.worker import Worker
 from ...scheduling.ticker import Ticker
 from ..helpers import (
@@ -94,6 +96,30 @@ class WorkerContract(ContractBase):
             await wait_until(lambda: worker.stats.succeeded == 1)
         assert attempts == [1, 2]
         assert worker.stats.retried == 1
+
+    @requires(Capability.DELAYED_ENQUEUE)
+    async def test_a_snoozed_job_runs_again_as_the_same_job_with_no_attempt_used(
+        self, broker: BrokerProtocol
+    ) -> None:
+        app = App()
+        runs: list[tuple[str, int, float]] = []
+
+        @app.job(max_attempts=1)
+        async def snoozy(ctx: JobContext) -> None:
+            runs.append((ctx.job_id, ctx.attempt, time.time()))
+            if len(runs) == 1:
+                raise Snooze(0.5)
+
+        # With a deduplication id: a broker that derives ids from it keeps the job's.
+        job_id = await broker.enqueue("snoozy", deduplication_id=f"once:{time.time_ns()}")
+        async with running_worker(app, broker) as worker:
+            await wait_until(lambda: worker.stats.succeeded == 1, timeout=PROMPT + 5)
+        assert [(i, attempt) for i, attempt, _ in runs] == [(job_id, 1), (job_id, 1)]
+        assert runs[1][2] - runs[0][2] >= 0.5 - 0.05  # due no sooner (clock rounding)
+        assert (worker.stats.snoozed, worker.stats.retried) == (1, 0)
+        if Capability.STORE in broker.capabilities:
+            status = await job_status(broker, job_id)
+            assert status.state is JobState.SUCCEEDED
 
     async def test_the_last_failed_attempt_is_dead_lettered(self, broker: BrokerProtocol) -> None:
         app = App(backoff=0.05)
