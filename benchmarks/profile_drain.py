@@ -3,6 +3,7 @@
     hatch run bench:python benchmarks/profile_drain.py nats://127.0.0.1:4222
     hatch run bench:python benchmarks/profile_drain.py redis://127.0.0.1:6379/0 --profile --top 40
     hatch run bench:python benchmarks/profile_drain.py memory:// --limit 50  # a lease per run
+    hatch run bench:python benchmarks/profile_drain.py memory:// --rate 1000/s  # a start per run
 
 The queue is filled first; only the drain is timed and profiled. Without --profile
 it prints throughput and CPU microseconds per job (the profiler itself slows the
@@ -33,9 +34,10 @@ async def drain(
     concurrency: int,
     limit: int | None,
     keep: float,
+    rate: str | None,
     profile: cProfile.Profile | None,
 ) -> None:
-    app, done = noop_app(n, limit, keep)
+    app, done = noop_app(n, limit, keep, rate)
     async with fresh(url) as broker:
         await fill(broker, n, keep)
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1)
@@ -49,7 +51,7 @@ async def drain(
         if profile is not None:
             profile.disable()
     print(
-        f"{url} concurrency {concurrency}, job limit {limit}, keep_result={keep:g}: "
+        f"{url} concurrency {concurrency}, job limit {limit}, rate {rate}, keep_result={keep:g}: "
         f"{n / wall:,.0f} jobs/s, "
         f"{cpu / n * 1e6:.0f} us CPU a job, CPU {cpu / wall:.0%} of the wall time"
     )
@@ -64,12 +66,14 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=float, default=DEFAULT_KEEP, help="the job's keep_result= (seconds)"
     )
+    parser.add_argument("--rate", help="the job's rate_limit= per i (a start logged per run)")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime)")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    asyncio.run(drain(args.url, args.n, args.concurrency, args.limit, args.keep, profile))
+    job = (args.limit, args.keep, args.rate)
+    asyncio.run(drain(args.url, args.n, args.concurrency, *job, profile))
     if profile is not None:
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.top)
 

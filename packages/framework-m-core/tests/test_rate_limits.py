@@ -77,6 +77,16 @@ def test_bad_rates_are_refused_at_import(options: dict[str, object], says: str) 
         async def job(ctx: JobContext, tenant: str = "") -> None: ...
 
 
+async def _now(spending: Rates, key: str, rate: Rate) -> rates.Start | None:
+    """A start logged at once, or None (the log is full; the request is withdrawn)."""
+    asked = spending.ask(key, rate)
+    await asked.seen.wait()
+    if asked.done.done():
+        return asked.done.result()
+    asked.done.cancel()
+    return None
+
+
 def _most_in(starts: list[float], period: float) -> int:
     """The most starts any window of ``period`` seconds holds."""
     starts = sorted(starts)
@@ -149,9 +159,9 @@ async def test_a_start_sent_too_long_ago_is_logged_again_when_called(
     assert again.at > start.at
     logged = await shared(memory).read_starts(key)
     assert logged.starts == (again.at,)  # the old time taken out, not a second start
-    other = await spending.now(key, rate)
+    other = await _now(spending, key, rate)
     assert other is not None
-    assert await spending.now(key, rate) is None  # two starts logged: full
+    assert await _now(spending, key, rate) is None  # two starts logged: full
 
 
 async def test_starts_logged_at_once_are_renewed_one_by_one(memory: MemoryBroker) -> None:
@@ -168,7 +178,7 @@ async def test_starts_logged_at_once_are_renewed_one_by_one(memory: MemoryBroker
 async def test_a_log_that_does_not_read_as_one_is_written_anew(memory: MemoryBroker) -> None:
     key, rate = keys.rate("job", None, {}), Rate(1, 1.0)
     assert await shared(memory).put_memo(key, b"not a log nan", ttl=5.0)
-    start = await Rates(memory).now(key, rate)
+    start = await _now(Rates(memory), key, rate)
     assert start is not None
     assert (await shared(memory).read_starts(key)).starts == (start.at,)
 
@@ -176,9 +186,9 @@ async def test_a_log_that_does_not_read_as_one_is_written_anew(memory: MemoryBro
 async def test_a_log_changed_by_another_worker_is_read_again(memory: MemoryBroker) -> None:
     one, two = Rates(memory), Rates(memory)
     key, rate = keys.rate("job", None, {}), Rate(2, 1.0)
-    assert await one.now(key, rate) is not None  # one remembers a log of one start
-    assert await two.now(key, rate) is not None  # two adds the second
-    assert await one.now(key, rate) is None  # one's write on its old log is refused: full
+    assert await _now(one, key, rate) is not None  # one remembers a log of one start
+    assert await _now(two, key, rate) is not None  # two adds the second
+    assert await _now(one, key, rate) is None  # one's write on its old log is refused: full
 
 
 async def test_a_place_spent_is_never_given_back_before_its_period(memory: MemoryBroker) -> None:
@@ -234,3 +244,18 @@ async def test_m_status_shows_the_starts_spent_under_a_rate(
     assert await asyncio.to_thread(main, ["status", "--broker", url, "--app", "x"]) == 0
     [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rate ")]
     assert row.split() == ["rate", "call", "2", "of", "3", "starts", "spent", "(3/m)"]
+
+
+async def test_runs_asking_in_one_pass_share_one_write(memory: MemoryBroker) -> None:
+    spending = Rates(memory)
+    key, rate = keys.rate("job", None, {}), Rate(3, 1.0)
+    asked = [spending.ask(key, rate) for _ in range(5)]
+    for one in asked:
+        await one.seen.wait()
+    started = [one.done.result() for one in asked[:3]]
+    assert len({start.at for start in started}) == 1  # one write logged the three
+    assert not any(one.done.done() for one in asked[3:])  # the log is full: they wait
+    logged = await shared(memory).read_starts(key)
+    assert logged.starts == (started[0].at,) * 3
+    for one in asked[3:]:
+        one.done.cancel()

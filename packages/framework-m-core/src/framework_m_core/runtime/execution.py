@@ -50,7 +50,7 @@ from .deadlines import Deadlines
 from .fences import Fence
 from .heartbeats import Heartbeats
 from .places import KeptPlaces
-from .rates import Rates, Start
+from .rates import Asked, Rates, Start
 from .run_leases import RunLeases
 from .statuses import RunningStatuses, StatusWriter
 
@@ -535,44 +535,48 @@ class Execution:
         if spec.rate is None:
             return await self._still_held(spec, message, delivery, "before it started")
         key = keys.rate(spec.name, spec.rate_key, message.kwargs)
-        start: Start | None = await self.rates.now(key, spec.rate)
-        if start is None:
-            start = await self._wait_start(spec, delivery, self.rates.start(key, spec.rate), held)
+        start = await self._start(spec, delivery, self.rates.ask(key, spec.rate), held)
         while start is not None:
             if not await self._still_held(spec, message, delivery, "before it started"):
                 return False
             if self.rates.in_time(start):
                 return True
-            start = await self._wait_start(spec, delivery, self.rates.renew(start), held)
+            start = await self._start(spec, delivery, self.rates.renewing(start), held)
         self._if_lost(spec, message, delivery, "while it waited")
         return False
 
-    async def _wait_start(
+    async def _start(
         self,
         spec: JobSpec,
         delivery: Delivery,
-        starting: Awaitable[Start],
+        asked: Asked,
         held: Sequence[tuple[str, str]],
     ) -> Start | None:
-        """``starting``, the delivery and ``held`` kept alive meanwhile; None once the
-        delivery is lost (:mod:`.fences`)."""
+        """The start ``asked`` for, the delivery and ``held`` kept alive meanwhile (and
+        the run counted as waiting once the log was found full); None once the delivery
+        is lost (:mod:`.fences`)."""
         fence = self._fences.get(id(delivery))
         alive = self.heartbeats.start(delivery, held, fence)
-        waiter = asyncio.ensure_future(starting)
         if fence is not None:
-            fence.on_lost(waiter.cancel)
-        self.observer.rate_waiting(spec.name, 1)
+            fence.on_lost(asked.done.cancel)
         try:
-            with self._waiting(spec):
-                return await waiter
+            await asked.seen.wait()
+            if not asked.done.done():
+                self.observer.rate_waiting(spec.name, 1)
+                try:
+                    with self._waiting(spec):
+                        await asyncio.shield(asked.done)
+                finally:
+                    self.observer.rate_waiting(spec.name, -1)
+            return asked.done.result()
         except asyncio.CancelledError:
-            if fence is not None and fence.lost is not None and waiter.cancelled():
+            if asked.done.cancelled() and fence is not None and fence.lost is not None:
                 current = asyncio.current_task()
                 if current is None or not current.cancelling():
                     return None
+            asked.done.cancel()
             raise
         finally:
-            self.observer.rate_waiting(spec.name, -1)
             if fence is not None:
                 fence.on_lost(None)
             self.heartbeats.stop(alive)

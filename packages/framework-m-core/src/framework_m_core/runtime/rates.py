@@ -9,8 +9,9 @@ made them. The margin covers the time from the write to the handler's call: a ru
 whose write was sent longer ago than that logs its start again, at the time it is
 called (:meth:`Rates.renew`).
 
-A worker keeps one queue per key of the runs waiting for a start and one task per key
-that logs starts for them, oldest first, as many as there is room for in one write:
+A worker keeps one queue per key of the runs asking for a start and one task per key
+that logs starts for them, oldest first, as many as there is room for in one write
+(the runs of one pass of the event loop share it):
 while the log is full it waits until its first start leaves the period (not a poll
 per waiting run). Keys never share a log or a queue, so no key's runs wait behind
 another's. A worker remembers each log as it last read or wrote it (one it never saw
@@ -59,10 +60,20 @@ class Start:
 
 
 @dataclass(slots=True)
+class Asked:
+    """A run's request for a start: ``done`` holds the start once logged; ``seen`` is
+    set once a write was tried for it (logged, or the log found full: it waits)."""
+
+    done: asyncio.Future[Start]
+    seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(slots=True)
 class _Queue:
     rate: Rate
-    waiting: deque[asyncio.Future[Start]] = field(default_factory=deque)
+    waiting: deque[Asked] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
+    full: bool = False  # its task waits for room: a run asking now waits too
 
 
 class Rates:
@@ -73,25 +84,30 @@ class Rates:
         self._queues: dict[str, _Queue] = {}
         self._logs: OrderedDict[str, StartLog] = OrderedDict()  # as last read or written
 
-    async def now(self, key: str, rate: Rate) -> Start | None:
-        """A start under ``key``'s ``rate`` logged at once, or None when the run must
-        wait (:meth:`start`): the log is full, or runs wait here already."""
-        if key in self._queues:
-            return None
-        started, _ = await self._log(key, rate, 1)
-        return started[0] if started else None
-
-    async def start(self, key: str, rate: Rate) -> Start:
-        """A start under ``key``'s ``rate``, logged once there is room; the runs
-        waiting on ``key`` in this worker get theirs in the order they came."""
+    def ask(self, key: str, rate: Rate) -> Asked:
+        """A start under ``key``'s ``rate``, logged once there is room: the runs asking
+        for one of ``key`` in this worker get theirs in the order they asked, those of
+        one pass of the event loop in one write."""
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = _Queue(rate)
-        done: asyncio.Future[Start] = asyncio.get_running_loop().create_future()
-        queue.waiting.append(done)
+        asked = Asked(asyncio.get_running_loop().create_future())
+        if queue.full:
+            asked.seen.set()
+        queue.waiting.append(asked)
         if queue.task is None:
             queue.task = asyncio.get_running_loop().create_task(self._serve(key, queue))
-        return await done
+        return asked
+
+    async def start(self, key: str, rate: Rate) -> Start:
+        """:meth:`ask`, waiting for the start."""
+        return await self.ask(key, rate).done
+
+    def renewing(self, start: Start) -> Asked:
+        """:meth:`renew` of ``start`` under way, as a request already tried."""
+        asked = Asked(asyncio.get_running_loop().create_task(self.renew(start)))
+        asked.seen.set()
+        return asked
 
     def in_time(self, start: Start) -> bool:
         """Whether the handler of ``start``'s run may be called now: its write was sent
@@ -117,21 +133,28 @@ class Rates:
         waiting gets the error once the broker stays out of reach."""
         try:
             while queue.waiting:
-                while queue.waiting and queue.waiting[0].done():  # stopped waiting
+                while queue.waiting and queue.waiting[0].done.done():  # stopped waiting
                     queue.waiting.popleft()
                 if not queue.waiting:
                     break
+                asking = list(queue.waiting)
                 try:
-                    started, wait = await self._log(key, queue.rate, len(queue.waiting))
+                    started, wait = await self._log(key, queue.rate, len(asking))
                 except BrokerError as exc:
                     self._fail(queue, exc)
                     return
                 for start in started:
-                    done = queue.waiting.popleft()
-                    if not done.done():
-                        done.set_result(start)
+                    asked = queue.waiting.popleft()
+                    if not asked.done.done():
+                        asked.done.set_result(start)
+                for asked in asking:
+                    asked.seen.set()
                 if not started:
-                    await asyncio.sleep(wait + random.uniform(0.001, JITTER))
+                    queue.full = True
+                    try:
+                        await asyncio.sleep(wait + random.uniform(0.001, JITTER))
+                    finally:
+                        queue.full = False
         finally:
             queue.task = None
             if not queue.waiting:
@@ -201,9 +224,10 @@ class Rates:
 
     def _fail(self, queue: _Queue, exc: BrokerError) -> None:
         while queue.waiting:
-            done = queue.waiting.popleft()
-            if not done.done():
-                done.set_exception(exc)
+            asked = queue.waiting.popleft()
+            if not asked.done.done():
+                asked.done.set_exception(exc)
+            asked.seen.set()
 
 
 _NONE = StartLog((), None)
