@@ -61,6 +61,8 @@ SUITES = {
     "rates": "packages/framework-m-core/tests/test_rate_limits.py",
     # raise Snooze: the same job later, no attempt used, bounded.
     "snooze": "packages/framework-m-core/tests/test_snooze.py",
+    # unique=: one job per key while one waits or runs.
+    "unique": "packages/framework-m-core/tests/test_unique_jobs.py",
     # overlap= and concurrency= in one process.
     "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
     # The names a fleet announces, and steering's checks against them.
@@ -150,8 +152,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "the worker dead-letters after max_attempts",
         f"{CORE}/runtime/execution.py",
-        "elif delivery.attempt >= spec.max_attempts:",
-        "elif delivery.attempt > spec.max_attempts:",
+        "        if delivery.attempt >= spec.max_attempts:\n            reason = f",
+        "        if delivery.attempt > spec.max_attempts:\n            reason = f",
         "test_the_last_failed_attempt",
         "test_a_dead_letter_from_the_worker",
     ),
@@ -1923,8 +1925,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "memory",
         "a cancelled run is not retried",
         f"{CORE}/runtime/execution.py",
-        "        elif failure is _CANCELLED:\n",
-        "        elif False:\n",
+        "        if failure is _CANCELLED:\n",
+        "        if False:\n",
         "test_a_running_job_is_stopped_within_seconds",
     ),
     m(
@@ -3028,8 +3030,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "snooze",
         "a job snoozing past its max_snoozes fails an attempt",
         f"{CORE}/runtime/execution.py",
-        "        if snoozes_of(message) >= spec.max_snoozes:\n",
-        "        if False:\n",
+        "    if snoozes_of(message) < spec.max_snoozes:\n        return None\n",
+        "    return None\n",
         "test_a_job_snoozing_past_its_max_snoozes_fails_an_attempt",
     ),
     m(
@@ -3049,5 +3051,51 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if message.deduplication_id is None or SNOOZES in message.meta:",
         "    if message.deduplication_id is None:",
         "test_a_snoozed_job_runs_again_as_the_same_job_with_no_attempt_used",
+    ),
+    m(
+        "unique-never-held",
+        "unique",
+        "an enqueue while a job of the key runs stores nothing and returns its id",
+        f"{CORE}/control/unique.py",
+        "        if await store.acquire_lease(key, job_id, spec.unique_for):",
+        "        if True:",
+        "test_enqueues_while_it_runs_return_its_id_and_store_nothing",
+    ),
+    m(
+        "unique-never-freed",
+        "unique",
+        "a unique job gives its key back when it settles",
+        f"{CORE}/runtime/execution.py",
+        "        if final:\n            await self._release(key, job_id)\n            return\n",
+        "        if final:\n            return\n",
+        "test_enqueues_while_it_waits_return_its_id_and_it_runs_once",
+    ),
+    m(
+        "unique-retry-frees",
+        "unique",
+        "a retried unique job keeps its key until it settles",
+        f"{CORE}/runtime/execution.py",
+        "            await shared(self.broker).acquire_lease(key, job_id, spec.unique_for)",
+        "            await shared(self.broker).release_lease(key, job_id)",
+        "test_a_retried_job_keeps_its_key_until_it_settles",
+    ),
+    m(
+        "unique-cancel-keeps",
+        "unique",
+        "a unique job cancelled before it ran frees its key",
+        f"{CORE}/runtime/execution.py",
+        "                await self._cancel(delivery, message, spec)\n"
+        "                await self._free_unique(spec, message)\n",
+        "                await self._cancel(delivery, message, spec)\n",
+        "test_a_job_cancelled_before_it_ran_frees_its_key",
+    ),
+    m(
+        "unique-run-not-leased",
+        "redis",
+        "a killed worker's unique key frees with its run's lease",
+        f"{CORE}/runtime/execution.py",
+        "            if unique is not None and await self._acquire(unique, message.id, ttl, 1):",
+        "            if False:",
+        "test_a_unique_job_s_key_frees_when_its_worker_is_killed",
     ),
 )

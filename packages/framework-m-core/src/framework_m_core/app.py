@@ -20,6 +20,7 @@ from .handles import JobHandle
 from .jobs import (
     DEFAULT_KEEP,
     DEFAULT_MAX_SNOOZES,
+    DEFAULT_UNIQUE_FOR,
     Catchup,
     Handler,
     JobContext,
@@ -98,6 +99,8 @@ class App:
         rate_limit: str | None = None,
         rate_key: str | None = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        unique: bool | tuple[str, ...] = False,
+        unique_for: float | timedelta = DEFAULT_UNIQUE_FOR,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -122,6 +125,8 @@ class App:
         rate_limit: str | None = None,
         rate_key: str | None = None,
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        unique: bool | tuple[str, ...] = False,
+        unique_for: float | timedelta = DEFAULT_UNIQUE_FOR,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -160,6 +165,12 @@ class App:
             without using an attempt, until a start frees (needs leases).
         :param rate_key: the keyword argument whose value has a ``rate_limit`` of its
             own (``"tenant"``: that rate per tenant).
+        :param unique: ``True`` (every kwarg) or a tuple of kwarg names: while a job of the
+            same key waits or runs, enqueuing another through this handle returns that
+            job's id instead of storing a second (needs leases).
+        :param unique_for: seconds (or a timedelta) a unique job waiting in the queue
+            holds its key at most (default an hour, at most a day); a running one holds
+            it while it runs.
         :param max_snoozes: how many times a run may ``raise Snooze(seconds)`` (run again
             then, not counted as an attempt); one more counts as a failed attempt.
         :param catchup_window: seconds (or a timedelta): a slot that no replica could
@@ -198,6 +209,10 @@ class App:
                 rate_limit=rate_limit,
                 rate_key=rate_key,
                 max_snoozes=max_snoozes,
+                unique=unique,
+                unique_for=(
+                    unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
+                ),
                 catchup_window=(
                     catchup_window.total_seconds()
                     if isinstance(catchup_window, timedelta)

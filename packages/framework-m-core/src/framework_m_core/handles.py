@@ -20,8 +20,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .control import jobs
+from .control.unique import enqueue_unique
 from .errors import BrokerError, ConfigurationError, InvalidJobError
 from .ports.base import BaseBroker
+from .ports.capabilities import Capability
 from .ports.messages import JobMessage, delay_seconds, due_time, new_message
 from .ports.protocols import BrokerProtocol, JobWriterProtocol, SyncJobWriterProtocol
 from .ports.statuses import JobStatus
@@ -143,6 +145,8 @@ class JobHandle(Generic[P, R]):
 
     async def _send(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
         o = self._options
+        if self.spec.unique is not False:
+            return await self._unique(broker, job_kwargs)
         if isinstance(broker, JobWriterProtocol):
             return await broker.write_job(self._message(job_kwargs))
         if isinstance(broker, BaseBroker):  # the message carries how long its status lasts
@@ -190,6 +194,15 @@ class JobHandle(Generic[P, R]):
         return await held.enqueue(broker, *args, **kwargs)
 
     # -- from blocking code ---------------------------------------------------------------
+
+    async def _unique(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
+        """Enqueue a unique job: the id of the job stored, or of the one of its key."""
+        if not isinstance(broker, BaseBroker) or Capability.STORE not in broker.capabilities:
+            raise ConfigurationError(
+                f"job {self.spec.name!r} is unique: it is enqueued on a broker with a store "
+                f"(leases), not on {type(broker).__name__}"
+            )
+        return await enqueue_unique(broker, self.spec, self._message(job_kwargs))
 
     def _message(self, job_kwargs: dict[str, Any]) -> JobMessage:
         """The job as a writer (the outbox) stores it: checked, due time and keep set."""

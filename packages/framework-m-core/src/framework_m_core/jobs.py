@@ -31,6 +31,9 @@ MAX_CONCURRENCY = 1000
 MAX_SNOOZES = 10_000
 MAX_SNOOZE = 86_400.0
 DEFAULT_MAX_SNOOZES = 20
+#: Seconds a unique job waiting in the queue holds its key at most (``unique_for=``).
+DEFAULT_UNIQUE_FOR = 3600.0
+MAX_UNIQUE_FOR = 86_400.0
 MAX_CATCHUP_WINDOW = 366 * 86400.0
 #: Seconds a finished run's status and result are kept unless the job says otherwise.
 DEFAULT_KEEP = 3600.0
@@ -145,6 +148,9 @@ class JobSpec:
     rate_limit: str | None = None  # starts per period across every replica ("10/s")
     rate_key: str | None = None  # the kwarg whose every value has that rate
     max_snoozes: int = DEFAULT_MAX_SNOOZES  # ``Snooze`` s a job may be given
+    # One job per key (all kwargs, or the named ones) while one waits or runs.
+    unique: bool | tuple[str, ...] = False
+    unique_for: float = DEFAULT_UNIQUE_FOR  # seconds a waiting job holds its key at most
     catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
     catchup: Catchup = "latest"
     keep_result: float = DEFAULT_KEEP  # seconds a finished run's status and result are kept
@@ -204,6 +210,7 @@ class JobSpec:
                 f"seconds; got {keep!r}"
             )
         self._check_snoozes()
+        self._check_unique(signature)
         n = self.concurrency
         if n is not None and (
             isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY
@@ -243,6 +250,31 @@ class JobSpec:
                 f"got {snoozes!r}"
             )
 
+    def _check_unique(self, signature: inspect.Signature) -> None:
+        unique, within = self.unique, self.unique_for
+        if isinstance(unique, tuple) and unique:
+            for name in unique:
+                self._check_kwarg("unique", name, signature)
+        elif not isinstance(unique, bool):
+            raise JobDefinitionError(
+                f"job {self.name!r}: unique must be True (every kwarg), False, or a tuple of "
+                f"kwarg names; got {unique!r}"
+            )
+        if (
+            isinstance(within, bool)
+            or not isinstance(within, int | float)
+            or not (math.isfinite(within) and 1 <= within <= MAX_UNIQUE_FOR)
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: unique_for must be 1 to {MAX_UNIQUE_FOR:g} seconds, "
+                f"got {within!r}"
+            )
+
+    @property
+    def unique_fields(self) -> tuple[str, ...] | None:
+        """The kwargs whose values make a unique job's key (None: every kwarg)."""
+        return self.unique if isinstance(self.unique, tuple) else None
+
     def _check_kwarg(self, option: str, key: object, signature: inspect.Signature) -> None:
         """Refuse ``key`` as the name of a keyword argument (``option``) the handler
         does not take."""
@@ -281,10 +313,12 @@ class JobSpec:
 
     @property
     def leased(self) -> bool:
-        """Whether runs of this job take leases (an overlap policy, a limit or a rate)."""
+        """Whether runs of this job take leases (an overlap policy, a limit, a rate or a
+        unique key)."""
         return (
             self.concurrency is not None
             or self.rate_limit is not None
+            or self.unique is not False
             or (self.schedule is not None and self.overlap != "allow")
         )
 

@@ -24,6 +24,8 @@ name                               kind        what
 ``overlap-wait:{job}``             lease       the one run ``buffer_one`` lets wait
 ``concurrency:{job}``              lease       the places of a job's limit; with a key,
 ``concurrency:{job}:{kwarg}={v}``              one per JSON value ``v`` of that kwarg
+``unique:{job}:{digest}``          lease       the job holding a unique job's key (a
+                                               digest of the kwargs that make it)
 ``rate:{job}``                     memo        the starts of a job's rate in its last
 ``rate:{job}:{kwarg}={v}``                     period; with a key, one per value
 =================================  ==========  =============================================
@@ -162,6 +164,14 @@ def rate(job: str, key: str | None, kwargs: Mapping[str, object]) -> str:
     """The memo logging the starts of ``job`` under its rate: one per value of its
     ``rate_key`` ``key`` (one for the job without a key)."""
     return _per_value("rate", job, key, kwargs)
+
+
+def unique(job: str, fields: tuple[str, ...] | None, kwargs: Mapping[str, object]) -> str:
+    """The lease naming the job that holds a unique job's key: a digest of the JSON of
+    its kwargs (``fields`` only, every kwarg when None)."""
+    chosen = kwargs if fields is None else {name: kwargs.get(name) for name in fields}
+    text = json.dumps(chosen, sort_keys=True, separators=(",", ":"), default=str)
+    return _bounded(f"unique:{job}:{hashlib.sha256(text.encode()).hexdigest()[:32]}")
 
 
 def _per_value(kind: str, job: str, key: str | None, kwargs: Mapping[str, object]) -> str:

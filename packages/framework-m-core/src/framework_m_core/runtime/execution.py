@@ -25,6 +25,7 @@ from ..control import keys, leases
 from ..control.replicas import new_replica_id
 from ..control.settled import Outcome
 from ..control.shared import shared
+from ..control.unique import unique_key
 from ..errors import BrokerError, DeliveryLostError, MessageDecodeError
 from ..jobs import JobContext, JobSpec, Snooze
 from ..observability import tracing
@@ -168,6 +169,15 @@ def _late(message: JobMessage, delivery: Delivery) -> float | None:
     return late if late > 0 else None
 
 
+def _over_snoozes(spec: JobSpec, message: JobMessage, seconds: float) -> _Failure | None:
+    """The failure a snooze counts as once the job snoozed its ``max_snoozes`` times."""
+    if snoozes_of(message) < spec.max_snoozes:
+        return None
+    return _Failure(
+        f"snoozed {snoozes_of(message)} times, its max_snoozes, and asked for {seconds:g}s more"
+    )
+
+
 def bounded(reason: str) -> str:
     """``reason`` cut to :data:`MAX_REASON` characters, saying so."""
     if len(reason) <= MAX_REASON:
@@ -298,11 +308,13 @@ class Execution:
     async def _deliver(self, spec: JobSpec, message: JobMessage, delivery: Delivery) -> None:
         """Settle ``delivery`` of one of the app's jobs: unrun, cancelled, or run."""
         if await self._settled_unrun(spec, message, delivery):
+            await self._free_unique(spec, message)
             return
         if self.cancels.on and self.statuses.keep(spec, message)[0] > 0:
             cancellation = Cancellation()
             if not await self.cancels.start(message.id, cancellation, message.enqueued_at):
                 await self._cancel(delivery, message, spec)
+                await self._free_unique(spec, message)
                 return
             self._cancellations[message.id] = cancellation
             try:
@@ -344,6 +356,7 @@ class Execution:
         kept = (
             spec.concurrency is not None
             or spec.rate is not None
+            or spec.unique is not False
             or (schedule is not None and spec.overlap != "allow")
         )
         if not (kept and self.leases):
@@ -354,8 +367,12 @@ class Execution:
         limit = None  # the key of the job's limit, whose place is kept after the run
         if spec.concurrency is not None:
             limit = keys.concurrency(spec.name, spec.concurrency_key, message.kwargs)
-        run = RunLeases(self.places, self._release, limit)
+        unique = unique_key(spec, message.kwargs) if spec.unique is not False else None
+        run = RunLeases(self.places, self._release, limit, unique)
+        ttl = leases.lease_ttl(self.broker.visibility_timeout)
         try:
+            if unique is not None and await self._acquire(unique, message.id, ttl, 1):
+                run.held.append((unique, message.id))
             if await self._admit(spec, schedule, message, delivery, holder, limit, run.held):
                 if await self._rated(spec, message, delivery, run.held):
                     await self._traced(spec, message, delivery, run)
@@ -363,6 +380,39 @@ class Execution:
                 self._if_lost(spec, message, delivery, "while it waited")
         finally:
             await run.left()
+            if unique is not None and (unique, message.id) in run.held:
+                await self._unique_settled(spec, unique, message.id, run.final)
+
+    async def _unique_settled(
+        self, spec: JobSpec, key: str, job_id: str, final: bool | None
+    ) -> None:
+        """Give the job's unique key back when it settled for good; hold it for
+        ``unique_for`` when it runs again (a retry, a snooze); leave it when the run was
+        lost (whoever has the job holds it)."""
+        if final is None:
+            return
+        if final:
+            await self._release(key, job_id)
+            return
+        try:
+            await shared(self.broker).acquire_lease(key, job_id, spec.unique_for)
+        except BrokerError as exc:
+            log.warning("holding unique key %s failed (%s); it lapses by itself", key, exc)
+
+    async def _free_unique(self, spec: JobSpec, message: JobMessage) -> None:
+        """Give back the unique key of a job settled without a run (cancelled, not
+        runnable): taken again under this worker's name first, then released."""
+        if spec.unique is False or not self.leases:
+            return
+        key, ttl = (
+            unique_key(spec, message.kwargs),
+            leases.lease_ttl(self.broker.visibility_timeout),
+        )
+        try:
+            if await shared(self.broker).acquire_lease(key, message.id, ttl):
+                await shared(self.broker).release_lease(key, message.id)
+        except BrokerError as exc:
+            log.warning("freeing unique key %s failed (%s); it lapses by itself", key, exc)
 
     def _lost(self, handles: Sequence[object], why: str) -> None:
         """The broker says deliveries it handed out are no longer this consumer's: the
@@ -643,17 +693,40 @@ class Execution:
                 run.leave(keep=fence is None or fence.fresh())
             await self.running_statuses.done(noting)  # a running status begun lands first
         duration = time.perf_counter() - started
+        final = await self._conclude(
+            spec, message, delivery, span, failure, result_json, duration, started_at
+        )
+        if run is not None:
+            run.final = final
+
+    async def _conclude(
+        self,
+        spec: JobSpec,
+        message: JobMessage,
+        delivery: Delivery,
+        span: object,
+        failure: _Failure | None,
+        result_json: str | None,
+        duration: float,
+        started_at: float,
+    ) -> bool | None:
+        """Keep the attempt's status and settle its delivery by its result: True when the
+        job is settled for good, False when it runs again, None when the run was lost."""
         label = f"{spec.name}[{message.id}]"
+        fence = self._fences.get(id(delivery))
         if failure is not None and failure.snooze is not None:
-            failure = await self._snooze(spec, message, delivery, span, failure.snooze, duration)
-            if failure is None:
-                return
+            over = _over_snoozes(spec, message, failure.snooze)
+            if over is None:
+                return await self._snooze(spec, message, delivery, span, failure.snooze, duration)
+            failure = over
         if not await self._still_held(spec, message, delivery, "while it ran"):
             tracing.finished(span, "lost", None, fence.lost if fence else None)
-        elif failure is _CANCELLED:
+            return None
+        if failure is _CANCELLED:
             tracing.finished(span, "cancelled", None, None)
             await self._cancel(delivery, message, spec, duration, started_at)
-        elif failure is None:
+            return True
+        if failure is None:
             tracing.finished(span, "succeeded", None, None)
             await self.statuses.finished(
                 spec,
@@ -667,32 +740,32 @@ class Execution:
                 self._ended(message, delivery, "succeeded", started_at)
                 self.stats.succeeded += 1
                 self.observer.job_finished(spec.name, "succeeded", duration)
-        elif delivery.attempt >= spec.max_attempts:
+            return True
+        if delivery.attempt >= spec.max_attempts:
             reason = f"failed after {delivery.attempt} attempt(s): {failure.reason}"
             tracing.finished(span, "dead_lettered", failure.error, reason)
             await self._dead_letter(
                 delivery, reason, message, failure.error, duration, spec, started_at
             )
-        else:
-            tracing.finished(span, "retried", failure.error, failure.reason)
-            delay = spec.retry_delay(delivery.attempt)
-            trace = _trace(failure.error)
-            await self.statuses.retrying(
-                spec, message, delivery.attempt, failure.reason, delay, trace
+            return True
+        tracing.finished(span, "retried", failure.error, failure.reason)
+        delay = spec.retry_delay(delivery.attempt)
+        trace = _trace(failure.error)
+        await self.statuses.retrying(spec, message, delivery.attempt, failure.reason, delay, trace)
+        if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
+            self._ended(message, delivery, "retried", started_at, failure.reason)
+            self.stats.retried += 1
+            self.observer.job_finished(spec.name, "retried", duration)
+            _job_log(message, delivery).warning(
+                "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
+                label,
+                delivery.attempt,
+                spec.max_attempts,
+                bounded(failure.reason),
+                delay,
+                "" if trace is None else "\n" + trace,
             )
-            if await self._settle(label, "retry", lambda: self.broker.retry(delivery, delay)):
-                self._ended(message, delivery, "retried", started_at, failure.reason)
-                self.stats.retried += 1
-                self.observer.job_finished(spec.name, "retried", duration)
-                _job_log(message, delivery).warning(
-                    "%s attempt %d/%d failed: %s; retrying in %.1fs%s",
-                    label,
-                    delivery.attempt,
-                    spec.max_attempts,
-                    bounded(failure.reason),
-                    delay,
-                    "" if trace is None else "\n" + trace,
-                )
+        return False
 
     async def _snooze(
         self,
@@ -702,16 +775,10 @@ class Execution:
         span: object,
         seconds: float,
         duration: float,
-    ) -> _Failure | None:
+    ) -> bool | None:
         """Store the job again, due in ``seconds``, and ack this delivery: the next run
-        is the same job (its id) with no attempt used (:class:`~..jobs.Snooze`). None
-        once settled so (or lost); the failure the attempt counts as when the job
-        snoozed its ``max_snoozes`` times already."""
-        if snoozes_of(message) >= spec.max_snoozes:
-            return _Failure(
-                f"snoozed {snoozes_of(message)} times, its max_snoozes, and asked for "
-                f"{seconds:g}s more"
-            )
+        is the same job (its id) with no attempt used (:class:`~..jobs.Snooze`). False
+        (it runs again), or None when the run was lost."""
         if not await self._still_held(spec, message, delivery, "while it ran (snoozing)"):
             fence = self._fences.get(id(delivery))
             tracing.finished(span, "lost", None, fence.lost if fence else None)
@@ -728,7 +795,7 @@ class Execution:
             self.stats.snoozed += 1
             self.observer.job_finished(spec.name, "snoozed", duration)
             _job_log(message, delivery).info("%s %s", label, why)
-        return None
+        return False
 
     def _ended(
         self,

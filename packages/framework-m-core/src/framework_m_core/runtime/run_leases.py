@@ -24,10 +24,16 @@ class RunLeases:
         places: KeptPlaces,
         release: Callable[[str, str], Awaitable[None]],
         limit: str | None,
+        unique: str | None = None,
     ) -> None:
-        """``limit`` is the key of the job's limit, whose place is kept, not released."""
+        """``limit`` is the key of the job's limit, whose place is kept, not released;
+        ``unique`` the job's unique key, left to the settling (:attr:`final`)."""
         self.held: list[tuple[str, str]] = []
         self._places, self._release, self._limit = places, release, limit
+        self.unique = unique
+        #: How the run's delivery was settled, for its unique key: True for good (give
+        #: it back), False to run again (hold it), None: not settled here (leave it).
+        self.final: bool | None = False
         self._left = False
         self._releasing: asyncio.Task[None] | None = None
 
@@ -40,6 +46,8 @@ class RunLeases:
         self._left = True
         others = []
         for key, holder in reversed(self.held):
+            if key == self.unique:
+                continue
             if key == self._limit and keep:
                 self._places.keep(key, holder)
             else:

@@ -18,7 +18,9 @@ attempt) raises while the file ``marker`` is missing, else appends ``fails_until
 pid attempt ok``. With $FM_FENCE_LOG set, ``fenced(n)`` (``concurrency=3``) appends
 ``start``, four ``step`` lines 0.25 s apart and ``end`` as ``kind time n pid attempt``,
 or ``stop`` when it is cancelled. With $FM_RATE_LOG set, ``rated(n, tenant)``
-(``rate_limit="10/s"`` per tenant) appends ``start time tenant n pid attempt``.
+(``rate_limit="10/s"`` per tenant) appends ``start time tenant n pid attempt``. With
+$FM_UNIQUE_LOG set, ``unique_sleeper(tenant)`` (``unique=("tenant",)``) appends ``start
+job_id pid attempt`` and sleeps a minute.
 """
 
 from __future__ import annotations
@@ -177,3 +179,11 @@ if os.environ.get("FM_RATE_LOG"):
     async def rated(ctx: JobContext, n: int, tenant: str) -> None:
         line = f"start {time.time():.6f} {tenant} {n} {os.getpid()} {ctx.attempt}\n"
         _append("FM_RATE_LOG", line)
+
+
+if os.environ.get("FM_UNIQUE_LOG"):
+
+    @app.job(unique=("tenant",))
+    async def unique_sleeper(ctx: JobContext, tenant: str) -> None:
+        _append("FM_UNIQUE_LOG", f"start {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
+        await asyncio.sleep(60)

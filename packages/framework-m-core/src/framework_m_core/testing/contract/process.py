@@ -21,10 +21,12 @@ from typing import TypeVar
 import pytest
 
 from ...adapters.registry import open_broker
+from ...app import App
 from ...control import runtime_schedules, steering
 from ...control.jobs import cancel_job, job_status, wait_result
 from ...control.shared import shared
 from ...errors import JobFailedError
+from ...jobs import JobContext
 from ...ports.capabilities import Capability
 from ...ports.messages import decode_message, new_job_id
 from ...ports.protocols import BrokerProtocol
@@ -266,6 +268,34 @@ class ProcessContract(ContractBase):
             took[tenant] = starts[-1] - began
             assert took[tenant] >= 9.0  # 100 starts at 10 a second
         assert abs(took["a"] - took["b"]) <= 0.1 * max(took.values()), took
+
+    @requires(Capability.CROSS_PROCESS, Capability.STORE)
+    async def test_a_unique_job_s_key_frees_when_its_worker_is_killed(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """50 enqueues of a unique job while it runs in a worker process return its id
+        (each leading to a status) and store nothing; SIGKILLed, its key frees."""
+        log = tmp_path / "unique.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_UNIQUE_LOG": str(log)}
+        (worker,) = await asyncio.to_thread(procs.workers, broker_url, 1, "--no-scheduler", env=env)
+        app = App()  # the recorder's job, as a producer defines it
+
+        @app.job(unique=("tenant",))
+        async def unique_sleeper(ctx: JobContext, tenant: str) -> None: ...
+
+        first = await unique_sleeper.enqueue(broker, tenant="t1")
+        await asyncio.to_thread(wait_for_line, log, "start", 30)
+        again = [await unique_sleeper.enqueue(broker, tenant="t1") for _ in range(50)]
+        assert set(again) == {first}
+        state = (await job_status(broker, first)).state
+        assert state in (JobState.QUEUED, JobState.RUNNING), state
+        worker.kill()
+        freed = time.monotonic() + 45  # the run's lease ttl (30 s at most), and a margin
+        while (after := await unique_sleeper.enqueue(broker, tenant="t1")) == first:
+            assert time.monotonic() < freed, "the killed worker's key never freed"
+            await asyncio.sleep(0.2)
+        assert (await job_status(broker, after)).state is JobState.QUEUED
+        assert [line.split()[1] for line in log.read_text().splitlines()] == [first]
 
     @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_obey_pause_trigger_and_resume_of_a_schedule(
