@@ -63,6 +63,8 @@ SUITES = {
     "snooze": "packages/framework-m-core/tests/test_snooze.py",
     # unique=: one job per key while one waits or runs.
     "unique": "packages/framework-m-core/tests/test_unique_jobs.py",
+    # debounce=: the enqueues of a quiet time run once, the latest.
+    "debounce": "packages/framework-m-core/tests/test_debounce.py",
     # overlap= and concurrency= in one process.
     "overlap": "packages/framework-m-core/tests/test_overlap_and_limits.py",
     # The names a fleet announces, and steering's checks against them.
@@ -3097,5 +3099,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if unique is not None and await self._acquire(unique, message.id, ttl, 1):",
         "            if False:",
         "test_a_unique_job_s_key_frees_when_its_worker_is_killed",
+    ),
+    m(
+        "debounce-never-replaced",
+        "debounce",
+        "a debounced job that a later enqueue replaced does not run",
+        f"{CORE}/control/debounce.py",
+        '    if latest is None or latest.decode(errors="replace") == message.id:',
+        "    if True:",
+        "test_enqueues_in_the_quiet_time_run_once_with_the_latest_arguments",
+    ),
+    m(
+        "debounce-not-delayed",
+        "debounce",
+        "the latest enqueue runs a quiet time after it",
+        f"{CORE}/control/debounce.py",
+        "        not_before=time.time() + spec.debounce,",
+        "        not_before=None,",
+        "test_enqueues_in_the_quiet_time_run_once_with_the_latest_arguments",
+    ),
+    m(
+        "debounce-by-name-replaced",
+        "debounce",
+        "an enqueue by name is not debounced",
+        f"{CORE}/control/debounce.py",
+        '    if message.meta.get(DEBOUNCED) != "1":\n        return None\n',
+        "",
+        "test_an_enqueue_by_name_is_not_debounced",
+    ),
+    m(
+        "debounce-latest-unnamed",
+        "redis",
+        "a debounced burst runs once across worker processes",
+        f"{CORE}/control/debounce.py",
+        "    await shared(broker).put_memo(\n",
+        "    0 and await shared(broker).put_memo(\n",
+        "test_a_debounced_burst_runs_once_with_the_last_arguments",
     ),
 )

@@ -101,6 +101,7 @@ class App:
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
         unique: bool | tuple[str, ...] = False,
         unique_for: float | timedelta = DEFAULT_UNIQUE_FOR,
+        debounce: float | timedelta | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -127,6 +128,7 @@ class App:
         max_snoozes: int = DEFAULT_MAX_SNOOZES,
         unique: bool | tuple[str, ...] = False,
         unique_for: float | timedelta = DEFAULT_UNIQUE_FOR,
+        debounce: float | timedelta | None = None,
         catchup_window: float | timedelta | None = None,
         catchup: Catchup = "latest",
         keep_result: float | timedelta = DEFAULT_KEEP,
@@ -171,6 +173,9 @@ class App:
         :param unique_for: seconds (or a timedelta) a unique job waiting in the queue
             holds its key at most (default an hour, at most a day); a running one holds
             it while it runs.
+        :param debounce: seconds (or a timedelta) of quiet: the enqueues of the job
+            through its handle collapse into one run, of the latest, which starts this
+            long after it (needs memos and delayed jobs).
         :param max_snoozes: how many times a run may ``raise Snooze(seconds)`` (run again
             then, not counted as an attempt); one more counts as a failed attempt.
         :param catchup_window: seconds (or a timedelta): a slot that no replica could
@@ -213,6 +218,7 @@ class App:
                 unique_for=(
                     unique_for.total_seconds() if isinstance(unique_for, timedelta) else unique_for
                 ),
+                debounce=debounce.total_seconds() if isinstance(debounce, timedelta) else debounce,
                 catchup_window=(
                     catchup_window.total_seconds()
                     if isinstance(catchup_window, timedelta)

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .control import jobs
+from .control.debounce import enqueue_debounced
 from .control.unique import enqueue_unique
 from .errors import BrokerError, ConfigurationError, InvalidJobError
 from .ports.base import BaseBroker
@@ -145,8 +146,8 @@ class JobHandle(Generic[P, R]):
 
     async def _send(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
         o = self._options
-        if self.spec.unique is not False:
-            return await self._unique(broker, job_kwargs)
+        if self.spec.unique is not False or self.spec.debounce is not None:
+            return await self._kept(broker, job_kwargs)
         if isinstance(broker, JobWriterProtocol):
             return await broker.write_job(self._message(job_kwargs))
         if isinstance(broker, BaseBroker):  # the message carries how long its status lasts
@@ -195,14 +196,24 @@ class JobHandle(Generic[P, R]):
 
     # -- from blocking code ---------------------------------------------------------------
 
-    async def _unique(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
-        """Enqueue a unique job: the id of the job stored, or of the one of its key."""
+    async def _kept(self, broker: JobQueueProtocol, job_kwargs: dict[str, Any]) -> str:
+        """Enqueue a unique or debounced job, which the broker's store keeps track of:
+        the id of the job stored, or of the unique one of its key."""
+        what = "unique" if self.spec.unique is not False else "debounced"
         if not isinstance(broker, BaseBroker) or Capability.STORE not in broker.capabilities:
             raise ConfigurationError(
-                f"job {self.spec.name!r} is unique: it is enqueued on a broker with a store "
-                f"(leases), not on {type(broker).__name__}"
+                f"job {self.spec.name!r} is {what}: it is enqueued on a broker with a store, "
+                f"not on {type(broker).__name__}"
             )
-        return await enqueue_unique(broker, self.spec, self._message(job_kwargs))
+        message = self._message(job_kwargs)
+        if what == "unique":
+            return await enqueue_unique(broker, self.spec, message)
+        if Capability.DELAYED_ENQUEUE not in broker.capabilities:
+            raise ConfigurationError(
+                f"job {self.spec.name!r} is debounced: {broker.display_url} cannot hold a job "
+                "until it is due"
+            )
+        return await enqueue_debounced(broker, self.spec, message)
 
     def _message(self, job_kwargs: dict[str, Any]) -> JobMessage:
         """The job as a writer (the outbox) stores it: checked, due time and keep set."""

@@ -34,6 +34,9 @@ DEFAULT_MAX_SNOOZES = 20
 #: Seconds a unique job waiting in the queue holds its key at most (``unique_for=``).
 DEFAULT_UNIQUE_FOR = 3600.0
 MAX_UNIQUE_FOR = 86_400.0
+#: The shortest and the longest quiet time of ``debounce=``.
+MIN_DEBOUNCE = 0.01
+MAX_DEBOUNCE = 86_400.0
 MAX_CATCHUP_WINDOW = 366 * 86400.0
 #: Seconds a finished run's status and result are kept unless the job says otherwise.
 DEFAULT_KEEP = 3600.0
@@ -151,6 +154,7 @@ class JobSpec:
     # One job per key (all kwargs, or the named ones) while one waits or runs.
     unique: bool | tuple[str, ...] = False
     unique_for: float = DEFAULT_UNIQUE_FOR  # seconds a waiting job holds its key at most
+    debounce: float | None = None  # seconds of quiet after which the latest enqueue runs
     catchup_window: float | None = None  # seconds; None: a missed slot is never enqueued late
     catchup: Catchup = "latest"
     keep_result: float = DEFAULT_KEEP  # seconds a finished run's status and result are kept
@@ -211,6 +215,7 @@ class JobSpec:
             )
         self._check_snoozes()
         self._check_unique(signature)
+        self._check_debounce()
         n = self.concurrency
         if n is not None and (
             isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CONCURRENCY
@@ -268,6 +273,25 @@ class JobSpec:
             raise JobDefinitionError(
                 f"job {self.name!r}: unique_for must be 1 to {MAX_UNIQUE_FOR:g} seconds, "
                 f"got {within!r}"
+            )
+
+    def _check_debounce(self) -> None:
+        quiet = self.debounce
+        if quiet is None:
+            return
+        if (
+            isinstance(quiet, bool)
+            or not isinstance(quiet, int | float)
+            or not (math.isfinite(quiet) and MIN_DEBOUNCE <= quiet <= MAX_DEBOUNCE)
+        ):
+            raise JobDefinitionError(
+                f"job {self.name!r}: debounce must be {MIN_DEBOUNCE:g} to {MAX_DEBOUNCE:g} "
+                f"seconds, or None; got {quiet!r}"
+            )
+        if self.unique is not False:
+            raise JobDefinitionError(
+                f"job {self.name!r}: debounce and unique do not combine (debounce keeps one "
+                "run of the latest enqueue already)"
             )
 
     @property

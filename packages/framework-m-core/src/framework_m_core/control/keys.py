@@ -8,6 +8,7 @@ name                               kind        what
 =================================  ==========  =============================================
 ``job:{job id}``                   memo        a job's status and result
 ``cancel:{job id}``                memo        a job's cancel mark
+``debounce:{job}``                 memo        the latest enqueue of a debounced job
 ``slot:{deduplication id}``        memo        the job a tick was enqueued as (``slot:#``
                                                and a digest when the id is long)
 ``schedule:{job}``                 state       a schedule's pause, latest slot, last trigger
@@ -77,6 +78,11 @@ def cancel_mark(job_id: str) -> str:
 def runs(replica_id: str) -> str:
     """The memo of the runs of ``replica_id`` going on."""
     return _fitted("runs:", replica_id)
+
+
+def debounce(job: str) -> str:
+    """The memo naming the latest enqueue of a debounced job."""
+    return _fitted("debounce:", job)
 
 
 def slot(deduplication_id: str) -> str:

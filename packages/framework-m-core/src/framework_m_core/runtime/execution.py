@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..app import App
 from ..control import keys, leases
+from ..control.debounce import superseded_by
 from ..control.replicas import new_replica_id
 from ..control.settled import Outcome
 from ..control.shared import shared
@@ -310,6 +311,11 @@ class Execution:
         if await self._settled_unrun(spec, message, delivery):
             await self._free_unique(spec, message)
             return
+        if spec.debounce is not None and self.leases:
+            later = await superseded_by(self.broker, spec, message)
+            if later is not None:
+                await self._debounced(delivery, message, spec, later)
+                return
         if self.cancels.on and self.statuses.keep(spec, message)[0] > 0:
             cancellation = Cancellation()
             if not await self.cancels.start(message.id, cancellation, message.enqueued_at):
@@ -834,6 +840,14 @@ class Execution:
             _job_log(message, delivery).info(
                 "%s cancelled by request %s", label, "while it ran" if duration else "before it ran"
             )
+
+    async def _debounced(
+        self, delivery: Delivery, message: JobMessage, spec: JobSpec, later: str
+    ) -> None:
+        """Settle a debounced job that a later enqueue replaced: acked, not run."""
+        why = f"debounced: a later enqueue ({later}) runs instead"
+        await self.statuses.finished(spec, message, JobState.CANCELLED, delivery.attempt, error=why)
+        await self._acked_unrun(delivery, message, "skipped", logging.DEBUG, "%s", why, noted=why)
 
     async def _expire(self, delivery: Delivery, message: JobMessage, late: float) -> None:
         why = "expired: the tick was stored after its slot's grace"

@@ -20,7 +20,8 @@ pid attempt ok``. With $FM_FENCE_LOG set, ``fenced(n)`` (``concurrency=3``) appe
 or ``stop`` when it is cancelled. With $FM_RATE_LOG set, ``rated(n, tenant)``
 (``rate_limit="10/s"`` per tenant) appends ``start time tenant n pid attempt``. With
 $FM_UNIQUE_LOG set, ``unique_sleeper(tenant)`` (``unique=("tenant",)``) appends ``start
-job_id pid attempt`` and sleeps a minute.
+job_id pid attempt`` and sleeps a minute. With $FM_DEBOUNCE_LOG set, ``debounced(n)``
+(``debounce=1``) appends ``start time n pid attempt``.
 """
 
 from __future__ import annotations
@@ -187,3 +188,10 @@ if os.environ.get("FM_UNIQUE_LOG"):
     async def unique_sleeper(ctx: JobContext, tenant: str) -> None:
         _append("FM_UNIQUE_LOG", f"start {ctx.job_id} {os.getpid()} {ctx.attempt}\n")
         await asyncio.sleep(60)
+
+
+if os.environ.get("FM_DEBOUNCE_LOG"):
+
+    @app.job(debounce=1)
+    async def debounced(ctx: JobContext, n: int) -> None:
+        _append("FM_DEBOUNCE_LOG", f"start {time.time():.6f} {n} {os.getpid()} {ctx.attempt}\n")

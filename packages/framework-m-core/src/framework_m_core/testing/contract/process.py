@@ -297,6 +297,40 @@ class ProcessContract(ContractBase):
         assert (await job_status(broker, after)).state is JobState.QUEUED
         assert [line.split()[1] for line in log.read_text().splitlines()] == [first]
 
+    @requires(Capability.CROSS_PROCESS, Capability.STORE, Capability.DELAYED_ENQUEUE)
+    async def test_a_debounced_burst_runs_once_with_the_last_arguments(
+        self, broker: BrokerProtocol, broker_url: str, procs: Processes, tmp_path: Path
+    ) -> None:
+        """30 enqueues 100 ms apart of a debounce=1 job, three worker-only replicas: one
+        run, of the last, starting a second after it (within the tick); the others
+        settled unrun."""
+        log = tmp_path / "debounce.log"
+        env = {"FM_SLOT_LOG": str(tmp_path / "slots.log"), "FM_DEBOUNCE_LOG": str(log)}
+        workers = await asyncio.to_thread(procs.workers, broker_url, 3, "--no-scheduler", env=env)
+        app = App()  # the recorder's job, as a producer defines it
+
+        @app.job(debounce=1)
+        async def debounced(ctx: JobContext, n: int) -> None: ...
+
+        ids = []
+        for n in range(30):
+            await asyncio.sleep(0.1 if n else 0)
+            ids.append(await debounced.enqueue(broker, n=n))
+        last = time.time()  # the last enqueue returned
+
+        async def settled() -> bool:
+            states = [(await job_status(broker, i)).state for i in ids]
+            return all(state.finished for state in states)
+
+        await wait_until(settled, timeout=30, what="every enqueue settled")
+        await asyncio.to_thread(stop_all, workers)
+        runs = [line.split() for line in log.read_text().splitlines()]
+        assert [n for _, _, n, _, _ in runs] == ["29"], runs
+        # Due a second after it was sent (a broker rounds to its ms), started within the tick.
+        assert 1.0 - 0.05 <= float(runs[0][1]) - last <= 2.0, float(runs[0][1]) - last
+        assert (await job_status(broker, ids[-1])).state is JobState.SUCCEEDED
+        assert (await job_status(broker, ids[0])).state is JobState.CANCELLED
+
     @requires(Capability.CROSS_PROCESS, Capability.STORE, DEDUP_WINDOW_IN_URL)
     async def test_replicas_obey_pause_trigger_and_resume_of_a_schedule(
         self, broker_url: str, procs: Processes, tmp_path: Path
