@@ -19,8 +19,8 @@ Measured per broker:
                           a queue (keeping each job's status, the default), keeping
                           none (keep_result=0), with metrics on, with a fleet-wide limit on the
                           job (concurrency=50: a lease per run, nobody waits), with
-                          a rate on it (rate_limit=1000/s per i: a place spent per
-                          run, nobody waits), then
+                          a rate on it (rate_limit=1000/s per i: a start logged per
+                          run, nobody waits), unique per i (a key per run), then
                           peers (50 tasks at once)
   latency, idle worker    enqueue -> handler start, one job at a time (--samples),
                           p50 and p99 rows, framework-m at its defaults, then peers
@@ -62,6 +62,7 @@ from framework_m_core import (
     BaseBroker,
     BatchJob,
     JobContext,
+    JobHandle,
     Ticker,
     Worker,
     connect_sync,
@@ -175,17 +176,26 @@ async def running(worker: Worker) -> AsyncIterator[None]:
 
 
 def noop_app(
-    n: int, limit: int | None = None, keep: float = DEFAULT_KEEP, rate: str | None = None
+    n: int,
+    limit: int | None = None,
+    keep: float = DEFAULT_KEEP,
+    rate: str | None = None,
+    unique: bool = False,
 ) -> tuple[App, asyncio.Event]:
     """An app whose one job, ``noop(i)``, does nothing (with ``concurrency=limit`` when
     given, keeping its status for ``keep`` seconds, with ``rate_limit=rate`` per ``i``
-    when given); the event is set once it ran ``n`` times."""
+    when given, unique per ``i`` with ``unique``); the event is set once it ran ``n``
+    times."""
     app = App()
     done = asyncio.Event()
     ran = 0
 
     @app.job(
-        concurrency=limit, keep_result=keep, rate_limit=rate, rate_key=None if rate is None else "i"
+        concurrency=limit,
+        keep_result=keep,
+        rate_limit=rate,
+        rate_key=None if rate is None else "i",
+        unique=unique,
     )
     async def noop(ctx: JobContext, i: int) -> None:
         nonlocal ran
@@ -214,15 +224,22 @@ async def bench_drain(
     limit: int | None = None,
     keep: float = DEFAULT_KEEP,
     rate: str | None = None,
+    unique: bool = False,
 ) -> float:
     """A worker emptying a queue of ``n`` no-op jobs; at its default concurrency unless
     ``concurrency`` is given; the job with ``concurrency=limit`` when given (a lease
     taken and released by every run); ``keep=0``: enqueued keeping no status (as
     through its handle), so that nothing is written; ``rate``: the job with that
-    ``rate_limit`` per ``i`` (a place spent by every run, none waits)."""
-    app, done = noop_app(n, limit, keep, rate)
+    ``rate_limit`` per ``i`` (a start logged by every run, none waits); ``unique``: the
+    job unique per ``i``, enqueued through its handle (a key taken and given back by
+    every run)."""
+    app, done = noop_app(n, limit, keep, rate, unique)
     async with fresh(url) as broker:
-        await fill(broker, n, keep)
+        if unique:
+            handle = JobHandle(app.jobs["noop"], app.jobs["noop"].handler)
+            await in_batches(lambda i: handle.enqueue(broker, i=i), n)
+        else:
+            await fill(broker, n, keep)
         concurrency = concurrency or DEFAULT_CONCURRENCY
         observer = Metrics(concurrency) if metrics else None
         worker = Worker(app, broker, concurrency=concurrency, fetch_timeout=0.1, observer=observer)
@@ -500,6 +517,10 @@ def throughput_groups(
             (
                 "framework-m worker, job rate_limit=1000/s per i",
                 partial(bench_drain, url, n, False, None, None, DEFAULT_KEEP, "1000/s"),
+            ),
+            (
+                "framework-m worker, job unique per i",
+                partial(bench_drain, url, n, False, None, None, DEFAULT_KEEP, None, True),
             ),
         ],
         "concurrency sweep": [
